@@ -1,0 +1,38 @@
+# One command sets everything up: `make test` builds .venv, installs jobd with its dev
+# dependencies, then runs lint, type checks and the whole suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test check lint typecheck unit run bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+check: test
+
+lint: $(STAMP)
+	$(BIN)/ruff check jobd tests examples
+	$(BIN)/ruff format --check jobd tests examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+run: $(STAMP)
+	$(BIN)/jobd dev
+
+bench: $(STAMP)
+	$(BIN)/jobd bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Resource models and their YAML/JSON form."""

@@ -1,0 +1,206 @@
+"""Reading and writing resource documents as YAML or JSON, with positions for errors.
+
+ruamel.yaml's round-trip loader remembers where every key sits, so a validation error
+from pydantic can name the file, the line and the field. The seed's `projects.yaml`
+form (`projects: {NAME: {...}}`) is expanded here into Project documents, so every
+place that takes a Project takes that form too.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError
+
+from jobd.api.models import API_VERSION, Job, Project, Resource, Worker
+
+__all__ = [
+    "Document",
+    "ManifestError",
+    "dump_yaml",
+    "load_documents",
+    "load_path",
+    "parse_resource",
+]
+
+_KINDS: dict[str, type[BaseModel]] = {"Job": Job, "Project": Project, "Worker": Worker}
+_MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class ManifestError(ValueError):
+    """A document that cannot become a resource; the message names where and why."""
+
+
+@dataclass
+class Document:
+    """One raw document and where it came from."""
+
+    data: Any
+    source: str
+    line: int  # 1-based line of the document's start
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    return yaml
+
+
+def load_documents(text: str, source: str = "<stdin>") -> list[Document]:
+    """Every document in a YAML (multi-document) or JSON text; lists are flattened."""
+    try:
+        raw = [d for d in _yaml().load_all(text) if d is not None]
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise ManifestError(f"{where}: not valid YAML or JSON: {exc.problem}") from None
+    docs: list[Document] = []
+    for item in raw:
+        for data in _flatten(item):
+            docs.extend(_expand_projects_form(data, source))
+    return docs
+
+
+def _flatten(item: Any) -> Iterator[Any]:
+    if isinstance(item, list):
+        for sub in item:
+            yield from _flatten(sub)
+    elif isinstance(item, dict) and item.get("kind") == "List" and "items" in item:
+        yield from _flatten(item["items"])
+    else:
+        yield item
+
+
+def _line_of(node: Any, default: int = 0) -> int:
+    lc = getattr(node, "lc", None)
+    return lc.line + 1 if lc is not None else default
+
+
+def _expand_projects_form(data: Any, source: str) -> list[Document]:
+    line = _line_of(data, 1)
+    if not (isinstance(data, dict) and "projects" in data and "kind" not in data):
+        return [Document(data, source, line)]
+    projects = data["projects"]
+    if not isinstance(projects, dict):
+        raise ManifestError(f"{source}:{line}: projects: expected a mapping of name to settings")
+    extra = sorted(set(data) - {"projects"})
+    if extra:
+        raise ManifestError(f"{source}:{line}: {extra[0]}: unknown field in a projects file")
+    docs = []
+    for name, settings in projects.items():
+        spec = settings if settings is not None else {}
+        doc = {"apiVersion": API_VERSION, "kind": "Project", "metadata": {"name": name}}
+        doc["spec"] = spec
+        docs.append(Document(doc, source, _line_of(projects, line)))
+        docs[-1].data = _Positioned(doc, projects, name)
+    return docs
+
+
+class _Positioned(dict[str, Any]):
+    """A synthesized Project whose spec positions point back into the projects file."""
+
+    def __init__(self, doc: dict[str, Any], parent: Any, key: str) -> None:
+        super().__init__(doc)
+        self.parent, self.key = parent, key
+
+
+def load_path(path: str | Path) -> list[Document]:
+    """Documents from a file, every manifest in a directory, or `-` for stdin."""
+    import sys
+
+    if str(path) == "-":
+        return load_documents(sys.stdin.read(), "<stdin>")
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.suffix in _MANIFEST_SUFFIXES and f.is_file())
+        return [doc for f in files for doc in load_documents(f.read_text(), str(f))]
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
+    return load_documents(text, str(path))
+
+
+def parse_resource(doc: Document) -> Resource:
+    """Validate one document into its model; errors name file, line and field."""
+    data = doc.data
+    if not isinstance(data, dict):
+        raise ManifestError(f"{doc.source}:{doc.line}: a document must be a mapping")
+    kind = data.get("kind")
+    if kind not in _KINDS:
+        raise ManifestError(
+            f"{doc.source}:{_key_line(data, 'kind', doc.line)}: kind: "
+            f"expected one of {', '.join(_KINDS)}, got {kind!r}"
+        )
+    if data.get("apiVersion") not in (API_VERSION, None):
+        raise ManifestError(
+            f"{doc.source}:{_key_line(data, 'apiVersion', doc.line)}: apiVersion: "
+            f"expected {API_VERSION!r}, got {data.get('apiVersion')!r}"
+        )
+    try:
+        return _KINDS[kind].model_validate(_plain(data))  # type: ignore[return-value]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [p for p in err["loc"] if not isinstance(p, str) or not p.startswith("function-")]
+        line = _locate(data, loc, doc.line)
+        field = ".".join(str(p) for p in loc) or "(document)"
+        raise ManifestError(f"{doc.source}:{line}: {field}: {_reason(err)}") from None
+
+
+def _reason(err: Any) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    if err["type"] == "missing":
+        return "required field is missing"
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return [_plain(v) for v in node]
+    return node
+
+
+def _key_line(node: Any, key: Any, default: int) -> int:
+    if isinstance(node, CommentedMap) and key in node:
+        return int(node.lc.key(key)[0]) + 1
+    if isinstance(node, CommentedSeq) and isinstance(key, int) and key < len(node):
+        return int(node.lc.item(key)[0]) + 1
+    return _line_of(node, default)
+
+
+def _locate(data: Any, loc: Sequence[Any], default: int) -> int:
+    """Deepest line the error path reaches in the positioned document."""
+    if isinstance(data, _Positioned):
+        if loc and loc[0] == "spec":
+            return _locate(data.parent[data.key], loc[1:], _key_line(data.parent, data.key, 1))
+        return _key_line(data.parent, data.key, default)
+    line, node = default, data
+    for part in loc:
+        line = _key_line(node, part, line)
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break
+    return line
+
+
+def dump_yaml(docs: list[dict[str, Any]]) -> str:
+    """Documents as multi-document YAML, keys in the order of the models."""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False  # type: ignore[attr-defined]
+    out = io.StringIO()
+    yaml.dump_all([json.loads(json.dumps(d)) for d in docs], out)
+    return out.getvalue()

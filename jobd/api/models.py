@@ -1,0 +1,269 @@
+"""The resource documents of jobd: Job, Project and Worker (CONTRACT.md §3).
+
+Everything a user writes or reads goes through these models, so validation is strict
+(`extra="forbid"`): a typo in a field name is an error, never silently ignored. Server-set
+fields live in `metadata` and `status`; the store and controllers fill them in.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+API_VERSION = "jobd/v1"
+MAX_GRACE_S = 300
+DEFAULT_PROJECT = "default"
+
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+
+
+class Phase(enum.StrEnum):
+    PENDING = "Pending"
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    PREEMPTING = "Preempting"
+    PREEMPTED = "Preempted"
+    CANCELLING = "Cancelling"
+    CANCELLED = "Cancelled"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    LOST = "Lost"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_PHASES
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.PREEMPTED, Phase.CANCELLED})
+# Phases in which a job holds capacity on its worker.
+BOUND_PHASES = frozenset(
+    {Phase.SCHEDULED, Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING, Phase.LOST}
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def check_name(value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise ValueError(
+            "must be 1-63 lowercase letters, digits, '.', '_' or '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Condition(Strict):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime = Field(default_factory=utcnow)
+
+
+class ObjectMeta(Strict):
+    name: str | None = None
+    project: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    # Set by the server; accepted on input so `job get -o yaml | job apply -f -` round-trips.
+    id: int | None = None
+    uid: str | None = None
+    generation: int = 0
+    resource_version: int | None = None
+    created_at: datetime | None = None
+
+    @field_validator("name", "project")
+    @classmethod
+    def _valid_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value)
+
+
+def _grace_cap(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_GRACE_S:
+        raise ValueError(
+            f"{value} s is over the {MAX_GRACE_S} s cap on checkpoint grace "
+            "(a stuck checkpoint must not pin a slot)"
+        )
+    return value
+
+
+Grace = Annotated[
+    float,
+    BeforeValidator(_grace_cap),
+    Field(ge=0, description=f"seconds of SIGTERM grace, capped at {MAX_GRACE_S}"),
+]
+
+
+class Resources(Strict):
+    gpus: int = Field(default=0, ge=0, le=64)
+
+    @property
+    def slots(self) -> int:
+        """A job takes one slot per GPU it asks for, and at least one."""
+        return max(1, self.gpus)
+
+
+class JobSpec(Strict):
+    command: list[str] = Field(min_length=1)
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    priority: int | None = Field(default=None, ge=0, le=1_000_000)
+    preemptible: bool | None = None
+    checkpoint_grace_s: Grace | None = None
+    resources: Resources = Field(default_factory=Resources)
+    depends_on: list[int | str] = Field(default_factory=list)
+    depends_on_any_exit: bool = False
+    # Beyond the seed, opt-in: resubmit automatically after a preemption whose checkpoint
+    # completed (see docs/preemption.md).
+    auto_resume: bool = False
+
+    @field_validator("command")
+    @classmethod
+    def _command_words(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the program (first word) must not be empty")
+        return value
+
+
+class Effective(Strict):
+    """Values resolved from the job, its project and the global defaults."""
+
+    priority: int = 0
+    preemptible: bool = False
+    checkpoint_grace_s: float | None = None  # None: the worker's default applies
+
+
+class PreemptionStatus(Strict):
+    candidate_job: int | None = None
+    reason: Literal["sweeper", "manual", "blockers"] = "manual"
+    requested_at: datetime = Field(default_factory=utcnow)
+    checkpoint_complete: bool = False
+
+
+class JobStatus(Strict):
+    desired_phase: Phase = Phase.RUNNING
+    phase: Phase = Phase.PENDING
+    signal: Literal["preempt", "cancel"] | None = None
+    worker: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    nominated_worker: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int = 0
+    effective: Effective = Field(default_factory=Effective)
+    dependencies_met: bool = True
+    preemption: PreemptionStatus | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    queued_at: datetime | None = None
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    stopping_at: datetime | None = None
+    finished_at: datetime | None = None
+    lost_at: datetime | None = None
+    checkpoint_dir: str | None = None
+
+
+class Job(Strict):
+    api_version: Literal["jobd/v1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["Job"] = "Job"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: JobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
+
+    @property
+    def id(self) -> int:
+        assert self.metadata.id is not None, "job has not been stored yet"
+        return self.metadata.id
+
+    @property
+    def project(self) -> str:
+        return self.metadata.project or DEFAULT_PROJECT
+
+    @property
+    def ref(self) -> str:
+        return f"{self.project}/{self.metadata.name}"
+
+
+class ProjectDefaults(Strict):
+    preemptible: bool | None = None
+    checkpoint_grace_s: Grace | None = None
+
+
+class ProjectSpec(Strict):
+    priority: int = Field(default=0, ge=0, le=1_000_000)
+    defaults: ProjectDefaults = Field(default_factory=ProjectDefaults)
+
+
+class Project(Strict):
+    api_version: Literal["jobd/v1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["Project"] = "Project"
+    metadata: ObjectMeta
+    spec: ProjectSpec = Field(default_factory=ProjectSpec)
+
+    @property
+    def name(self) -> str:
+        assert self.metadata.name is not None
+        return self.metadata.name
+
+
+class WorkerSpec(Strict):
+    slots: int = Field(default=1, ge=1, le=1024)
+    gpus: list[int] = Field(default_factory=list)
+    lease_duration_s: float = Field(default=15.0, gt=0)
+
+
+class WorkerStatus(Strict):
+    phase: Literal["Ready", "Lost"] = "Ready"
+    last_renewal: datetime = Field(default_factory=utcnow)
+    jobs: list[int] = Field(default_factory=list)
+    hostname: str | None = None
+    runner: str | None = None
+    registered_at: datetime = Field(default_factory=utcnow)
+
+
+class Worker(Strict):
+    api_version: Literal["jobd/v1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["Worker"] = "Worker"
+    metadata: ObjectMeta
+    spec: WorkerSpec = Field(default_factory=WorkerSpec)
+    status: WorkerStatus = Field(default_factory=WorkerStatus)
+
+    @property
+    def name(self) -> str:
+        assert self.metadata.name is not None
+        return self.metadata.name
+
+
+Resource = Job | Project | Worker
+
+
+def dump(obj: BaseModel) -> dict[str, Any]:
+    """The JSON form users see: camelCase apiVersion, no None noise in metadata."""
+    return obj.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def set_condition(
+    status: JobStatus, type_: str, value: bool, reason: str = "", message: str = ""
+) -> None:
+    """Upsert a condition; last_transition_time moves only when the status flips."""
+    new_status: Literal["True", "False"] = "True" if value else "False"
+    for cond in status.conditions:
+        if cond.type == type_:
+            if cond.status != new_status:
+                cond.last_transition_time = utcnow()
+            cond.status, cond.reason, cond.message = new_status, reason, message
+            return
+    status.conditions.append(
+        Condition(type=type_, status=new_status, reason=reason, message=message)
+    )

@@ -1,0 +1,17 @@
+"""Persistence: the Store protocol and its SQL implementation (SQLite, PostgreSQL)."""
+
+from jobd.store.base import Change, Conflict, EventRecord, Gone, NotFound, Store
+from jobd.store.sql import SQLStore, normalize_url, open_store, sqlite_url
+
+__all__ = [
+    "Change",
+    "Conflict",
+    "EventRecord",
+    "Gone",
+    "NotFound",
+    "SQLStore",
+    "Store",
+    "normalize_url",
+    "open_store",
+    "sqlite_url",
+]

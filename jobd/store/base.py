@@ -1,0 +1,129 @@
+"""The Store protocol: what the broker and its controllers need from persistence.
+
+Every write is a compare-and-swap on `metadata.resource_version`, which is a global,
+monotonic revision (like etcd's): the same number orders the change feed, so a watcher
+that has seen revision N asks for everything after N. Events that a write justifies are
+committed in the same transaction and handed to subscribers only after the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from jobd.api.models import Job, Phase, Project, Worker
+
+__all__ = [
+    "Change",
+    "CommitListener",
+    "Conflict",
+    "EventRecord",
+    "Gone",
+    "NotFound",
+    "Store",
+]
+
+Kind = Literal["Job", "Project", "Worker"]
+Op = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class Conflict(Exception):
+    """The object changed since the caller read it (stale resource_version) or exists."""
+
+
+class NotFound(Exception):
+    """No such object."""
+
+
+class Gone(Exception):
+    """The requested revision has been compacted away: list again, then watch."""
+
+
+@dataclass(frozen=True)
+class Change:
+    revision: int
+    kind: Kind
+    op: Op
+    key: str
+    body: dict[str, Any]  # the object's JSON form after the change (before, for DELETED)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"revision": self.revision, "kind": self.kind, "op": self.op, "object": self.body}
+
+
+@dataclass
+class EventRecord:
+    """One line of events.jsonl; `fields` holds the event-specific extras."""
+
+    event: str
+    job: int | None = None
+    worker: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    ts: str = ""
+    seq: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        line: dict[str, Any] = {"ts": self.ts, "event": self.event}
+        if self.job is not None:
+            line["job"] = self.job
+        if self.worker is not None:
+            line["worker"] = self.worker
+        line.update(self.fields)
+        return line
+
+
+CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
+
+
+class Store(Protocol):
+    """Persistence for resources, their change feed and the event record."""
+
+    def migrate(self) -> None: ...
+    def close(self) -> None: ...
+    def ping(self) -> bool: ...
+    def revision(self) -> int: ...
+    def subscribe(self, listener: CommitListener) -> None: ...
+
+    def create_jobs(
+        self, jobs: Sequence[Job], events_for: Callable[[Job], Iterable[EventRecord]] | None = None
+    ) -> list[Job]: ...
+    def update_job(self, job: Job, events: Iterable[EventRecord] = ()) -> Job: ...
+    def delete_job(self, job: Job) -> None: ...
+    def get_job(self, job_id: int) -> Job | None: ...
+    def get_job_by_name(self, project: str, name: str) -> Job | None: ...
+    def list_jobs(
+        self,
+        *,
+        project: str | None = None,
+        phases: Iterable[Phase] | None = None,
+        worker: str | None = None,
+        ready: bool | None = None,
+        after_id: int = 0,
+        limit: int | None = None,
+        by_priority: bool = False,
+    ) -> list[Job]: ...
+    def count_jobs_by_phase(self) -> dict[str, int]: ...
+    def children_of(self, job_id: int) -> list[int]: ...
+
+    def put_project(self, project: Project) -> Project: ...
+    def get_project(self, name: str) -> Project | None: ...
+    def list_projects(self) -> list[Project]: ...
+    def delete_project(self, project: Project) -> None: ...
+
+    def put_worker(self, worker: Worker, events: Iterable[EventRecord] = ()) -> Worker: ...
+    def get_worker(self, name: str) -> Worker | None: ...
+    def list_workers(self) -> list[Worker]: ...
+
+    def changes_since(self, revision: int, limit: int = 1000) -> list[Change]: ...
+    def compact(self, keep: int) -> int: ...
+
+    def append_events(self, events: Iterable[EventRecord]) -> None: ...
+    def list_events(
+        self,
+        *,
+        job: int | None = None,
+        event: str | None = None,
+        after_seq: int = 0,
+        limit: int = 1000,
+    ) -> list[EventRecord]: ...

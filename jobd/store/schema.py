@@ -1,0 +1,83 @@
+"""The relational schema behind the Store, shared by SQLite and PostgreSQL.
+
+Objects keep their whole JSON document in `body`; the columns beside it are the few
+fields queries filter or order by, so each query is an index range, never a scan of
+every job. Migrations (Alembic, in migrations/) create and evolve these tables.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+meta = sa.Table(
+    "jobd_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("uid", sa.String(36), nullable=False, unique=True),
+    sa.Column("project", sa.String(63), nullable=False),
+    sa.Column("name", sa.String(63), nullable=False),
+    sa.Column("phase", sa.String(16), nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("ready", sa.Boolean, nullable=False),
+    sa.Column("worker", sa.String(253)),
+    sa.Column("resource_version", sa.BigInteger, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),
+    sa.Index("ix_jobs_queue", "phase", "ready", "priority", "id"),
+    sa.Index("ix_jobs_worker", "worker", "phase"),
+)
+
+job_deps = sa.Table(
+    "job_deps",
+    metadata,
+    sa.Column("parent", sa.Integer, primary_key=True),
+    sa.Column("child", sa.Integer, primary_key=True),
+)
+
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("resource_version", sa.BigInteger, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("name", sa.String(253), primary_key=True),
+    sa.Column("resource_version", sa.BigInteger, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
+changes = sa.Table(
+    "changes",
+    metadata,
+    sa.Column("revision", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("op", sa.String(8), nullable=False),
+    sa.Column("key", sa.String(320), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("ts", sa.String(40), nullable=False),
+    sa.Column("event", sa.String(64), nullable=False),
+    sa.Column("job", sa.Integer),
+    sa.Column("worker", sa.String(253)),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("ix_events_job", "job", "seq"),
+    sa.Index("ix_events_event", "event", "seq"),
+)

@@ -1,0 +1,443 @@
+"""The Store on SQLAlchemy Core: one implementation for SQLite and PostgreSQL.
+
+Each write runs in one transaction: bump the global revision, compare-and-swap the row on
+its old resource_version, append the change to the feed and the events it justifies.
+Listeners hear of the change only after the commit, so nothing downstream (watchers,
+events.jsonl) ever reports a write that could still roll back.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+
+from jobd.api.models import Job, Phase, Project, Worker, dump, utcnow
+from jobd.store import schema as t
+from jobd.store.base import (
+    Change,
+    CommitListener,
+    Conflict,
+    EventRecord,
+    Gone,
+    Kind,
+    NotFound,
+    Op,
+)
+
+__all__ = ["SQLStore", "normalize_url", "open_store", "sqlite_url"]
+
+_Named = TypeVar("_Named", Project, Worker)
+EventsFor = Callable[[Job], Iterable[EventRecord]]
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def normalize_url(url: str) -> str:
+    """Accept the plain `postgresql://` users write; SQLAlchemy wants the driver named."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    # FULL: an acknowledged write survives power loss, not just a crash of the broker.
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+class SQLStore:
+    """Store implementation over any SQLAlchemy engine (SQLite file or PostgreSQL)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = normalize_url(url)
+        self.engine: Engine = self._make_engine(self.url)
+        self._listeners: list[CommitListener] = []
+        self._lock = threading.RLock()  # one writer at a time keeps CAS and revisions simple
+
+    @staticmethod
+    def _make_engine(url: str) -> Engine:
+        if url.startswith("sqlite"):
+            path = url.split("///", 1)[-1]
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(url, connect_args={"check_same_thread": False})
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+            return engine
+        return sa.create_engine(url, pool_pre_ping=True, pool_size=8)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(_MIGRATIONS))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            return True
+        except sa.exc.SQLAlchemyError:
+            return False
+
+    def subscribe(self, listener: CommitListener) -> None:
+        self._listeners.append(listener)
+
+    def revision(self) -> int:
+        with self.engine.connect() as conn:
+            value = conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "revision"))
+            return int(value.scalar_one())
+
+    # -- the write path ------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Tx]:
+        with self._lock:
+            tx = _Tx()
+            with self.engine.begin() as conn:
+                tx.conn = conn
+                yield tx
+            # Committed: now, and only now, may anyone hear of it.
+            for listener in self._listeners:
+                listener(tx.changes, tx.events)
+
+    def create_jobs(self, jobs: Sequence[Job], events_for: EventsFor | None = None) -> list[Job]:
+        """Insert jobs in one transaction; `events_for(job)` sees each job with its id."""
+        created = []
+        with self._tx() as tx:
+            for job in jobs:
+                job = self._insert_job(tx, job)
+                created.append(job)
+                if events_for is not None:
+                    tx.add_events(events_for(job))
+        return created
+
+    def _insert_job(self, tx: _Tx, job: Job) -> Job:
+        job = job.model_copy(deep=True)
+        rev = tx.next_revision()
+        job.metadata.uid = job.metadata.uid or str(uuid.uuid4())
+        job.metadata.created_at = job.metadata.created_at or utcnow()
+        job.metadata.generation = max(job.metadata.generation, 1)
+        job.metadata.resource_version = rev
+        if job.metadata.name is None:
+            # Reserve the id first so a generated name can contain it.
+            job.metadata.name = f"pending-{job.metadata.uid}"
+        try:
+            result = tx.conn.execute(sa.insert(t.jobs).values(**_job_row(job)))
+        except IntegrityError:
+            raise Conflict(f"job {job.ref} already exists") from None
+        job.metadata.id = int(result.inserted_primary_key[0])  # type: ignore[index]
+        if job.metadata.name.startswith("pending-"):
+            job.metadata.name = f"job-{job.metadata.id}"
+        tx.conn.execute(sa.update(t.jobs).where(t.jobs.c.id == job.id).values(**_job_row(job)))
+        parents = {int(p) for p in job.spec.depends_on if isinstance(p, int)}
+        if parents:
+            tx.conn.execute(
+                sa.insert(t.job_deps), [{"parent": p, "child": job.id} for p in sorted(parents)]
+            )
+        tx.record("Job", "ADDED", str(job.id), job, rev)
+        return job
+
+    def update_job(self, job: Job, events: Iterable[EventRecord] = ()) -> Job:
+        with self._tx() as tx:
+            job = job.model_copy(deep=True)
+            expected = job.metadata.resource_version
+            rev = tx.next_revision()
+            job.metadata.resource_version = rev
+            row = _job_row(job)
+            row.pop("id")
+            result = tx.conn.execute(
+                sa.update(t.jobs)
+                .where(t.jobs.c.id == job.id, t.jobs.c.resource_version == expected)
+                .values(**row)
+            )
+            if result.rowcount != 1:
+                raise self._stale("job", job.metadata.id, self.get_job(job.id) is not None)
+            tx.record("Job", "MODIFIED", str(job.id), job, rev)
+            tx.add_events(events)
+        return job
+
+    def delete_job(self, job: Job) -> None:
+        with self._tx() as tx:
+            rev = tx.next_revision()
+            result = tx.conn.execute(
+                sa.delete(t.jobs).where(
+                    t.jobs.c.id == job.id,
+                    t.jobs.c.resource_version == job.metadata.resource_version,
+                )
+            )
+            if result.rowcount != 1:
+                raise self._stale("job", job.id, self.get_job(job.id) is not None)
+            tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
+            tx.record("Job", "DELETED", str(job.id), job, rev)
+
+    @staticmethod
+    def _stale(kind: str, key: object, exists: bool) -> Exception:
+        if exists:
+            return Conflict(f"{kind} {key} was changed by someone else; read it again and retry")
+        return NotFound(f"{kind} {key} not found")
+
+    def put_project(self, project: Project) -> Project:
+        return self._put_named("Project", t.projects, project, [])
+
+    def put_worker(self, worker: Worker, events: Iterable[EventRecord] = ()) -> Worker:
+        return self._put_named("Worker", t.workers, worker, events)
+
+    def _put_named(
+        self, kind: Kind, table: sa.Table, obj: _Named, events: Iterable[EventRecord]
+    ) -> _Named:
+        """Create when resource_version is None, else compare-and-swap."""
+        obj = obj.model_copy(deep=True)
+        name, expected = obj.name, obj.metadata.resource_version
+        with self._tx() as tx:
+            rev = tx.next_revision()
+            obj.metadata.resource_version = rev
+            if expected is None:
+                obj.metadata.uid = obj.metadata.uid or str(uuid.uuid4())
+                obj.metadata.created_at = obj.metadata.created_at or utcnow()
+                obj.metadata.generation = max(obj.metadata.generation, 1)
+                try:
+                    tx.conn.execute(sa.insert(table).values(**_named_row(obj)))
+                except IntegrityError:
+                    raise Conflict(f"{kind.lower()} {name} already exists") from None
+                op: Op = "ADDED"
+            else:
+                result = tx.conn.execute(
+                    sa.update(table)
+                    .where(table.c.name == name, table.c.resource_version == expected)
+                    .values(**_named_row(obj))
+                )
+                if result.rowcount != 1:
+                    raise Conflict(f"{kind.lower()} {name} was changed by someone else; retry")
+                op = "MODIFIED"
+            tx.record(kind, op, name, obj, rev)
+            tx.add_events(events)
+        return obj
+
+    def delete_project(self, project: Project) -> None:
+        with self._tx() as tx:
+            rev = tx.next_revision()
+            result = tx.conn.execute(
+                sa.delete(t.projects).where(
+                    t.projects.c.name == project.name,
+                    t.projects.c.resource_version == project.metadata.resource_version,
+                )
+            )
+            if result.rowcount != 1:
+                raise Conflict(f"project {project.name} was changed by someone else; retry")
+            tx.record("Project", "DELETED", project.name, project, rev)
+
+    def append_events(self, events: Iterable[EventRecord]) -> None:
+        with self._tx() as tx:
+            tx.add_events(events)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def _rows(self, query: sa.Select[Any]) -> list[Any]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(query))
+
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._rows(sa.select(t.jobs.c.body).where(t.jobs.c.id == job_id))
+        return Job.model_validate_json(rows[0].body) if rows else None
+
+    def get_job_by_name(self, project: str, name: str) -> Job | None:
+        query = sa.select(t.jobs.c.body).where(t.jobs.c.project == project, t.jobs.c.name == name)
+        rows = self._rows(query)
+        return Job.model_validate_json(rows[0].body) if rows else None
+
+    def list_jobs(
+        self,
+        *,
+        project: str | None = None,
+        phases: Iterable[Phase] | None = None,
+        worker: str | None = None,
+        ready: bool | None = None,
+        after_id: int = 0,
+        limit: int | None = None,
+        by_priority: bool = False,
+    ) -> list[Job]:
+        q = sa.select(t.jobs.c.body)
+        if project is not None:
+            q = q.where(t.jobs.c.project == project)
+        if phases is not None:
+            q = q.where(t.jobs.c.phase.in_([str(p) for p in phases]))
+        if worker is not None:
+            q = q.where(t.jobs.c.worker == worker)
+        if ready is not None:
+            q = q.where(t.jobs.c.ready == ready)
+        if after_id:
+            q = q.where(t.jobs.c.id > after_id)
+        q = q.order_by(t.jobs.c.priority.desc(), t.jobs.c.id) if by_priority else q.order_by(
+            t.jobs.c.id
+        )
+        if limit is not None:
+            q = q.limit(limit)
+        return [Job.model_validate_json(row.body) for row in self._rows(q)]
+
+    def count_jobs_by_phase(self) -> dict[str, int]:
+        q = sa.select(t.jobs.c.phase, sa.func.count()).group_by(t.jobs.c.phase)
+        return {row[0]: int(row[1]) for row in self._rows(q)}
+
+    def children_of(self, job_id: int) -> list[int]:
+        q = sa.select(t.job_deps.c.child).where(t.job_deps.c.parent == job_id)
+        return sorted(int(row.child) for row in self._rows(q))
+
+    def get_project(self, name: str) -> Project | None:
+        rows = self._rows(sa.select(t.projects.c.body).where(t.projects.c.name == name))
+        return Project.model_validate_json(rows[0].body) if rows else None
+
+    def list_projects(self) -> list[Project]:
+        rows = self._rows(sa.select(t.projects.c.body).order_by(t.projects.c.name))
+        return [Project.model_validate_json(row.body) for row in rows]
+
+    def get_worker(self, name: str) -> Worker | None:
+        rows = self._rows(sa.select(t.workers.c.body).where(t.workers.c.name == name))
+        return Worker.model_validate_json(rows[0].body) if rows else None
+
+    def list_workers(self) -> list[Worker]:
+        rows = self._rows(sa.select(t.workers.c.body).order_by(t.workers.c.name))
+        return [Worker.model_validate_json(row.body) for row in rows]
+
+    def changes_since(self, revision: int, limit: int = 1000) -> list[Change]:
+        oldest = self._rows(sa.select(sa.func.min(t.changes.c.revision)))[0][0]
+        if oldest is not None and revision + 1 < oldest:
+            raise Gone(f"revision {revision} has been compacted; the oldest kept is {oldest}")
+        q = (
+            sa.select(t.changes)
+            .where(t.changes.c.revision > revision)
+            .order_by(t.changes.c.revision)
+            .limit(limit)
+        )
+        return [
+            Change(int(r.revision), r.kind, r.op, r.key, json.loads(r.body)) for r in self._rows(q)
+        ]
+
+    def compact(self, keep: int) -> int:
+        """Drop all but the newest `keep` changes; returns how many went."""
+        with self._lock, self.engine.begin() as conn:
+            newest = conn.execute(sa.select(sa.func.max(t.changes.c.revision))).scalar()
+            if newest is None:
+                return 0
+            result = conn.execute(sa.delete(t.changes).where(t.changes.c.revision <= newest - keep))
+            return int(result.rowcount)
+
+    def list_events(
+        self,
+        *,
+        job: int | None = None,
+        event: str | None = None,
+        after_seq: int = 0,
+        limit: int = 1000,
+    ) -> list[EventRecord]:
+        q = sa.select(t.events).where(t.events.c.seq > after_seq)
+        if job is not None:
+            q = q.where(t.events.c.job == job)
+        if event is not None:
+            q = q.where(t.events.c.event == event)
+        q = q.order_by(t.events.c.seq).limit(limit)
+        return [
+            EventRecord(r.event, r.job, r.worker, json.loads(r.body), r.ts, int(r.seq))
+            for r in self._rows(q)
+        ]
+
+
+class _Tx:
+    """What one transaction wrote, for the listeners to hear after the commit."""
+
+    conn: Connection
+
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+        self.events: list[EventRecord] = []
+
+    def next_revision(self) -> int:
+        result = self.conn.execute(
+            sa.update(t.meta)
+            .where(t.meta.c.key == "revision")
+            .values(value=t.meta.c.value + 1)
+            .returning(t.meta.c.value)
+        )
+        return int(result.scalar_one())
+
+    def record(self, kind: Kind, op: Op, key: str, obj: Job | Project | Worker, rev: int) -> None:
+        body = dump(obj)
+        self.conn.execute(
+            sa.insert(t.changes).values(
+                revision=rev, kind=kind, op=op, key=key, body=json.dumps(body)
+            )
+        )
+        self.changes.append(Change(rev, kind, op, key, body))
+
+    def add_events(self, events: Iterable[EventRecord]) -> None:
+        rows = list(events)
+        for ev in rows:
+            ev.ts = ev.ts or _rfc3339(datetime.now(UTC))
+            result = self.conn.execute(
+                sa.insert(t.events).values(
+                    ts=ev.ts, event=ev.event, job=ev.job, worker=ev.worker, body=json.dumps(ev.fields)
+                )
+            )
+            ev.seq = int(result.inserted_primary_key[0])  # type: ignore[index]
+        self.events.extend(rows)
+
+
+def _rfc3339(ts: datetime) -> str:
+    return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.metadata.id,
+        "uid": job.metadata.uid,
+        "project": job.project,
+        "name": job.metadata.name,
+        "phase": str(job.status.phase),
+        "priority": job.status.effective.priority,
+        "ready": job.status.dependencies_met,
+        "worker": job.status.worker,
+        "resource_version": job.metadata.resource_version,
+        "body": job.model_dump_json(by_alias=True, exclude_none=True),
+    }
+
+
+def _named_row(obj: Project | Worker) -> dict[str, Any]:
+    return {
+        "name": obj.name,
+        "resource_version": obj.metadata.resource_version,
+        "body": obj.model_dump_json(by_alias=True, exclude_none=True),
+    }
+
+
+def open_store(url: str) -> SQLStore:
+    """A migrated store, ready to use."""
+    store = SQLStore(url)
+    store.migrate()
+    return store
+
+
+def sqlite_url(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir / 'jobd.db'}"
+
+
+
