@@ -1,0 +1,137 @@
+"""Workload-side helper for jobd's checkpoint-on-preemption protocol.
+
+A workload imports this module to opt into "path B" preemption: when jobd wants the slot back
+it SIGTERMs the job and waits up to ``JOBD_CHECKPOINT_GRACE_S`` seconds before SIGKILL. The
+helper turns that SIGTERM into a call to your checkpoint function and then reports the outcome
+in the only way the worker can see it, the job's output:
+
+* ``install_preemption_handler(fn)`` reads ``JOBD_CHECKPOINT_GRACE_S`` (60 when absent or not a
+  finite, non-negative number) and installs a SIGTERM handler. On SIGTERM it records the
+  deadline (arrival time + grace) and calls ``fn(seconds_until_sigkill)``.
+  If ``fn`` returns, the handler writes the line ``jobd-checkpoint-complete`` to stdout and
+  the process exits 0; the worker sees the line and records a ``checkpoint_complete`` event.
+  If ``fn`` raises, the traceback goes to stderr, no sentinel is written and the process
+  exits 1.
+* ``time_remaining()`` returns the live seconds until SIGKILL once SIGTERM has arrived (never
+  below 0), and the full grace before that.
+
+The module imports only the standard library, so it costs a workload nothing to import and it
+works in any environment that can run the workload.
+
+Usage::
+
+    import os
+    from pathlib import Path
+
+    from jobd.client import install_preemption_handler
+
+    ckpt_dir = Path(os.environ["JOBD_CHECKPOINT_DIR"])
+
+    def checkpoint(time_remaining: float) -> None:
+        save_state(model, optimizer, step, ckpt_dir / "latest.pt")
+
+    install_preemption_handler(checkpoint)
+    train()
+
+Notes for the checkpoint function: it runs inside a signal handler on the main thread, between
+two bytecodes of whatever the program was doing, so it should save state that is consistent at
+any such point (for example a snapshot the training loop replaces in one assignment per step)
+and should not print to a stream the interrupted code may be in the middle of writing.
+``install_preemption_handler`` must be called from the main thread, as Python requires for
+``signal.signal``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from types import FrameType
+from typing import NoReturn
+
+__all__ = ["SENTINEL", "install_preemption_handler", "time_remaining"]
+
+SENTINEL = "jobd-checkpoint-complete"
+
+_GRACE_ENV = "JOBD_CHECKPOINT_GRACE_S"
+_DEFAULT_GRACE_S = 60.0
+
+_grace_s: float | None = None
+_deadline: float | None = None
+_checkpoint_fn: Callable[[float], None] | None = None
+_handling = False
+
+
+def install_preemption_handler(fn: Callable[[float], None]) -> None:
+    """Call ``fn(seconds_until_sigkill)`` on SIGTERM, then report the outcome and exit."""
+    global _grace_s, _checkpoint_fn
+    _grace_s = _read_grace()
+    _checkpoint_fn = fn
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def time_remaining() -> float:
+    """Seconds until SIGKILL since SIGTERM arrived; the whole grace before that."""
+    if _deadline is None:
+        return _grace_s if _grace_s is not None else _read_grace()
+    return max(0.0, _deadline - time.monotonic())
+
+
+def _read_grace() -> float:
+    try:
+        grace = float(os.environ.get(_GRACE_ENV, ""))
+    except ValueError:
+        return _DEFAULT_GRACE_S
+    if not math.isfinite(grace) or grace < 0:
+        return _DEFAULT_GRACE_S
+    return grace
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    global _deadline, _handling
+    # A second SIGTERM (the worker and a scope both signalling, an impatient operator) must not
+    # restart the checkpoint. A flag rather than SIG_IGN, because SIG_IGN would be inherited by
+    # any child process the checkpoint function starts.
+    if _handling:
+        return
+    _handling = True
+    arrived = time.monotonic()
+    grace = _grace_s if _grace_s is not None else _read_grace()
+    _deadline = arrived + grace
+    try:
+        if _checkpoint_fn is not None:
+            _checkpoint_fn(time_remaining())
+    except BaseException:
+        _finish(2, traceback.format_exc(), exit_code=1)
+    _finish(1, SENTINEL + "\n", exit_code=0)
+
+
+def _finish(fd: int, text: str, exit_code: int) -> NoReturn:
+    # Whatever the interrupted code had buffered goes out first so the sentinel stays last.
+    # Flushing may fail ("reentrant call") when the signal landed inside a buffered write; the
+    # raw os.write below cannot, which is why the outcome never goes through print().
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BaseException:
+            pass
+    _write_all(fd, text.encode("utf-8", errors="replace"))
+    # os._exit skips atexit and finalizers, which could block or touch the same buffers again.
+    os._exit(exit_code)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except InterruptedError:
+            continue
+        except OSError:
+            return  # nobody is reading (closed pipe); the exit code still tells the story
+        view = view[written:]

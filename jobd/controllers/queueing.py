@@ -1,0 +1,143 @@
+"""The reconcile machinery: a keyed work queue, requeue_after timers, resync.
+
+Modelled on client-go's workqueue and controller-runtime's reconcile loop. A reconcile
+request carries only a key; the reconciler re-reads current state (level-triggered) and
+returns done, `requeue_after`, or raises (retried with per-key exponential backoff).
+A key already queued is not queued twice, and a key being processed is never processed
+twice at once: if it is added meanwhile it is marked dirty and runs again afterwards.
+Next stage: the controllers in this package, each a Reconciler.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+
+from jobd.events import get_logger
+from jobd.store.base import Change
+
+__all__ = ["Reconciler", "Result", "WorkQueue", "run_controller"]
+
+log = get_logger()
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks for next: nothing, or another look after a delay."""
+
+    requeue_after: float | None = None
+
+
+DONE = Result()
+
+
+class Reconciler(Protocol):
+    name: str
+    resync_s: float  # every key of keys_all() is looked at again this often; 0 = never
+
+    def keys_for(self, change: Change) -> Iterable[str]: ...
+    def keys_all(self) -> Iterable[str]: ...
+    async def reconcile(self, key: str) -> Result: ...
+
+
+class WorkQueue:
+    """Deduplicating FIFO of keys with delayed adds and per-key failure backoff."""
+
+    def __init__(self, base_backoff_s: float = 0.05, max_backoff_s: float = 30.0) -> None:
+        self._queue: deque[str] = deque()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._timers: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._failures: dict[str, int] = {}
+        self._base, self._max = base_backoff_s, max_backoff_s
+        self._wakeup = anyio.Event()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, key: str) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._wakeup.set()
+
+    def add_after(self, key: str, delay_s: float) -> None:
+        if delay_s <= 0:
+            self.add(key)
+            return
+        heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq), key))
+        self._wakeup.set()
+
+    def add_rate_limited(self, key: str) -> float:
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        delay = min(self._max, self._base * math.pow(2, failures))
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.append(key)
+            self._wakeup.set()
+
+    def _fire_timers(self) -> float | None:
+        """Move due timers into the queue; seconds until the next one, if any."""
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, key = heapq.heappop(self._timers)
+            self.add(key)
+        return self._timers[0][0] - now if self._timers else None
+
+    async def get(self) -> str:
+        while True:
+            wait = self._fire_timers()
+            if self._queue:
+                key = self._queue.popleft()
+                self._dirty.discard(key)
+                self._processing.add(key)
+                return key
+            self._wakeup = anyio.Event()
+            with anyio.move_on_after(wait if wait is not None else math.inf):
+                await self._wakeup.wait()
+
+
+async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
+    """Process keys one at a time, forever: the loop every controller runs."""
+    while True:
+        key = await queue.get()
+        try:
+            result = await reconciler.reconcile(key)
+        except Exception:
+            delay = queue.add_rate_limited(key)
+            log.exception("reconcile_failed", controller=reconciler.name, key=key, retry_s=delay)
+        else:
+            queue.forget(key)
+            if result.requeue_after is not None:
+                queue.add_after(key, result.requeue_after)
+        finally:
+            queue.done(key)
+
+
+async def run_resync(reconciler: Reconciler, queue: WorkQueue) -> None:
+    """Periodically offer every key again: the safety net under the event-driven path."""
+    if reconciler.resync_s <= 0:
+        return
+    while True:
+        await anyio.sleep(reconciler.resync_s)
+        for key in reconciler.keys_all():
+            queue.add(key)

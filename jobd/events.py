@@ -1,0 +1,62 @@
+"""events.jsonl and the structured logs of the broker and the worker.
+
+events.jsonl is the durable, greppable record of what happened (CONTRACT.md §7). The
+store commits an event together with the change that justifies it; EventLog appends the
+line only after that commit. The programs' own logs are structlog JSON lines on stderr,
+one event each, with `ts`, `level`, `event` and `component` (schema in docs/events.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from jobd.store.base import Change, EventRecord
+
+__all__ = ["EventLog", "configure_logging", "get_logger"]
+
+
+class EventLog:
+    """Appends committed events to `<log dir>/events.jsonl`, one JSON object a line."""
+
+    def __init__(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.path = log_dir / "events.jsonl"
+        self._file: TextIO = self.path.open("a", buffering=1, encoding="utf-8")
+
+    def on_commit(self, _changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
+        if events:
+            lines = "".join(json.dumps(ev.as_json(), separators=(",", ":")) + "\n" for ev in events)
+            # The store already holds these durably; the file is a derived, greppable copy.
+            self._file.write(lines)
+            self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def configure_logging(component: str, level: str = "info", stream: TextIO | None = None) -> None:
+    """JSON lines on stderr: ts (RFC 3339 UTC), level, event, component, then the rest."""
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    structlog.contextvars.bind_contextvars(component=component)
+
+
+def get_logger(**initial: Any) -> Any:
+    return structlog.get_logger(**initial)
