@@ -159,6 +159,7 @@ class JobStatus(Strict):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int = 0
     effective: Effective = Field(default_factory=Effective)
+    parents: list[int] = Field(default_factory=list)  # depends_on resolved to job ids
     dependencies_met: bool = True
     preemption: PreemptionStatus | None = None
     exit_code: int | None = None
@@ -172,6 +173,8 @@ class JobStatus(Strict):
     finished_at: datetime | None = None
     lost_at: datetime | None = None
     checkpoint_dir: str | None = None
+    checkpoint_latest: str | None = None  # the worker's pick for RESUME_FROM at exit
+    resumed_by: int | None = None
 
 
 class Job(Strict):

@@ -99,7 +99,9 @@ class Store(Protocol):
         phases: Iterable[Phase] | None = None,
         worker: str | None = None,
         ready: bool | None = None,
+        nominated: bool | None = None,
         after_id: int = 0,
+        after: tuple[int, int] | None = None,
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]: ...

@@ -29,6 +29,7 @@ jobs = sa.Table(
     sa.Column("priority", sa.Integer, nullable=False),
     sa.Column("ready", sa.Boolean, nullable=False),
     sa.Column("worker", sa.String(253)),
+    sa.Column("nominated_worker", sa.String(253)),
     sa.Column("resource_version", sa.BigInteger, nullable=False),
     sa.Column("body", sa.Text, nullable=False),
     sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),

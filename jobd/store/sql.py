@@ -150,7 +150,7 @@ class SQLStore:
         if job.metadata.name.startswith("pending-"):
             job.metadata.name = f"job-{job.metadata.id}"
         tx.conn.execute(sa.update(t.jobs).where(t.jobs.c.id == job.id).values(**_job_row(job)))
-        parents = {int(p) for p in job.spec.depends_on if isinstance(p, int)}
+        parents = set(job.status.parents)
         if parents:
             tx.conn.execute(
                 sa.insert(t.job_deps), [{"parent": p, "child": job.id} for p in sorted(parents)]
@@ -273,11 +273,16 @@ class SQLStore:
         phases: Iterable[Phase] | None = None,
         worker: str | None = None,
         ready: bool | None = None,
+        nominated: bool | None = None,
         after_id: int = 0,
+        after: tuple[int, int] | None = None,
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]:
         q = sa.select(t.jobs.c.body)
+        if nominated is not None:
+            column = t.jobs.c.nominated_worker
+            q = q.where(column.is_not(None) if nominated else column.is_(None))
         if project is not None:
             q = q.where(t.jobs.c.project == project)
         if phases is not None:
@@ -288,6 +293,10 @@ class SQLStore:
             q = q.where(t.jobs.c.ready == ready)
         if after_id:
             q = q.where(t.jobs.c.id > after_id)
+        if after is not None:  # keyset paging in (priority desc, id) order
+            prio, last_id = after
+            c = t.jobs.c
+            q = q.where(sa.or_(c.priority < prio, sa.and_(c.priority == prio, c.id > last_id)))
         q = q.order_by(t.jobs.c.priority.desc(), t.jobs.c.id) if by_priority else q.order_by(
             t.jobs.c.id
         )
@@ -416,6 +425,7 @@ def _job_row(job: Job) -> dict[str, Any]:
         "priority": job.status.effective.priority,
         "ready": job.status.dependencies_met,
         "worker": job.status.worker,
+        "nominated_worker": job.status.nominated_worker,
         "resource_version": job.metadata.resource_version,
         "body": job.model_dump_json(by_alias=True, exclude_none=True),
     }

@@ -1,0 +1,5 @@
+"""`python -m jobd` is `jobd`."""
+
+from jobd.cli.jobd_main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The broker: the HTTP API (thin routes) wired to the store and the controllers."""

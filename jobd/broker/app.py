@@ -1,0 +1,116 @@
+"""The broker's ASGI app: FastAPI routes wired to the store and the controllers.
+
+Routes are thin: validate, call one function of the controllers package, render. This
+module is the factory: it owns the lifespan (the controller manager, the projects file
+watcher, change-feed compaction), authentication, and how errors become HTTP statuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from jobd.api.manifests import ManifestError
+from jobd.broker import routes_jobs, routes_system, routes_workers
+from jobd.broker.state import BrokerConfig, BrokerState
+from jobd.controllers.admission import AdmissionError
+from jobd.controllers.clock import Clock
+from jobd.controllers.lifecycle import TransitionError
+from jobd.controllers.projects import watch_projects_file
+from jobd.events import get_logger
+from jobd.store.base import Conflict, Gone, NotFound
+
+__all__ = ["create_app"]
+
+log = get_logger()
+_bearer = HTTPBearer(auto_error=False)
+
+
+def _error(status: int) -> Any:
+    async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handler
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    err = exc.errors()[0]
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+    reason = "unknown field" if err.get("type") == "extra_forbidden" else err.get("msg", "invalid")
+    reason = str(reason).removeprefix("Value error, ")
+    return JSONResponse({"detail": f"{'.'.join(loc) or 'body'}: {reason}"}, status_code=422)
+
+
+def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
+    state = BrokerState(config, clock)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(state.manager.run)
+            tg.start_soon(_compact_forever, state)
+            if config.projects_file is not None:
+                tg.start_soon(watch_projects_file, state.ctx, config.projects_file)
+            log.info("broker_started", store=_redact(config.store_url), log_dir=str(config.log_dir))
+            yield
+            tg.cancel_scope.cancel()
+        state.close()
+
+    async def authenticate(
+        creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    ) -> None:
+        if creds is None or creds.credentials != state.token:
+            raise _Unauthorized("a valid bearer token is required (see JOBD_TOKEN)")
+
+    app = FastAPI(
+        title="jobd",
+        version="1",
+        description="The jobd broker: jobs, projects and workers as declarative resources.",
+        lifespan=lifespan,
+    )
+    app.state.broker = state
+    for exc_type, status in (
+        (NotFound, 404),
+        (LookupError, 404),
+        (Conflict, 409),
+        (TransitionError, 409),
+        (Gone, 410),
+        (AdmissionError, 422),
+        (ManifestError, 422),
+        (_Unauthorized, 401),
+    ):
+        app.add_exception_handler(exc_type, _error(status))
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.include_router(routes_system.public)
+    secured = [Depends(authenticate)]
+    app.include_router(routes_system.router, dependencies=secured)
+    app.include_router(routes_jobs.router, dependencies=secured)
+    app.include_router(routes_workers.router, dependencies=secured)
+    return app
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+async def _compact_forever(state: BrokerState) -> None:
+    while True:
+        await anyio.sleep(60)
+        removed = state.store.compact(state.config.compact_keep)
+        if removed:
+            log.info("changes_compacted", removed=removed)

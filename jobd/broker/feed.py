@@ -1,0 +1,88 @@
+"""The in-memory tail of the change feed that watchers long-poll.
+
+The store's `changes` table is the durable feed; this keeps its newest entries in
+memory so that a thousand watching workers cost one list scan each per change, not
+one query. A watcher that fell behind the buffer is served from the store, and one
+behind the store's compaction gets 410 Gone and lists again.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from jobd.store.base import Change, EventRecord, Store
+
+__all__ = ["ChangeFeed", "Notifier"]
+
+Filter = Callable[[Change], bool]
+
+
+class Notifier:
+    """A broadcast wake-up: every waiter wakes on the next `notify()`."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self, timeout_s: float) -> None:
+        event = self._event
+        with anyio.move_on_after(timeout_s):
+            await event.wait()
+
+
+class ChangeFeed:
+    def __init__(self, store: Store, size: int = 20_000) -> None:
+        self.store = store
+        self.revision = store.revision()
+        self._buffer: deque[Change] = deque(maxlen=size)
+        self._revs: deque[int] = deque(maxlen=size)
+        self.changed = Notifier()
+        self.events_added = Notifier()
+        store.subscribe(self.on_commit)
+
+    def on_commit(self, changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
+        for change in changes:
+            self._buffer.append(change)
+            self._revs.append(change.revision)
+            self.revision = change.revision
+        if changes:
+            self.changed.notify()
+        if events:
+            self.events_added.notify()
+
+    def since(self, revision: int, accept: Filter, limit: int = 1000) -> list[Change]:
+        if self._revs and revision + 1 >= self._revs[0]:
+            start = bisect.bisect_right(self._revs, revision)
+            picked = []
+            for i in range(start, len(self._buffer)):
+                if accept(self._buffer[i]):
+                    picked.append(self._buffer[i])
+                    if len(picked) >= limit:
+                        break
+            return picked
+        if revision >= self.revision:
+            return []
+        return [c for c in self.store.changes_since(revision, limit) if accept(c)]
+
+    async def wait_since(
+        self, revision: int, accept: Filter, timeout_s: float
+    ) -> tuple[int, list[Change]]:
+        """Changes after `revision` that pass `accept`, waiting up to timeout_s for one."""
+        deadline = anyio.current_time() + timeout_s
+        while True:
+            seen = self.revision
+            found = self.since(revision, accept)
+            if found:
+                return found[-1].revision, found
+            revision = max(revision, seen)
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                return revision, []
+            await self.changed.wait(left)

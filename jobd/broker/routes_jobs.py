@@ -1,0 +1,145 @@
+"""User-facing job routes: create, apply, list, get, delete, and the verbs on a job."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobd.api.manifests import Document, parse_resource
+from jobd.api.models import Job, Phase, Project, dump
+from jobd.broker.state import job_or_404, state_of
+from jobd.controllers import admission, lifecycle, preemption
+from jobd.controllers.resume import resume_job
+from jobd.store.base import NotFound
+
+router = APIRouter(tags=["jobs"])
+
+
+
+class ApplyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    documents: list[dict[str, Any]] = Field(min_length=1)
+    dry_run: bool = False
+
+
+@router.post("/apply", summary="Create or update each document (server-side apply)")
+async def apply(request: Request, body: ApplyRequest) -> dict[str, Any]:
+    state = state_of(request)
+    resources = [
+        parse_resource(Document(doc, f"document {i + 1}", 1)) for i, doc in enumerate(body.documents)
+    ]
+    results = [
+        admission.apply_project(state.store, r, body.dry_run)
+        for r in resources
+        if isinstance(r, Project)
+    ]
+    jobs = [r for r in resources if isinstance(r, Job)]
+    if len(jobs) + len(results) != len(resources):
+        raise admission.AdmissionError("kind: Worker documents are written by workers only")
+    results += admission.apply_jobs(state.store, jobs, state.ctx.clock, body.dry_run)
+    return {
+        "results": [
+            {"kind": r.kind, "name": r.name, "action": r.action, "object": dump(r.obj)}
+            for r in results
+        ]
+    }
+
+
+@router.post("/jobs", status_code=201, summary="Create one job (imperative submit)")
+async def create_job(request: Request, job: Job) -> dict[str, Any]:
+    state = state_of(request)
+    return dump(admission.create_jobs(state.store, [job], state.ctx.clock)[0])
+
+
+@router.get("/jobs", summary="List jobs, filtered")
+async def list_jobs(
+    request: Request,
+    project: str | None = None,
+    phase: Annotated[list[Phase] | None, Query()] = None,
+    worker: str | None = None,
+    name: str | None = None,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+) -> dict[str, Any]:
+    state = state_of(request)
+    revision = state.feed.revision
+    if name is not None:
+        found = state.store.get_job_by_name(project or "default", name)
+        items = [found] if found else []
+    else:
+        items = state.store.list_jobs(project=project, phases=phase, worker=worker, limit=limit)
+    return {"items": [dump(j) for j in items], "revision": revision}
+
+
+@router.get("/jobs/{job_id}", summary="One job")
+async def get_job(request: Request, job_id: int) -> dict[str, Any]:
+    return dump(job_or_404(state_of(request), job_id))
+
+
+@router.delete("/jobs/{job_id}", summary="Remove a finished job")
+async def delete_job(request: Request, job_id: int) -> dict[str, Any]:
+    state = state_of(request)
+    job = job_or_404(state, job_id)
+    if not job.status.phase.terminal:
+        raise lifecycle.TransitionError(
+            f"job {job_id} is {job.status.phase}; cancel it first, then delete it"
+        )
+    state.store.delete_job(job)
+    state.logs.remove(job_id)
+    return {"deleted": job_id}
+
+
+@router.post("/jobs/{job_id}/cancel", summary="Stop a job: desired phase Cancelled")
+async def cancel_job(request: Request, job_id: int) -> dict[str, Any]:
+    state = state_of(request)
+    return dump(lifecycle.cancel(state.store, job_or_404(state, job_id), state.ctx))
+
+
+@router.post("/jobs/{job_id}/preempt", summary="Preempt this running job (job preempt)")
+async def preempt_job(request: Request, job_id: int) -> dict[str, Any]:
+    state = state_of(request)
+    job = job_or_404(state, job_id)
+    return dump(preemption.request_preemption(state.store, job, state.ctx, "manual"))
+
+
+@router.post("/jobs/{job_id}/preempt-blockers", summary="Preempt what keeps a queued job out")
+async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False) -> dict[str, Any]:
+    state = state_of(request)
+    plan = preemption.preempt_blockers(state.store, job_or_404(state, job_id), state.ctx, dry_run)
+    return {
+        "candidate": job_id,
+        "worker": plan.worker,
+        "victims": [dump(v) for v in plan.victims],
+        "dry_run": dry_run,
+    }
+
+
+@router.post("/jobs/{job_id}/resume", status_code=201, summary="Resubmit from its checkpoint")
+async def resume(request: Request, job_id: int) -> dict[str, Any]:
+    state = state_of(request)
+    return dump(resume_job(state.store, job_or_404(state, job_id), state.ctx))
+
+
+@router.get("/jobs/{job_id}/logs", summary="The job's output from a byte offset")
+async def read_logs(
+    request: Request,
+    job_id: int,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    follow: bool = False,
+    timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
+) -> Response:
+    state = state_of(request)
+    data = state.logs.read(job_id, offset)
+    job = job_or_404(state, job_id)
+    if follow and not data and not job.status.phase.terminal:
+        await state.logs.notifier(job_id).wait(timeout)
+        data = state.logs.read(job_id, offset)
+        job = job_or_404(state, job_id)
+    done = job.status.phase.terminal and not state.logs.read(job_id, offset + len(data), 1)
+    headers = {"X-Jobd-Offset": str(offset + len(data)), "X-Jobd-Done": str(done).lower()}
+    return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+__all__ = ["router"]
+

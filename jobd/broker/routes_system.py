@@ -1,0 +1,105 @@
+"""Health, readiness, metrics (public); the watch, events and projects (authenticated)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from jobd.api.models import Phase, dump
+from jobd.broker.state import state_of
+from jobd.store.base import Change, NotFound
+
+public = APIRouter(tags=["system"])
+router = APIRouter(tags=["system"])
+
+
+@public.get("/healthz", summary="Liveness")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@public.get("/readyz", summary="Readiness: the store answers")
+async def readyz(request: Request) -> Response:
+    ok = state_of(request).store.ping()
+    return PlainTextResponse("ok\n" if ok else "store unreachable\n", status_code=200 if ok else 503)
+
+
+@public.get("/metrics", summary="Prometheus text exposition")
+async def metrics(request: Request) -> Response:
+    state = state_of(request)
+    counts = state.store.count_jobs_by_phase()
+    lines = ["# HELP jobd_jobs Jobs by phase.", "# TYPE jobd_jobs gauge"]
+    lines += [f'jobd_jobs{{phase="{p.value}"}} {counts.get(p.value, 0)}' for p in Phase]
+    workers = state.store.list_workers()
+    lines += ["# HELP jobd_workers Workers by status.", "# TYPE jobd_workers gauge"]
+    for status in ("Ready", "Lost"):
+        n = sum(1 for w in workers if w.status.phase == status)
+        lines.append(f'jobd_workers{{status="{status}"}} {n}')
+    oldest = state.store.list_jobs(phases=[Phase.PENDING], limit=1)
+    age = 0.0
+    if oldest and oldest[0].status.queued_at:
+        age = (datetime.now(UTC) - oldest[0].status.queued_at).total_seconds()
+    lines += [
+        "# HELP jobd_queue_oldest_age_seconds Age of the oldest Pending job.",
+        "# TYPE jobd_queue_oldest_age_seconds gauge",
+        f"jobd_queue_oldest_age_seconds {age:.3f}",
+        "# HELP jobd_store_revision The store's newest revision.",
+        "# TYPE jobd_store_revision counter",
+        f"jobd_store_revision {state.feed.revision}",
+    ]
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+@router.get("/watch", summary="Changes after a revision; held until one arrives")
+async def watch(
+    request: Request,
+    since: Annotated[int, Query(ge=0)] = 0,
+    kind: str | None = None,
+    worker: str | None = None,
+    timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
+) -> dict[str, Any]:
+    def accept(change: Change) -> bool:
+        if kind is not None and change.kind != kind:
+            return False
+        if worker is not None:
+            status = change.body.get("status", {})
+            return change.kind == "Job" and status.get("worker") == worker
+        return True
+
+    revision, changes = await state_of(request).feed.wait_since(since, accept, timeout)
+    return {"revision": revision, "changes": [c.as_json() for c in changes]}
+
+
+@router.get("/events", summary="The event record (events.jsonl), optionally followed")
+async def events(
+    request: Request,
+    job: int | None = None,
+    type: str | None = None,
+    after: Annotated[int, Query(ge=0)] = 0,
+    follow: bool = False,
+    timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> dict[str, Any]:
+    state = state_of(request)
+    found = state.store.list_events(job=job, event=type, after_seq=after, limit=limit)
+    if follow and not found:
+        await state.feed.events_added.wait(timeout)
+        found = state.store.list_events(job=job, event=type, after_seq=after, limit=limit)
+    items = [ev.as_json() | {"seq": ev.seq} for ev in found]
+    return {"items": items, "last": found[-1].seq if found else after}
+
+
+@router.get("/projects", summary="List projects")
+async def list_projects(request: Request) -> dict[str, Any]:
+    return {"items": [dump(p) for p in state_of(request).store.list_projects()]}
+
+
+@router.get("/projects/{name}", summary="One project")
+async def get_project(request: Request, name: str) -> dict[str, Any]:
+    project = state_of(request).store.get_project(name)
+    if project is None:
+        raise NotFound(f"project {name} not found")
+    return dump(project)

@@ -1,0 +1,88 @@
+"""Everything one broker process holds, built once at start and shared by the routes."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from starlette.requests import Request
+
+from jobd.broker.feed import ChangeFeed
+from jobd.broker.joblogs import JobLogs
+from jobd.controllers.clock import Clock, SystemClock
+from jobd.controllers.context import Context, Settings
+from jobd.controllers.manager import Manager
+from jobd.events import EventLog
+from jobd.api.models import Job
+from jobd.store.base import NotFound, Store
+from jobd.store.sql import open_store, sqlite_url
+
+__all__ = ["BrokerConfig", "BrokerState", "ensure_token", "job_or_404", "state_of"]
+
+
+@dataclass
+class BrokerConfig:
+    data_dir: Path
+    log_dir: Path
+    db_url: str | None = None
+    token: str | None = None
+    projects_file: Path | None = None
+    settings: Settings = field(default_factory=Settings)
+    compact_keep: int = 100_000
+
+    @property
+    def store_url(self) -> str:
+        return self.db_url or sqlite_url(self.data_dir)
+
+
+def ensure_token(config: BrokerConfig) -> str:
+    """JOBD_TOKEN when given, else `<data-dir>/admin.token`, created 0600 on first start."""
+    if config.token:
+        return config.token
+    path = config.data_dir / "admin.token"
+    if path.exists():
+        return path.read_text().strip()
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+class BrokerState:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.token = ensure_token(config)
+        self.store: Store = open_store(config.store_url)
+        self.events = EventLog(config.log_dir)
+        self.store.subscribe(self.events.on_commit)
+        self.feed = ChangeFeed(self.store)
+        self.logs = JobLogs(config.log_dir)
+        self.ctx = Context(self.store, config.settings, clock or SystemClock())
+        self.manager = Manager(self.ctx)
+        self.store.subscribe(self._wake_log_followers)
+
+    def _wake_log_followers(self, changes: object, _events: object) -> None:
+        # A job that ends must release `job logs -f` followers waiting for more bytes.
+        for change in changes:  # type: ignore[attr-defined]
+            if change.kind == "Job":
+                self.logs.wake(int(change.key))
+
+    def close(self) -> None:
+        self.events.close()
+        self.store.close()
+
+
+def state_of(request: Request) -> BrokerState:
+    state: BrokerState = request.app.state.broker
+    return state
+
+
+def job_or_404(state: BrokerState, job_id: int) -> Job:
+    job = state.store.get_job(job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job

@@ -1,0 +1,348 @@
+"""`jobd`: the programs — broker, worker, dev (both in one process) and bench.
+
+Every setting is a flag and an environment variable (flag > env > default), as in
+CONTRACT.md §2. `jobd dev` accepts the broker's and the worker's flags together.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+import uvicorn
+
+from jobd.broker.app import create_app
+from jobd.broker.state import BrokerConfig
+from jobd.controllers.context import Settings
+from jobd.events import configure_logging
+from jobd.worker.agent import Agent
+from jobd.worker.checkpoints import checkpoint_root
+from jobd.worker.execution import WorkerSettings
+
+__all__ = ["main"]
+
+F = Callable[..., Any]
+
+
+def _default_data_dir() -> Path:
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return Path(xdg) / "jobd" if xdg else Path.home() / ".local" / "share" / "jobd"
+
+
+def _detect_gpus() -> list[int]:
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(line) for line in out.split() if line.strip().isdigit()]
+
+
+def _parse_gpus(value: str | None) -> list[int]:
+    if value is None:
+        return _detect_gpus()
+    if value.strip().lower() in ("", "none"):
+        return []
+    try:
+        return sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: expected comma-separated GPU indices like 0,1"
+        ) from None
+
+
+def broker_options(f: F) -> F:
+    options = [
+        click.option(
+            "--host",
+            envvar="JOBD_HOST",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address to bind.",
+        ),
+        click.option(
+            "--port",
+            envvar="JOBD_PORT",
+            default=8765,
+            type=int,
+            show_default=True,
+            help="Port to bind.",
+        ),
+        click.option(
+            "--data-dir",
+            envvar="JOBD_DATA_DIR",
+            type=click.Path(path_type=Path),
+            help="Broker state: SQLite file, admin token. [default: $XDG_DATA_HOME/jobd or ~/.local/share/jobd]",
+        ),
+        click.option(
+            "--db",
+            envvar="JOBD_DB",
+            help="Store URL: sqlite:///PATH or postgresql://... [default: sqlite:///<data-dir>/jobd.db]",
+        ),
+        click.option(
+            "--log-dir",
+            envvar="JOBD_LOG_DIR",
+            type=click.Path(path_type=Path),
+            help="Where events.jsonl and job logs go. [default: ~/jobd/logs]",
+        ),
+        click.option(
+            "--projects",
+            envvar="JOBD_PROJECTS",
+            type=click.Path(path_type=Path),
+            help="A projects.yaml to load and keep applied.",
+        ),
+        click.option(
+            "--auto-preempt-queued",
+            envvar="JOBD_AUTO_PREEMPT_QUEUED_SECONDS",
+            type=float,
+            default=300,
+            show_default=True,
+            help="Seconds a job must wait for capacity before the sweeper preempts for it.",
+        ),
+        click.option(
+            "--auto-preempt-min-runtime",
+            envvar="JOBD_AUTO_PREEMPT_MIN_RUNTIME_SECONDS",
+            type=float,
+            default=300,
+            show_default=True,
+            help="Seconds a job must have run before the sweeper may preempt it.",
+        ),
+        click.option(
+            "--sweep-interval",
+            envvar="JOBD_SWEEP_INTERVAL_SECONDS",
+            type=float,
+            default=300,
+            show_default=True,
+            help="Full resync period (timers do not wait for it).",
+        ),
+        click.option(
+            "--lost-timeout",
+            envvar="JOBD_LOST_TIMEOUT_SECONDS",
+            type=float,
+            default=300,
+            show_default=True,
+            help="Seconds a job may stay Lost before it is Failed.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def worker_options(f: F) -> F:
+    options = [
+        click.option(
+            "--name",
+            envvar="JOBD_WORKER_NAME",
+            default=socket.gethostname,
+            help="Worker identity. [default: hostname]",
+        ),
+        click.option(
+            "--slots",
+            envvar="JOBD_WORKER_SLOTS",
+            type=click.IntRange(min=1),
+            help="Concurrent jobs. [default: number of GPUs, else 1]",
+        ),
+        click.option(
+            "--gpus",
+            envvar="JOBD_WORKER_GPUS",
+            help="GPU indices to hand out, e.g. 0,1 ('none' for none). [default: detected with nvidia-smi]",
+        ),
+        click.option(
+            "--checkpoint-root",
+            envvar="JOBD_WORKER_CHECKPOINT_ROOT",
+            help="Checkpoint root. [default: $XDG_DATA_HOME/jobd/checkpoints or ~/.local/share/jobd/checkpoints]",
+        ),
+        click.option(
+            "--default-grace",
+            envvar="JOBD_WORKER_DEFAULT_GRACE_S",
+            type=click.FloatRange(0, 300),
+            default=60,
+            show_default=True,
+            help="Grace for jobs whose spec and project say none.",
+        ),
+        click.option(
+            "--lease",
+            "lease_s",
+            envvar="JOBD_WORKER_LEASE_SECONDS",
+            type=click.FloatRange(min=1),
+            default=15,
+            show_default=True,
+            help="Lease duration; renewed every third of it.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
+    data_dir = kw["data_dir"] or _default_data_dir()
+    return BrokerConfig(
+        data_dir=data_dir,
+        log_dir=kw["log_dir"] or Path.home() / "jobd" / "logs",
+        db_url=kw["db"],
+        token=os.environ.get("JOBD_TOKEN") or None,
+        projects_file=kw["projects"],
+        settings=Settings(
+            auto_preempt_queued_s=kw["auto_preempt_queued"],
+            auto_preempt_min_runtime_s=kw["auto_preempt_min_runtime"],
+            sweep_interval_s=kw["sweep_interval"],
+            lost_timeout_s=kw["lost_timeout"],
+        ),
+    )
+
+
+def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
+    gpus = _parse_gpus(kw["gpus"])
+    env = dict(os.environ)
+    if kw["checkpoint_root"]:
+        env["JOBD_WORKER_CHECKPOINT_ROOT"] = kw["checkpoint_root"]
+    output = Path(os.environ.get("JOBD_LOG_DIR") or Path.home() / "jobd" / "logs") / "worker"
+    return WorkerSettings(
+        name=kw["name"],
+        slots=kw["slots"] or max(1, len(gpus)),
+        gpus=gpus,
+        checkpoint_root=checkpoint_root(env),
+        default_grace_s=kw["default_grace"],
+        output_dir=output,
+    )
+
+
+def _server(app: Any, host: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"
+    )
+    return uvicorn.Server(config)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """jobd: a small, fast job scheduler for the GPU machines you own."""
+
+
+@cli.command()
+@broker_options
+def broker(**kw: Any) -> None:
+    """Run the control plane: HTTP API, store, reconcile loops."""
+    configure_logging("broker")
+    config = _broker_config(kw)
+    _say_where(config, kw["host"], kw["port"])
+    _server(create_app(config), kw["host"], kw["port"]).run()
+
+
+@cli.command()
+@click.option(
+    "--server",
+    envvar="JOBD_URL",
+    default="http://127.0.0.1:8765",
+    show_default=True,
+    help="The broker's URL.",
+)
+@click.option(
+    "--token", envvar="JOBD_TOKEN", help="Bearer token. [default: <data-dir>/admin.token]"
+)
+@worker_options
+def worker(server: str, token: str | None, **kw: Any) -> None:
+    """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
+    from jobd.http import default_token
+
+    configure_logging("worker")
+    settings = _worker_settings(kw)
+    agent = Agent(server, token or default_token(server), settings, lease_duration_s=kw["lease_s"])
+    _run_until_interrupted(agent.run)
+
+
+@cli.command()
+@broker_options
+@worker_options
+def dev(**kw: Any) -> None:
+    """Broker and one worker in one process, on embedded SQLite: everything on one machine."""
+    configure_logging("dev")
+    config = _broker_config(kw)
+    app = create_app(config)
+    token = app.state.broker.token
+    settings = _worker_settings(kw)
+    url = f"http://{kw['host']}:{kw['port']}"
+    server = _server(app, kw["host"], kw["port"])
+    agent = Agent(url, token, settings, lease_duration_s=kw["lease_s"])
+    _say_where(config, kw["host"], kw["port"], settings)
+
+    async def both() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            while not server.started:
+                if server.should_exit:
+                    raise SystemExit(1)
+                await anyio.sleep(0.01)
+            tg.start_soon(agent.run)
+            while not server.should_exit:
+                await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+
+    _run_until_interrupted(both)
+
+
+def _say_where(
+    config: BrokerConfig, host: str, port: int, worker: WorkerSettings | None = None
+) -> None:
+    lines = [
+        f"jobd listening on http://{host}:{port}",
+        f"  store:  {config.store_url}",
+        f"  token:  {'$JOBD_TOKEN' if config.token else config.data_dir / 'admin.token'}",
+        f"  events: {config.log_dir / 'events.jsonl'}",
+    ]
+    if worker is not None:
+        gpus = ",".join(map(str, worker.gpus)) or "none"
+        lines.append(f"  worker: {worker.name} ({worker.slots} slots, GPUs {gpus})")
+    lines.append("Press Ctrl-C to stop.")
+    click.echo("\n".join(lines), err=True)
+
+
+def _run_until_interrupted(fn: Callable[[], Any]) -> None:
+    try:
+        anyio.run(fn)
+    except KeyboardInterrupt:
+        click.echo("jobd: stopped", err=True)
+
+
+@cli.command()
+@click.option("--server", envvar="JOBD_URL", help="Benchmark this broker instead of starting one.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per scenario.")
+@click.option("--scenario", "scenarios", multiple=True, help="Run only these (repeatable).")
+@click.option(
+    "--size",
+    type=click.Choice(["tiny", "small", "full"]),
+    default="small",
+    show_default=True,
+    help="How much work each scenario does.",
+)
+def bench(server: str | None, as_json: bool, scenarios: tuple[str, ...], size: str) -> None:
+    """Built-in benchmarks against a broker it starts itself (or --server)."""
+    from jobd.bench.runner import run_bench
+
+    sys.exit(run_bench(server, as_json, list(scenarios), size))
+
+
+def main() -> None:
+    cli(prog_name="jobd")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Reconcile loops that converge every resource toward its desired state."""

@@ -1,0 +1,235 @@
+"""Admission: turning what a user sent into a stored job, and server-side apply.
+
+A new job gets its project's defaults merged field by field under its own values
+(`None` means "not said"), its `depends_on` resolved to job ids, and a fresh status.
+Apply matches documents by project and name and decides created / configured /
+unchanged; a refused document changes nothing. Next stage: the lifecycle controller
+decides whether its dependencies are met, then the scheduler binds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from jobd.api.models import (
+    DEFAULT_PROJECT,
+    Effective,
+    Job,
+    JobStatus,
+    Phase,
+    Project,
+    set_condition,
+)
+from jobd.controllers.clock import Clock
+from jobd.store.base import Conflict, EventRecord, NotFound, Store
+
+__all__ = [
+    "AdmissionError",
+    "ApplyResult",
+    "apply_jobs",
+    "apply_project",
+    "resolve_effective",
+]
+
+Action = Literal["created", "configured", "unchanged"]
+
+
+class AdmissionError(ValueError):
+    """A request that cannot be admitted; the message says which field and why."""
+
+
+@dataclass
+class ApplyResult:
+    kind: str
+    name: str
+    action: Action
+    obj: Job | Project
+
+
+def resolve_effective(job: Job, project: Project | None) -> Effective:
+    """Job's own value > project default > global default, field by field."""
+    spec = job.spec
+    defaults = project.spec.defaults if project else None
+    priority = spec.priority if spec.priority is not None else (project.spec.priority if project else 0)
+    preemptible = spec.preemptible
+    if preemptible is None:
+        preemptible = bool(defaults and defaults.preemptible)
+    grace = spec.checkpoint_grace_s
+    if grace is None and defaults is not None:
+        grace = defaults.checkpoint_grace_s
+    return Effective(priority=priority, preemptible=preemptible, checkpoint_grace_s=grace)
+
+
+def _resolve_parents(store: Store, job: Job, batch: dict[str, Job]) -> list[int]:
+    ids: list[int] = []
+    for ref in job.spec.depends_on:
+        parent = _find_parent(store, job.project, ref, batch)
+        if parent is None:
+            raise AdmissionError(
+                f"spec.depends_on: no job {ref!r} in project {job.project!r} "
+                "(parents must exist before their children)"
+            )
+        ids.append(parent)
+    return sorted(set(ids))
+
+
+def _find_parent(store: Store, project: str, ref: int | str, batch: dict[str, Job]) -> int | None:
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        found = store.get_job(int(ref))
+        return found.id if found else None
+    if ref in batch and batch[ref].metadata.id is not None:
+        return batch[ref].id
+    found = store.get_job_by_name(project, ref)
+    return found.id if found else None
+
+
+def prepare_new_job(store: Store, job: Job, clock: Clock, batch: dict[str, Job]) -> Job:
+    """A fresh copy of `job` ready to insert: defaults merged, parents resolved."""
+    job = job.model_copy(deep=True)
+    job.metadata.project = job.project
+    for field in ("id", "uid", "resource_version", "created_at"):
+        setattr(job.metadata, field, None)
+    job.metadata.generation = 1
+    parents = _resolve_parents(store, job, batch)
+    now = clock.now()
+    job.status = JobStatus(
+        effective=resolve_effective(job, store.get_project(job.project)),
+        parents=parents,
+        dependencies_met=not parents,
+        queued_at=now,
+        observed_generation=1,
+    )
+    if parents:
+        set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
+    return job
+
+
+def create_jobs(store: Store, jobs: list[Job], clock: Clock) -> list[Job]:
+    """Admit and insert jobs in one transaction; all or nothing."""
+    batch: dict[str, Job] = {}
+    prepared = []
+    for job in jobs:
+        ready = prepare_new_job(store, job, clock, batch)
+        prepared.append(ready)
+        if ready.metadata.name:
+            batch[ready.metadata.name] = ready
+    if any(j.status.parents and any(p < 0 for p in j.status.parents) for j in prepared):
+        raise AdmissionError("spec.depends_on: invalid job id")
+    return store.create_jobs(prepared, events_for=_created_event)
+
+
+def _created_event(job: Job) -> list[EventRecord]:
+    return [
+        EventRecord(
+            "job_created",
+            job=job.id,
+            fields={"project": job.project, "name": job.metadata.name, "priority": job.status.effective.priority},
+        )
+    ]
+
+
+def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> list[ApplyResult]:
+    """Server-side apply for a batch of jobs; validation runs over all before any write."""
+    results: list[ApplyResult] = []
+    new: list[Job] = []
+    updates: list[Job] = []
+    seen: set[str] = set()
+    for job in jobs:
+        if not job.metadata.name:
+            raise AdmissionError(
+                "metadata.name: required to apply a Job (job submit generates one)"
+            )
+        if job.ref in seen:
+            raise AdmissionError(f"metadata.name: {job.ref} appears twice in one apply")
+        seen.add(job.ref)
+        live = store.get_job_by_name(job.project, job.metadata.name)
+        if live is None:
+            new.append(job)
+            results.append(ApplyResult("Job", job.ref, "created", job))
+            continue
+        merged = _merge_into_live(live, job)
+        action: Action = "unchanged" if merged is live else "configured"
+        results.append(ApplyResult("Job", job.ref, action, merged))
+        if merged is not live:
+            updates.append(merged)
+    _check_new_parents(store, new)
+    if dry_run:
+        return results
+    created = {j.ref: j for j in create_jobs(store, new, clock)} if new else {}
+    stored = {j.ref: store.update_job(j) for j in updates}
+    for res in results:
+        res.obj = created.get(res.name) or stored.get(res.name) or res.obj
+    return results
+
+
+def _check_new_parents(store: Store, new: list[Job]) -> None:
+    names = {j.metadata.name for j in new}
+    for job in new:
+        for ref in job.spec.depends_on:
+            if isinstance(ref, str) and ref in names:
+                continue
+            if _find_parent(store, job.project, ref, {}) is None:
+                raise AdmissionError(
+                    f"spec.depends_on: no job {ref!r} in project {job.project!r} ({job.ref})"
+                )
+
+
+def _merge_into_live(live: Job, desired: Job) -> Job:
+    """The live job with the desired spec and labels; `live` itself when nothing changes."""
+    same_spec = live.spec == desired.spec
+    same_labels = live.metadata.labels == desired.metadata.labels
+    if same_spec and same_labels:
+        return live
+    if desired.metadata.resource_version not in (None, live.metadata.resource_version):
+        raise Conflict(f"job {live.ref} was changed since resource_version {desired.metadata.resource_version}")
+    if not same_spec and live.status.phase != Phase.PENDING:
+        raise AdmissionError(
+            f"spec: job {live.ref} is {live.status.phase}; only a Pending job's spec can change "
+            "(delete it, or apply it under a new name)"
+        )
+    merged = live.model_copy(deep=True)
+    merged.metadata.labels = dict(desired.metadata.labels)
+    if not same_spec:
+        if merged.spec.depends_on != desired.spec.depends_on:
+            raise AdmissionError(f"spec.depends_on: cannot change the parents of {live.ref}")
+        merged.spec = desired.spec.model_copy(deep=True)
+        merged.metadata.generation += 1
+        merged.status.observed_generation = merged.metadata.generation
+    return merged
+
+
+def apply_project(store: Store, project: Project, dry_run: bool) -> ApplyResult:
+    live = store.get_project(project.name)
+    if live is None:
+        if not dry_run:
+            project = store.put_project(_fresh_project(project))
+        return ApplyResult("Project", project.name, "created", project)
+    if live.spec == project.spec and live.metadata.labels == project.metadata.labels:
+        return ApplyResult("Project", project.name, "unchanged", live)
+    merged = live.model_copy(deep=True)
+    merged.spec = project.spec.model_copy(deep=True)
+    merged.metadata.labels = dict(project.metadata.labels)
+    merged.metadata.generation += 1
+    if not dry_run:
+        merged = store.put_project(merged)
+    return ApplyResult("Project", project.name, "configured", merged)
+
+
+def _fresh_project(project: Project) -> Project:
+    fresh = project.model_copy(deep=True)
+    for field in ("id", "uid", "resource_version", "created_at", "project"):
+        setattr(fresh.metadata, field, None)
+    return fresh
+
+
+def get_job_by_ref(store: Store, ref: str) -> Job:
+    """A job by integer id or PROJECT/NAME (or NAME in the default project)."""
+    if ref.isdigit():
+        job = store.get_job(int(ref))
+    else:
+        project, _, name = ref.rpartition("/")
+        job = store.get_job_by_name(project or DEFAULT_PROJECT, name)
+    if job is None:
+        raise NotFound(f"job {ref} not found")
+    return job

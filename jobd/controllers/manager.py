@@ -1,0 +1,58 @@
+"""The controller manager: routes committed changes to controllers and runs their loops.
+
+The store calls `on_commit` after every commit; each controller maps a change to the
+keys it cares about, and its work queue dedups them. One task per controller processes
+its keys sequentially (one object handled at a time); another resyncs it periodically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+
+from jobd.controllers.context import Context
+from jobd.controllers.lifecycle import LifecycleController
+from jobd.controllers.preemption import SweeperController
+from jobd.controllers.projects import ProjectsController
+from jobd.controllers.queueing import Reconciler, WorkQueue, run_controller, run_resync
+from jobd.controllers.scheduler import SchedulerController
+from jobd.controllers.workers import WorkersController
+from jobd.store.base import Change, EventRecord
+
+__all__ = ["Manager"]
+
+
+class Manager:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.controllers: dict[str, Reconciler] = {
+            c.name: c
+            for c in (
+                LifecycleController(ctx),
+                SchedulerController(ctx),
+                SweeperController(ctx),
+                WorkersController(ctx),
+                ProjectsController(ctx),
+            )
+        }
+        self.queues = {name: WorkQueue() for name in self.controllers}
+        ctx.enqueue = self.enqueue
+        ctx.store.subscribe(self.on_commit)
+
+    def enqueue(self, controller: str, key: str) -> None:
+        self.queues[controller].add(key)
+
+    def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
+        for change in changes:
+            for name, controller in self.controllers.items():
+                for key in controller.keys_for(change):
+                    self.queues[name].add(key)
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for name, controller in self.controllers.items():
+                for key in controller.keys_all():
+                    self.queues[name].add(key)
+                tg.start_soon(run_controller, controller, self.queues[name])
+                tg.start_soon(run_resync, controller, self.queues[name])

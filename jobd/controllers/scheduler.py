@@ -1,0 +1,144 @@
+"""The scheduler: binds pending jobs to workers with free slots (and free GPUs).
+
+One key, "queue": each pass reads the workers and the jobs bound to them (work that
+grows with what runs, not with history), then walks ready Pending jobs highest priority
+first, FIFO within a priority, off an index, stopping as soon as no capacity is left.
+Capacity freed by preemption is held for the job it was freed for (its
+`nominated_worker`): no other job may take it first. Next stage: the worker sees the
+binding through its watch and starts the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from jobd.api.models import BOUND_PHASES, Job, Phase, Worker, set_condition
+from jobd.controllers.context import Context
+from jobd.controllers.queueing import DONE, Result
+from jobd.store.base import Change, Conflict, EventRecord
+
+__all__ = ["Capacity", "SchedulerController", "capacity_of", "choose_worker"]
+
+QUEUE_KEY = "queue"
+_PAGE = 500
+
+
+@dataclass
+class Capacity:
+    """What one worker has left, with the reservations made for nominated jobs."""
+
+    worker: str
+    free_slots: int
+    free_gpus: list[int]
+    reserved: dict[int, int] = field(default_factory=dict)  # job id -> slots held for it
+
+    def fits(self, job: Job) -> bool:
+        held = sum(s for j, s in self.reserved.items() if j != job.metadata.id)
+        needs = job.spec.resources
+        return self.free_slots - held >= needs.slots and len(self.free_gpus) >= needs.gpus
+
+    def take(self, job: Job) -> list[int]:
+        self.reserved.pop(job.id, None)
+        self.free_slots -= job.spec.resources.slots
+        gpus, self.free_gpus = (
+            self.free_gpus[: job.spec.resources.gpus],
+            self.free_gpus[job.spec.resources.gpus :],
+        )
+        return gpus
+
+
+def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Capacity]:
+    """Free slots and GPUs of each Ready worker, given the jobs bound to workers."""
+    caps = {
+        w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus))
+        for w in workers
+        if w.status.phase == "Ready"
+    }
+    for job in bound:
+        cap = caps.get(job.status.worker or "")
+        if cap is not None:
+            cap.free_slots -= job.spec.resources.slots
+            cap.free_gpus = [g for g in cap.free_gpus if g not in job.status.gpus]
+    return caps
+
+
+def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
+    """The nominated worker if the job has one; else the fitting worker with most room."""
+    if job.status.nominated_worker:
+        cap = caps.get(job.status.nominated_worker)
+        return cap if cap is not None and cap.fits(job) else None
+    fitting = [c for c in caps.values() if c.fits(job)]
+    return max(fitting, key=lambda c: (c.free_slots, c.worker), default=None)
+
+
+class SchedulerController:
+    name = "scheduler"
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.resync_s = ctx.settings.sweep_interval_s
+
+    def keys_for(self, change: Change) -> Iterable[str]:
+        if change.kind == "Worker":
+            return [QUEUE_KEY]
+        if change.kind != "Job":
+            return []
+        status = change.body.get("status", {})
+        phase = status.get("phase")
+        # A new ready job, or a job that gave its slot back, may let something run.
+        if phase == Phase.PENDING and status.get("dependencies_met", True):
+            return [QUEUE_KEY]
+        if phase not in _BOUND or change.op == "DELETED":
+            return [QUEUE_KEY] if status.get("worker") else []
+        return []
+
+    def keys_all(self) -> Iterable[str]:
+        return [QUEUE_KEY]
+
+    async def reconcile(self, key: str) -> Result:
+        store = self.ctx.store
+        caps = capacity_of(store.list_workers(), store.list_jobs(phases=BOUND_PHASES))
+        for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
+            cap = caps.get(job.status.nominated_worker or "")
+            if cap is not None:
+                cap.reserved[job.id] = job.spec.resources.slots
+        after_priority: tuple[int, int] | None = None
+        while any(c.free_slots > 0 for c in caps.values()):
+            page = self._pending_page(after_priority)
+            if not page:
+                break
+            for job in page:
+                cap = choose_worker(job, caps)
+                if cap is not None:
+                    self._bind(job, cap)
+            last = page[-1]
+            after_priority = (last.status.effective.priority, last.id)
+            if len(page) < _PAGE:
+                break
+        return DONE
+
+    def _pending_page(self, after: tuple[int, int] | None) -> list[Job]:
+        jobs = self.ctx.store.list_jobs(
+            phases=[Phase.PENDING], ready=True, by_priority=True, limit=_PAGE, after=after
+        )
+        return jobs
+
+    def _bind(self, job: Job, cap: Capacity) -> None:
+        bound = job.model_copy(deep=True)
+        status = bound.status
+        status.phase, status.worker = Phase.SCHEDULED, cap.worker
+        status.scheduled_at = self.ctx.clock.now()
+        status.nominated_worker = None
+        status.gpus = cap.take(job)
+        set_condition(status, "Scheduled", True, "Bound", f"bound to {cap.worker}")
+        event = EventRecord(
+            "job_scheduled", job=job.id, worker=cap.worker, fields={"gpus": status.gpus}
+        )
+        try:
+            self.ctx.store.update_job(bound, [event])
+        except Conflict:
+            self.ctx.enqueue(self.name, QUEUE_KEY)  # it changed; the next pass sees why
+
+
+_BOUND = {p.value for p in BOUND_PHASES}

@@ -1,0 +1,132 @@
+"""Workers: registration, lease renewal, and what happens when a lease expires.
+
+A worker renews its lease with a heartbeat that lists the jobs it runs. The reconcile
+goes both ways: jobs the worker still runs but the broker had marked Lost are Running
+again; jobs it runs that the broker does not bind to it are reported and told to stop;
+jobs the broker thinks it runs but it does not have are Failed. Lease expiry is a
+`requeue_after` timer on the worker's key, never a polling loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from jobd.api.models import BOUND_PHASES, Job, ObjectMeta, Phase, Worker, WorkerSpec
+from jobd.controllers.context import Context
+from jobd.controllers.lifecycle import finish, report_started
+from jobd.controllers.queueing import DONE, Result
+from jobd.store.base import Change, Conflict, EventRecord, Store
+
+__all__ = ["WorkersController", "heartbeat", "register_worker"]
+
+_STARTED_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)
+
+
+def register_worker(store: Store, name: str, spec: WorkerSpec, hostname: str, runner: str, ctx: Context) -> Worker:
+    """Create or refresh a worker; it is Ready with a fresh lease."""
+    live = store.get_worker(name)
+    worker = live.model_copy(deep=True) if live else Worker(metadata=ObjectMeta(name=name))
+    worker.spec = spec
+    worker.status.phase = "Ready"
+    worker.status.last_renewal = ctx.clock.now()
+    worker.status.hostname, worker.status.runner = hostname, runner
+    events = [] if live and live.status.phase == "Ready" else [
+        EventRecord("worker_registered", worker=name, fields={"slots": spec.slots, "gpus": spec.gpus})
+    ]
+    return store.put_worker(worker, events)
+
+
+def heartbeat(store: Store, name: str, running: list[int], ctx: Context) -> tuple[Worker, list[int]]:
+    """Renew the lease and reconcile both ways; returns the jobs the worker must stop."""
+    live = store.get_worker(name)
+    if live is None:
+        raise LookupError(f"worker {name} is not registered")
+    worker = live.model_copy(deep=True)
+    came_back = worker.status.phase == "Lost"
+    worker.status.phase = "Ready"
+    worker.status.last_renewal = ctx.clock.now()
+    worker.status.jobs = sorted(running)
+    events = [EventRecord("worker_recovered", worker=name)] if came_back else []
+    worker = store.put_worker(worker, events)
+    return worker, _reconcile_jobs(store, name, set(running), ctx)
+
+
+def _reconcile_jobs(store: Store, name: str, running: set[int], ctx: Context) -> list[int]:
+    stop: list[int] = []
+    for job_id in sorted(running):
+        job = store.get_job(job_id)
+        if job is None or job.status.worker != name or job.status.phase.terminal:
+            stop.append(job_id)
+            store.append_events([EventRecord("worker_unknown_job", job=job_id, worker=name)])
+        elif job.status.phase == Phase.LOST:
+            report_started(store, job, name, ctx)
+    grace = timedelta(seconds=5)
+    for job in store.list_jobs(worker=name, phases=_STARTED_PHASES):
+        started = job.status.started_at
+        if job.id not in running and started and ctx.clock.now() - started > grace:
+            _fail_vanished(store, job, ctx)
+    return stop
+
+
+def _fail_vanished(store: Store, job: Job, ctx: Context) -> None:
+    job = job.model_copy(deep=True)
+    job.status.message = f"worker {job.status.worker} no longer runs it"
+    desired = job.status.desired_phase
+    phase = desired if desired in (Phase.PREEMPTED, Phase.CANCELLED) else Phase.FAILED
+    try:
+        store.update_job(job, finish(job, phase, ctx, "process_vanished"))
+    except Conflict:
+        pass  # a report raced us; the next heartbeat looks again
+
+
+class WorkersController:
+    """Per-worker key: expire leases, leaving bound jobs Lost."""
+
+    name = "workers"
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.resync_s = ctx.settings.sweep_interval_s
+
+    def keys_for(self, change: Change) -> Iterable[str]:
+        return [change.key] if change.kind == "Worker" and change.op != "DELETED" else []
+
+    def keys_all(self) -> Iterable[str]:
+        return [w.name for w in self.ctx.store.list_workers()]
+
+    async def reconcile(self, key: str) -> Result:
+        worker = self.ctx.store.get_worker(key)
+        if worker is None or worker.status.phase == "Lost":
+            return DONE
+        age = (self.ctx.clock.now() - worker.status.last_renewal).total_seconds()
+        remaining = worker.spec.lease_duration_s - age
+        if remaining > 0:
+            return Result(requeue_after=remaining)
+        try:
+            self._expire(worker)
+        except Conflict:
+            return Result(requeue_after=0)
+        return DONE
+
+    def _expire(self, worker: Worker) -> None:
+        store, now = self.ctx.store, self.ctx.clock.now()
+        lost = worker.model_copy(deep=True)
+        lost.status.phase = "Lost"
+        store.put_worker(lost, [EventRecord("worker_lost", worker=worker.name)])
+        for job in store.list_jobs(worker=worker.name, phases=BOUND_PHASES):
+            if job.status.phase == Phase.LOST:
+                continue
+            job = job.model_copy(deep=True)
+            if job.status.phase == Phase.SCHEDULED:
+                # Never started: give it back to the queue rather than wait for the worker.
+                job.status.phase, job.status.worker, job.status.gpus = Phase.PENDING, None, []
+                store.update_job(job, [EventRecord("job_unbound", job=job.id, worker=worker.name)])
+                continue
+            job.status.phase, job.status.lost_at = Phase.LOST, now
+            store.update_job(job, [EventRecord("job_lost", job=job.id, worker=worker.name)])
+        for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
+            if job.status.nominated_worker == worker.name:
+                job = job.model_copy(deep=True)
+                job.status.nominated_worker = None
+                store.update_job(job)

@@ -1,0 +1,157 @@
+"""The worker agent: register, renew the lease, follow bound jobs, reconcile processes.
+
+The agent never polls for work: it long-polls the broker's watch for changes to jobs
+bound to it, so a job starts milliseconds after it is scheduled. Each change is
+reconciled against the local processes: a Scheduled job with no process is started; a
+job whose `signal` is set is stopped (SIGTERM, grace, SIGKILL); a job the broker no
+longer binds here is stopped. The heartbeat carries the jobs it runs, so the broker can
+reconcile the other direction. Next stage: Execution, one per job.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+
+from jobd.api.models import Job, Phase, WorkerSpec
+from jobd.events import get_logger
+from jobd.worker.execution import Execution, WorkerSettings
+from jobd.worker.reporting import BrokerLink
+from jobd.worker.runner import Runner, detect_runner
+
+__all__ = ["Agent"]
+
+log = get_logger()
+_WATCH_TIMEOUT_S = 30.0
+
+
+class Agent:
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        settings: WorkerSettings,
+        runner: Runner | None = None,
+        lease_duration_s: float = 15.0,
+    ) -> None:
+        self.server, self.token, self.settings = server, token, settings
+        self.runner = runner or detect_runner()
+        self.lease_duration_s = lease_duration_s
+        self.executions: dict[int, Execution] = {}
+        self.revision = 0
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.link: BrokerLink | None = None
+
+    async def run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        timeout = httpx.Timeout(10.0, read=_WATCH_TIMEOUT_S + 10)
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+        async with httpx.AsyncClient(
+            base_url=self.server, headers=headers, timeout=timeout, limits=limits
+        ) as http:
+            self.link = BrokerLink(http, self.settings.name)
+            await self._register()
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self.link.ship_events_forever)
+                tg.start_soon(self._heartbeat_forever)
+                await self._resync()
+                await self._watch_forever()
+
+    async def _register(self) -> None:
+        assert self.link is not None
+        spec = WorkerSpec(
+            slots=self.settings.slots,
+            gpus=self.settings.gpus,
+            lease_duration_s=self.lease_duration_s,
+        )
+        body = {"spec": spec.model_dump(), "hostname": socket.gethostname(), "runner": self.runner.name}
+        resp = await self.link.call("PUT", f"/workers/{self.settings.name}", json=body)
+        if resp is None:
+            raise RuntimeError(f"the broker refused to register worker {self.settings.name}")
+        log.info("worker_registered", worker=self.settings.name, runner=self.runner.name, slots=spec.slots)
+
+    async def _resync(self) -> None:
+        """List what is bound here and reconcile each; the watch continues from there."""
+        assert self.link is not None
+        resp = await self.link.call("GET", "/jobs", params={"worker": self.settings.name})
+        if resp is None:
+            return
+        body = resp.json()
+        self.revision = max(self.revision, int(body["revision"]))
+        for doc in body["items"]:
+            self._reconcile(Job.model_validate(doc))
+
+    async def _watch_forever(self) -> None:
+        assert self.link is not None
+        params: dict[str, Any] = {"worker": self.settings.name, "timeout": _WATCH_TIMEOUT_S}
+        while True:
+            params["since"] = self.revision
+            try:
+                resp = await self.link.http.get("/watch", params=params)
+            except httpx.TransportError as exc:
+                log.warning("watch_failed", error=str(exc))
+                await anyio.sleep(0.5)
+                continue
+            if resp.status_code == 410:
+                await self._resync()
+                continue
+            if resp.status_code != 200:
+                log.warning("watch_refused", status=resp.status_code, detail=resp.text)
+                await anyio.sleep(1.0)
+                continue
+            body = resp.json()
+            for change in body["changes"]:
+                if change["op"] != "DELETED":
+                    self._reconcile(Job.model_validate(change["object"]))
+            self.revision = max(self.revision, int(body["revision"]))
+
+    def _reconcile(self, job: Job) -> None:
+        """Drive local processes toward what the broker says about this job."""
+        assert self._tg is not None and self.link is not None
+        running = self.executions.get(job.id)
+        if running is None:
+            if job.status.phase == Phase.SCHEDULED and job.status.worker == self.settings.name:
+                if job.status.signal is not None:
+                    # Stopped before it started: report at once, nothing to kill.
+                    self._tg.start_soon(self.link.report, job.id, "complete")
+                    return
+                self._start(job)
+            return
+        if job.status.worker != self.settings.name or job.status.phase.terminal:
+            self._tg.start_soon(running.stop, "unbound")
+        elif job.status.signal is not None:
+            self._tg.start_soon(running.stop, job.status.signal)
+
+    def _start(self, job: Job) -> None:
+        assert self._tg is not None and self.link is not None
+        execution = Execution(job, self.settings, self.runner, self.link)
+        self.executions[job.id] = execution
+
+        async def supervise() -> None:
+            try:
+                await execution.run()
+            finally:
+                self.executions.pop(job.id, None)
+
+        self._tg.start_soon(supervise)
+
+    async def _heartbeat_forever(self) -> None:
+        assert self.link is not None
+        interval = self.lease_duration_s / 3
+        while True:
+            await anyio.sleep(interval)
+            body = {"running": sorted(self.executions)}
+            resp = await self.link.call("POST", f"/workers/{self.settings.name}/heartbeat", json=body)
+            if resp is None:
+                await self._register()  # the broker forgot us (e.g. a fresh store)
+                continue
+            for job_id in resp.json().get("stop", []):
+                execution = self.executions.get(int(job_id))
+                if execution is not None:
+                    assert self._tg is not None
+                    self._tg.start_soon(execution.stop, "unknown_to_broker")

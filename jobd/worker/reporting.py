@@ -1,0 +1,99 @@
+"""How the agent talks to the broker: reports retried until acknowledged, logs, events.
+
+A report (started, stopping, complete, checkpoint-complete) must survive a broker that
+is briefly unreachable, so it is retried with backoff until the broker answers; a 4xx
+answer is final (the broker decided otherwise, e.g. the job was cancelled meanwhile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from jobd.events import get_logger
+
+__all__ = ["BrokerLink", "LogShipper"]
+
+log = get_logger()
+_FINAL_STATUSES = range(400, 500)
+
+
+@dataclass
+class BrokerLink:
+    http: httpx.AsyncClient
+    worker: str
+    _events: list[dict[str, Any]] = field(default_factory=list)
+    _events_ready: anyio.Event = field(default_factory=anyio.Event)
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
+        """Send until the broker answers; None when it refused (4xx) for good."""
+        delay = 0.05
+        while True:
+            try:
+                resp = await self.http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                log.warning("broker_unreachable", path=path, error=str(exc), retry_s=delay)
+            else:
+                if resp.status_code < 300:
+                    return resp
+                if resp.status_code in _FINAL_STATUSES:
+                    log.warning("report_refused", path=path, status=resp.status_code, detail=resp.text)
+                    return None
+                log.warning("broker_error", path=path, status=resp.status_code, retry_s=delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def report(self, job_id: int, verb: str, **body: Any) -> httpx.Response | None:
+        return await self.call("POST", f"/jobs/{job_id}/{verb}", json={"worker": self.worker, **body})
+
+    def event(self, event: str, job: int | None = None, **fields: Any) -> None:
+        """Log locally and queue for the broker's record, tagged with this worker."""
+        log.info(event, job=job, worker=self.worker, **fields)
+        self._events.append({"event": event, "job": job, "fields": fields})
+        self._events_ready.set()
+
+    async def ship_events_forever(self, interval_s: float = 0.2) -> None:
+        while True:
+            await self._events_ready.wait()
+            self._events_ready = anyio.Event()
+            batch, self._events = self._events, []
+            await self.call("POST", "/events", json={"worker": self.worker, "events": batch})
+            await anyio.sleep(interval_s)
+
+
+class LogShipper:
+    """Buffers one job's output and appends it to the broker at increasing offsets."""
+
+    def __init__(self, link: BrokerLink, job_id: int, flush_bytes: int = 256 * 1024) -> None:
+        self.link, self.job_id, self.flush_bytes = link, job_id, flush_bytes
+        self.offset = 0
+        self._buffer = bytearray()
+        self._pending = anyio.Event()
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+        self._pending.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._pending.set()
+
+    async def run(self, interval_s: float = 0.1) -> None:
+        """Ship until closed and drained; batches what arrives within interval_s."""
+        while True:
+            await self._pending.wait()
+            self._pending = anyio.Event()
+            if not self._closed:
+                await anyio.sleep(interval_s)
+            while self._buffer:
+                chunk = bytes(self._buffer[: self.flush_bytes])
+                path = f"/jobs/{self.job_id}/logs"
+                resp = await self.link.call("POST", path, params={"offset": self.offset}, content=chunk)
+                del self._buffer[: len(chunk)]
+                self.offset += len(chunk) if resp is not None else 0
+            if self._closed:
+                return
