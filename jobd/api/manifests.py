@@ -200,7 +200,7 @@ def dump_yaml(docs: list[dict[str, Any]]) -> str:
     """Documents as multi-document YAML, keys in the order of the models."""
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
-    yaml.sort_base_mapping_type_on_output = False  # type: ignore[attr-defined]
+    yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
     out = io.StringIO()
     yaml.dump_all([json.loads(json.dumps(d)) for d in docs], out)
     return out.getvalue()

@@ -178,7 +178,7 @@ class JobStatus(Strict):
 
 
 class Job(Strict):
-    api_version: Literal["jobd/v1"] = Field(default=API_VERSION, alias="apiVersion")
+    api_version: Literal["jobd/v1"] = Field(default="jobd/v1", alias="apiVersion")
     kind: Literal["Job"] = "Job"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: JobSpec
@@ -209,7 +209,7 @@ class ProjectSpec(Strict):
 
 
 class Project(Strict):
-    api_version: Literal["jobd/v1"] = Field(default=API_VERSION, alias="apiVersion")
+    api_version: Literal["jobd/v1"] = Field(default="jobd/v1", alias="apiVersion")
     kind: Literal["Project"] = "Project"
     metadata: ObjectMeta
     spec: ProjectSpec = Field(default_factory=ProjectSpec)
@@ -236,7 +236,7 @@ class WorkerStatus(Strict):
 
 
 class Worker(Strict):
-    api_version: Literal["jobd/v1"] = Field(default=API_VERSION, alias="apiVersion")
+    api_version: Literal["jobd/v1"] = Field(default="jobd/v1", alias="apiVersion")
     kind: Literal["Worker"] = "Worker"
     metadata: ObjectMeta
     spec: WorkerSpec = Field(default_factory=WorkerSpec)

@@ -12,10 +12,8 @@ from jobd.api.models import Job, Phase, Project, dump
 from jobd.broker.state import job_or_404, state_of
 from jobd.controllers import admission, lifecycle, preemption
 from jobd.controllers.resume import resume_job
-from jobd.store.base import NotFound
 
 router = APIRouter(tags=["jobs"])
-
 
 
 class ApplyRequest(BaseModel):
@@ -28,7 +26,8 @@ class ApplyRequest(BaseModel):
 async def apply(request: Request, body: ApplyRequest) -> dict[str, Any]:
     state = state_of(request)
     resources = [
-        parse_resource(Document(doc, f"document {i + 1}", 1)) for i, doc in enumerate(body.documents)
+        parse_resource(Document(doc, f"document {i + 1}", 1))
+        for i, doc in enumerate(body.documents)
     ]
     results = [
         admission.apply_project(state.store, r, body.dry_run)
@@ -142,4 +141,3 @@ async def read_logs(
 
 
 __all__ = ["router"]
-

@@ -24,7 +24,9 @@ async def healthz() -> dict[str, str]:
 @public.get("/readyz", summary="Readiness: the store answers")
 async def readyz(request: Request) -> Response:
     ok = state_of(request).store.ping()
-    return PlainTextResponse("ok\n" if ok else "store unreachable\n", status_code=200 if ok else 503)
+    return PlainTextResponse(
+        "ok\n" if ok else "store unreachable\n", status_code=200 if ok else 503
+    )
 
 
 @public.get("/metrics", summary="Prometheus text exposition")

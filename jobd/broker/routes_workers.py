@@ -7,11 +7,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobd.api.models import Job, WorkerSpec, dump
+from jobd.api.models import WorkerSpec, dump
 from jobd.broker.state import job_or_404, state_of
 from jobd.controllers import lifecycle, workers
 from jobd.controllers.checkpoints import record_checkpoint_complete
-from jobd.store.base import EventRecord, NotFound
+from jobd.store.base import EventRecord
 
 router = APIRouter(tags=["workers"])
 
@@ -47,13 +47,13 @@ class Completion(Report):
 class WorkerEvent(_Body):
     event: str = Field(min_length=1, max_length=64)
     job: int | None = None
+    ts: str = Field(default="", max_length=40, description="when the worker saw it (RFC 3339)")
     fields: dict[str, Any] = Field(default_factory=dict)
 
 
 class WorkerEvents(_Body):
     worker: str
     events: list[WorkerEvent]
-
 
 
 @router.put("/workers/{name}", summary="Register (or re-register) a worker")
@@ -90,7 +90,9 @@ async def started(request: Request, job_id: int, body: Started) -> dict[str, Any
 @router.post("/jobs/{job_id}/stopping", summary="Worker: SIGTERM sent, grace running")
 async def stopping(request: Request, job_id: int, body: Report) -> dict[str, Any]:
     state = state_of(request)
-    return dump(lifecycle.report_stopping(state.store, job_or_404(state, job_id), body.worker, state.ctx))
+    return dump(
+        lifecycle.report_stopping(state.store, job_or_404(state, job_id), body.worker, state.ctx)
+    )
 
 
 @router.post("/jobs/{job_id}/complete", summary="Worker: the workload exited")
@@ -129,7 +131,8 @@ async def append_logs(
 async def ingest_events(request: Request, body: WorkerEvents) -> dict[str, Any]:
     state = state_of(request)
     records = [
-        EventRecord(e.event, job=e.job, worker=body.worker, fields=e.fields) for e in body.events
+        EventRecord(e.event, job=e.job, worker=body.worker, fields=e.fields, ts=e.ts)
+        for e in body.events
     ]
     state.store.append_events(records)
     return {"accepted": len(records)}

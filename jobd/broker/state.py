@@ -9,13 +9,13 @@ from pathlib import Path
 
 from starlette.requests import Request
 
+from jobd.api.models import Job
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.manager import Manager
 from jobd.events import EventLog
-from jobd.api.models import Job
 from jobd.store.base import NotFound, Store
 from jobd.store.sql import open_store, sqlite_url
 

@@ -88,7 +88,10 @@ def broker_options(f: F) -> F:
             "--data-dir",
             envvar="JOBD_DATA_DIR",
             type=click.Path(path_type=Path),
-            help="Broker state: SQLite file, admin token. [default: $XDG_DATA_HOME/jobd or ~/.local/share/jobd]",
+            help=(
+                "Broker state: SQLite file, admin token. "
+                "[default: $XDG_DATA_HOME/jobd or ~/.local/share/jobd]"
+            ),
         ),
         click.option(
             "--db",
@@ -162,12 +165,15 @@ def worker_options(f: F) -> F:
         click.option(
             "--gpus",
             envvar="JOBD_WORKER_GPUS",
-            help="GPU indices to hand out, e.g. 0,1 ('none' for none). [default: detected with nvidia-smi]",
+            help="GPU indices to hand out, e.g. 0,1, or 'none'. [default: from nvidia-smi]",
         ),
         click.option(
             "--checkpoint-root",
             envvar="JOBD_WORKER_CHECKPOINT_ROOT",
-            help="Checkpoint root. [default: $XDG_DATA_HOME/jobd/checkpoints or ~/.local/share/jobd/checkpoints]",
+            help=(
+                "Checkpoint root. [default: $XDG_DATA_HOME/jobd/checkpoints "
+                "or ~/.local/share/jobd/checkpoints]"
+            ),
         ),
         click.option(
             "--default-grace",

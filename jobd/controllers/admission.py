@@ -51,7 +51,9 @@ def resolve_effective(job: Job, project: Project | None) -> Effective:
     """Job's own value > project default > global default, field by field."""
     spec = job.spec
     defaults = project.spec.defaults if project else None
-    priority = spec.priority if spec.priority is not None else (project.spec.priority if project else 0)
+    priority = (
+        spec.priority if spec.priority is not None else (project.spec.priority if project else 0)
+    )
     preemptible = spec.preemptible
     if preemptible is None:
         preemptible = bool(defaults and defaults.preemptible)
@@ -124,7 +126,11 @@ def _created_event(job: Job) -> list[EventRecord]:
         EventRecord(
             "job_created",
             job=job.id,
-            fields={"project": job.project, "name": job.metadata.name, "priority": job.status.effective.priority},
+            fields={
+                "project": job.project,
+                "name": job.metadata.name,
+                "priority": job.status.effective.priority,
+            },
         )
     ]
 
@@ -182,7 +188,9 @@ def _merge_into_live(live: Job, desired: Job) -> Job:
     if same_spec and same_labels:
         return live
     if desired.metadata.resource_version not in (None, live.metadata.resource_version):
-        raise Conflict(f"job {live.ref} was changed since resource_version {desired.metadata.resource_version}")
+        raise Conflict(
+            f"job {live.ref} was changed since resource_version {desired.metadata.resource_version}"
+        )
     if not same_spec and live.status.phase != Phase.PENDING:
         raise AdmissionError(
             f"spec: job {live.ref} is {live.status.phase}; only a Pending job's spec can change "

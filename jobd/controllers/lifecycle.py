@@ -124,6 +124,7 @@ def report_complete(
     job = job.model_copy(deep=True)
     job.status.exit_code, job.status.exit_signal = exit_code, exit_signal
     desired = job.status.desired_phase
+    phase: Phase
     if desired in (Phase.PREEMPTED, Phase.CANCELLED):
         phase = desired
         reason = job.status.reason or ("preempted" if desired == Phase.PREEMPTED else "user")
@@ -183,7 +184,9 @@ class LifecycleController:
             return DONE
         if len(ended) < len(parents) or (failed and not job.spec.depends_on_any_exit):
             return DONE  # a parent's change will bring us back
-        if not job.spec.depends_on_any_exit and any(p.status.phase != Phase.SUCCEEDED for p in ended if p):
+        if not job.spec.depends_on_any_exit and any(
+            p.status.phase != Phase.SUCCEEDED for p in ended if p
+        ):
             return DONE
         job = job.model_copy(deep=True)
         job.status.dependencies_met = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from jobd.api.models import (
     BOUND_PHASES,
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 SWEEP_KEY = "sweep"
+Reason = Literal["sweeper", "manual", "blockers"]
 _CANDIDATES_PER_PASS = 200
 
 
@@ -48,11 +50,11 @@ class Plan:
 
 
 def request_preemption(
-    store: Store, job: Job, ctx: Context, reason: str, candidate: Job | None = None
+    store: Store, job: Job, ctx: Context, reason: Reason, candidate: Job | None = None
 ) -> Job:
     """Drive a Running job toward Preempted; records `auto_preempt` with the write."""
     if job.status.phase != Phase.RUNNING or job.status.desired_phase != Phase.RUNNING:
-        state = job.status.phase
+        state = str(job.status.phase)
         if job.status.desired_phase != Phase.RUNNING and not job.status.phase.terminal:
             state = f"{job.status.phase} (already being driven to {job.status.desired_phase})"
         raise TransitionError(f"job {job.id} is {state}; only a Running job can be preempted")
@@ -62,7 +64,7 @@ def request_preemption(
     job.status.reason = "preempted"
     job.status.preemption = PreemptionStatus(
         candidate_job=candidate.id if candidate else None,
-        reason=reason,  # type: ignore[arg-type]
+        reason=reason,
         requested_at=ctx.clock.now(),
     )
     by = f" for job {candidate.id}" if candidate else ""
@@ -206,7 +208,9 @@ class SweeperController:
         preemptible = [
             j
             for j in bound
-            if j.status.phase == Phase.RUNNING and not _on_the_way(j) and j.status.effective.preemptible
+            if j.status.phase == Phase.RUNNING
+            and not _on_the_way(j)
+            and j.status.effective.preemptible
         ]
         if not preemptible:
             return DONE  # a job starting to run brings us back

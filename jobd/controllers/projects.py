@@ -34,7 +34,9 @@ def load_projects_file(path: Path) -> list[Project]:
     for doc in load_path(path):
         resource = parse_resource(doc)
         if not isinstance(resource, Project):
-            raise ManifestError(f"{doc.source}:{doc.line}: kind: only Project documents belong here")
+            raise ManifestError(
+                f"{doc.source}:{doc.line}: kind: only Project documents belong here"
+            )
         projects.append(resource)
     return projects
 
@@ -43,7 +45,9 @@ def apply_projects_file(ctx: Context, path: Path) -> None:
     for project in load_projects_file(path):
         result = apply_project(ctx.store, project, dry_run=False)
         if result.action != "unchanged":
-            log.info("project_applied", project=project.name, action=result.action, source=str(path))
+            log.info(
+                "project_applied", project=project.name, action=result.action, source=str(path)
+            )
 
 
 async def watch_projects_file(ctx: Context, path: Path, interval_s: float = 1.0) -> None:

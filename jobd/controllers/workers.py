@@ -9,6 +9,7 @@ jobs the broker thinks it runs but it does not have are Failed. Lease expiry is 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from datetime import timedelta
 
@@ -23,7 +24,9 @@ __all__ = ["WorkersController", "heartbeat", "register_worker"]
 _STARTED_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)
 
 
-def register_worker(store: Store, name: str, spec: WorkerSpec, hostname: str, runner: str, ctx: Context) -> Worker:
+def register_worker(
+    store: Store, name: str, spec: WorkerSpec, hostname: str, runner: str, ctx: Context
+) -> Worker:
     """Create or refresh a worker; it is Ready with a fresh lease."""
     live = store.get_worker(name)
     worker = live.model_copy(deep=True) if live else Worker(metadata=ObjectMeta(name=name))
@@ -31,13 +34,21 @@ def register_worker(store: Store, name: str, spec: WorkerSpec, hostname: str, ru
     worker.status.phase = "Ready"
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
-    events = [] if live and live.status.phase == "Ready" else [
-        EventRecord("worker_registered", worker=name, fields={"slots": spec.slots, "gpus": spec.gpus})
-    ]
+    events = (
+        []
+        if live and live.status.phase == "Ready"
+        else [
+            EventRecord(
+                "worker_registered", worker=name, fields={"slots": spec.slots, "gpus": spec.gpus}
+            )
+        ]
+    )
     return store.put_worker(worker, events)
 
 
-def heartbeat(store: Store, name: str, running: list[int], ctx: Context) -> tuple[Worker, list[int]]:
+def heartbeat(
+    store: Store, name: str, running: list[int], ctx: Context
+) -> tuple[Worker, list[int]]:
     """Renew the lease and reconcile both ways; returns the jobs the worker must stop."""
     live = store.get_worker(name)
     if live is None:
@@ -74,10 +85,9 @@ def _fail_vanished(store: Store, job: Job, ctx: Context) -> None:
     job.status.message = f"worker {job.status.worker} no longer runs it"
     desired = job.status.desired_phase
     phase = desired if desired in (Phase.PREEMPTED, Phase.CANCELLED) else Phase.FAILED
-    try:
+    # On Conflict a report raced us; the next heartbeat looks again.
+    with contextlib.suppress(Conflict):
         store.update_job(job, finish(job, phase, ctx, "process_vanished"))
-    except Conflict:
-        pass  # a report raced us; the next heartbeat looks again
 
 
 class WorkersController:

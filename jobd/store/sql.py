@@ -297,8 +297,10 @@ class SQLStore:
             prio, last_id = after
             c = t.jobs.c
             q = q.where(sa.or_(c.priority < prio, sa.and_(c.priority == prio, c.id > last_id)))
-        q = q.order_by(t.jobs.c.priority.desc(), t.jobs.c.id) if by_priority else q.order_by(
-            t.jobs.c.id
+        q = (
+            q.order_by(t.jobs.c.priority.desc(), t.jobs.c.id)
+            if by_priority
+            else q.order_by(t.jobs.c.id)
         )
         if limit is not None:
             q = q.limit(limit)
@@ -404,7 +406,11 @@ class _Tx:
             ev.ts = ev.ts or _rfc3339(datetime.now(UTC))
             result = self.conn.execute(
                 sa.insert(t.events).values(
-                    ts=ev.ts, event=ev.event, job=ev.job, worker=ev.worker, body=json.dumps(ev.fields)
+                    ts=ev.ts,
+                    event=ev.event,
+                    job=ev.job,
+                    worker=ev.worker,
+                    body=json.dumps(ev.fields),
                 )
             )
             ev.seq = int(result.inserted_primary_key[0])  # type: ignore[index]
@@ -448,6 +454,3 @@ def open_store(url: str) -> SQLStore:
 
 def sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'jobd.db'}"
-
-
-

@@ -10,6 +10,7 @@ reconcile the other direction. Next stage: Execution, one per job.
 
 from __future__ import annotations
 
+import signal
 import socket
 from typing import Any
 
@@ -55,12 +56,23 @@ class Agent:
         ) as http:
             self.link = BrokerLink(http, self.settings.name)
             await self._register()
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                tg.start_soon(self.link.ship_events_forever)
-                tg.start_soon(self._heartbeat_forever)
-                await self._resync()
-                await self._watch_forever()
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    tg.start_soon(self.link.ship_events_forever)
+                    tg.start_soon(self._heartbeat_forever)
+                    await self._resync()
+                    await self._watch_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._kill_all()
+
+    async def _kill_all(self) -> None:
+        """On shutdown nothing of ours may keep running unsupervised."""
+        for execution in list(self.executions.values()):
+            if execution.handle is not None:
+                log.warning("job_killed_on_shutdown", job=execution.job_id)
+                await execution.handle.signal(signal.SIGKILL)
 
     async def _register(self) -> None:
         assert self.link is not None
@@ -69,11 +81,20 @@ class Agent:
             gpus=self.settings.gpus,
             lease_duration_s=self.lease_duration_s,
         )
-        body = {"spec": spec.model_dump(), "hostname": socket.gethostname(), "runner": self.runner.name}
+        body = {
+            "spec": spec.model_dump(),
+            "hostname": socket.gethostname(),
+            "runner": self.runner.name,
+        }
         resp = await self.link.call("PUT", f"/workers/{self.settings.name}", json=body)
         if resp is None:
             raise RuntimeError(f"the broker refused to register worker {self.settings.name}")
-        log.info("worker_registered", worker=self.settings.name, runner=self.runner.name, slots=spec.slots)
+        log.info(
+            "worker_registered",
+            worker=self.settings.name,
+            runner=self.runner.name,
+            slots=spec.slots,
+        )
 
     async def _resync(self) -> None:
         """List what is bound here and reconcile each; the watch continues from there."""
@@ -146,7 +167,9 @@ class Agent:
         while True:
             await anyio.sleep(interval)
             body = {"running": sorted(self.executions)}
-            resp = await self.link.call("POST", f"/workers/{self.settings.name}/heartbeat", json=body)
+            resp = await self.link.call(
+                "POST", f"/workers/{self.settings.name}/heartbeat", json=body
+            )
             if resp is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)
                 continue

@@ -73,7 +73,9 @@ def _fmt(seconds: float) -> str:
 class Execution:
     """The life of one job's workload on this worker."""
 
-    def __init__(self, job: Job, settings: WorkerSettings, runner: Runner, link: BrokerLink) -> None:
+    def __init__(
+        self, job: Job, settings: WorkerSettings, runner: Runner, link: BrokerLink
+    ) -> None:
         self.job, self.settings, self.runner, self.link = job, settings, runner, link
         self.handle: Handle | None = None
         self.scanner = SentinelScanner()

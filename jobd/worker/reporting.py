@@ -8,6 +8,7 @@ answer is final (the broker decided otherwise, e.g. the job was cancelled meanwh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -40,19 +41,24 @@ class BrokerLink:
                 if resp.status_code < 300:
                     return resp
                 if resp.status_code in _FINAL_STATUSES:
-                    log.warning("report_refused", path=path, status=resp.status_code, detail=resp.text)
+                    log.warning(
+                        "report_refused", path=path, status=resp.status_code, detail=resp.text
+                    )
                     return None
                 log.warning("broker_error", path=path, status=resp.status_code, retry_s=delay)
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
     async def report(self, job_id: int, verb: str, **body: Any) -> httpx.Response | None:
-        return await self.call("POST", f"/jobs/{job_id}/{verb}", json={"worker": self.worker, **body})
+        return await self.call(
+            "POST", f"/jobs/{job_id}/{verb}", json={"worker": self.worker, **body}
+        )
 
     def event(self, event: str, job: int | None = None, **fields: Any) -> None:
         """Log locally and queue for the broker's record, tagged with this worker."""
         log.info(event, job=job, worker=self.worker, **fields)
-        self._events.append({"event": event, "job": job, "fields": fields})
+        ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        self._events.append({"event": event, "job": job, "ts": ts, "fields": fields})
         self._events_ready.set()
 
     async def ship_events_forever(self, interval_s: float = 0.2) -> None:
@@ -92,7 +98,9 @@ class LogShipper:
             while self._buffer:
                 chunk = bytes(self._buffer[: self.flush_bytes])
                 path = f"/jobs/{self.job_id}/logs"
-                resp = await self.link.call("POST", path, params={"offset": self.offset}, content=chunk)
+                resp = await self.link.call(
+                    "POST", path, params={"offset": self.offset}, content=chunk
+                )
                 del self._buffer[: len(chunk)]
                 self.offset += len(chunk) if resp is not None else 0
             if self._closed:
