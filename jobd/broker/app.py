@@ -20,9 +20,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from jobd.api.manifests import ManifestError
 from jobd.broker import routes_jobs, routes_system, routes_workers
 from jobd.broker.state import BrokerConfig, BrokerState
-from jobd.controllers.admission import AdmissionError
 from jobd.controllers.clock import Clock
-from jobd.controllers.lifecycle import TransitionError
+from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.projects import watch_projects_file
 from jobd.events import get_logger
 from jobd.store.base import Conflict, Gone, NotFound

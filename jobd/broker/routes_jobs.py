@@ -11,6 +11,7 @@ from jobd.api.manifests import Document, parse_resource
 from jobd.api.models import Job, Phase, Project, dump
 from jobd.broker.state import job_or_404, state_of
 from jobd.controllers import admission, lifecycle, preemption
+from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.resume import resume_job
 
 router = APIRouter(tags=["jobs"])
@@ -36,7 +37,7 @@ async def apply(request: Request, body: ApplyRequest) -> dict[str, Any]:
     ]
     jobs = [r for r in resources if isinstance(r, Job)]
     if len(jobs) + len(results) != len(resources):
-        raise admission.AdmissionError("kind: Worker documents are written by workers only")
+        raise AdmissionError("kind: Worker documents are written by workers only")
     results += admission.apply_jobs(state.store, jobs, state.ctx.clock, body.dry_run)
     return {
         "results": [
@@ -81,7 +82,7 @@ async def delete_job(request: Request, job_id: int) -> dict[str, Any]:
     state = state_of(request)
     job = job_or_404(state, job_id)
     if not job.status.phase.terminal:
-        raise lifecycle.TransitionError(
+        raise TransitionError(
             f"job {job_id} is {job.status.phase}; cancel it first, then delete it"
         )
     state.store.delete_job(job)

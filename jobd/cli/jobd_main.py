@@ -184,6 +184,16 @@ def worker_options(f: F) -> F:
             help="Grace for jobs whose spec and project say none.",
         ),
         click.option(
+            "--remove-checkpoints-after-days",
+            "checkpoint_ttl_days",
+            envvar="JOBD_WORKER_CHECKPOINT_TTL_DAYS",
+            type=click.FloatRange(min=0),
+            help=(
+                "Remove checkpoint directories of jobs that ended more than this many days "
+                "ago and that no unfinished job resumes from. [default: keep everything]"
+            ),
+        ),
+        click.option(
             "--lease",
             "lease_s",
             envvar="JOBD_WORKER_LEASE_SECONDS",
@@ -228,6 +238,7 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
         checkpoint_root=checkpoint_root(env),
         default_grace_s=kw["default_grace"],
         output_dir=output,
+        checkpoint_ttl_days=kw["checkpoint_ttl_days"],
     )
 
 

@@ -22,6 +22,7 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.controllers.clock import Clock
+from jobd.controllers.errors import AdmissionError
 from jobd.store.base import Conflict, EventRecord, NotFound, Store
 
 __all__ = [
@@ -33,10 +34,6 @@ __all__ = [
 ]
 
 Action = Literal["created", "configured", "unchanged"]
-
-
-class AdmissionError(ValueError):
-    """A request that cannot be admitted; the message says which field and why."""
 
 
 @dataclass
@@ -116,8 +113,6 @@ def create_jobs(store: Store, jobs: list[Job], clock: Clock) -> list[Job]:
         prepared.append(ready)
         if ready.metadata.name:
             batch[ready.metadata.name] = ready
-    if any(j.status.parents and any(p < 0 for p in j.status.parents) for j in prepared):
-        raise AdmissionError("spec.depends_on: invalid job id")
     return store.create_jobs(prepared, events_for=_created_event)
 
 

@@ -8,7 +8,7 @@ and the event is committed with the flag.
 from __future__ import annotations
 
 from jobd.api.models import Job, set_condition
-from jobd.controllers.lifecycle import TransitionError
+from jobd.controllers.errors import TransitionError
 from jobd.store.base import EventRecord, Store
 
 __all__ = ["record_checkpoint_complete"]

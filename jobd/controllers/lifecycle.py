@@ -20,7 +20,9 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.controllers.context import Context
+from jobd.controllers.errors import TransitionError
 from jobd.controllers.queueing import DONE, Result
+from jobd.controllers.resume import resume_job
 from jobd.store.base import Change, Conflict, EventRecord, Store
 
 __all__ = [
@@ -32,10 +34,6 @@ __all__ = [
     "report_started",
     "report_stopping",
 ]
-
-
-class TransitionError(Exception):
-    """The verb does not apply to the job's current phase (HTTP 409)."""
 
 
 def finish(job: Job, phase: Phase, ctx: Context, reason: str | None = None) -> list[EventRecord]:
@@ -161,6 +159,9 @@ class LifecycleController:
 
     async def reconcile(self, key: str) -> Result:
         job = self.ctx.store.get_job(int(key))
+        if job is not None and _wants_auto_resume(job):
+            resume_job(self.ctx.store, job, self.ctx)
+            return DONE
         if job is None or job.status.phase in TERMINAL_PHASES:
             return DONE
         try:
@@ -207,6 +208,18 @@ class LifecycleController:
         phase = desired if desired in (Phase.CANCELLED, Phase.PREEMPTED) else Phase.FAILED
         self.ctx.store.update_job(job, finish(job, phase, self.ctx, "worker_lost"))
         return DONE
+
+
+def _wants_auto_resume(job: Job) -> bool:
+    """Opt-in: a preemption whose checkpoint completed is resubmitted once."""
+    preemption = job.status.preemption
+    return (
+        job.status.phase == Phase.PREEMPTED
+        and job.spec.auto_resume
+        and preemption is not None
+        and preemption.checkpoint_complete
+        and job.status.resumed_by is None
+    )
 
 
 _BAD_ENDS = frozenset({Phase.FAILED, Phase.CANCELLED, Phase.PREEMPTED})

@@ -25,7 +25,7 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.controllers.context import Context
-from jobd.controllers.lifecycle import TransitionError
+from jobd.controllers.errors import TransitionError
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.scheduler import Capacity, capacity_of, choose_worker
 from jobd.store.base import Change, Conflict, EventRecord, Store

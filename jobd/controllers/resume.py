@@ -12,7 +12,7 @@ from __future__ import annotations
 from jobd.api.models import Job, ObjectMeta, Phase
 from jobd.controllers.admission import create_jobs
 from jobd.controllers.context import Context
-from jobd.controllers.lifecycle import TransitionError
+from jobd.controllers.errors import TransitionError
 from jobd.store.base import Store
 
 __all__ = ["RESUMES_LABEL", "resume_job"]

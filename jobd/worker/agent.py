@@ -20,6 +20,7 @@ import httpx
 
 from jobd.api.models import Job, Phase, WorkerSpec
 from jobd.events import get_logger
+from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.execution import Execution, WorkerSettings
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner import Runner, detect_runner
@@ -61,6 +62,9 @@ class Agent:
                     self._tg = tg
                     tg.start_soon(self.link.ship_events_forever)
                     tg.start_soon(self._heartbeat_forever)
+                    if self.settings.checkpoint_ttl_days is not None:
+                        root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
+                        tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
                     await self._resync()
                     await self._watch_forever()
             finally:

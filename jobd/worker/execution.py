@@ -38,6 +38,7 @@ class WorkerSettings:
     checkpoint_root: Path
     default_grace_s: float
     output_dir: Path  # local copy of every job's output
+    checkpoint_ttl_days: float | None = None  # None: keep every checkpoint directory
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

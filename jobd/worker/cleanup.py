@@ -1,0 +1,78 @@
+"""Opt-in removal of old checkpoint directories (the seed keeps everything by default).
+
+A directory `<root>/<id>/` goes when its job ended more than the configured age ago and
+no unfinished job resumes from it (its `RESUME_FROM` points inside). A job the broker no
+longer knows (deleted) counts as ended when its directory was last modified.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from jobd.api.models import TERMINAL_PHASES, Phase
+from jobd.events import get_logger
+from jobd.worker.checkpoints import remove_stale_checkpoints
+from jobd.worker.reporting import BrokerLink
+
+__all__ = ["clean_checkpoints_forever", "resumed_ids"]
+
+log = get_logger()
+_LIVE = [p.value for p in Phase if p not in TERMINAL_PHASES]
+
+
+def resumed_ids(root: Path, live_jobs: list[dict[str, Any]]) -> set[int]:
+    """Ids of checkpoint directories some unfinished job resumes from."""
+    keep = set()
+    for doc in live_jobs:
+        target = doc.get("spec", {}).get("env", {}).get("RESUME_FROM")
+        if not target:
+            continue
+        try:
+            relative = Path(target).relative_to(root)
+        except ValueError:
+            continue
+        if relative.parts and relative.parts[0].isdigit():
+            keep.add(int(relative.parts[0]))
+    return keep
+
+
+async def _ended_times(link: BrokerLink, root: Path) -> dict[int, float]:
+    ended: dict[int, float] = {}
+    for entry in root.iterdir() if root.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        resp = await link.http.get(f"/jobs/{entry.name}")
+        if resp.status_code == 404:
+            ended[int(entry.name)] = entry.stat().st_mtime
+        elif resp.status_code == 200:
+            finished = resp.json().get("status", {}).get("finished_at")
+            if finished:
+                ended[int(entry.name)] = datetime.fromisoformat(finished).timestamp()
+    return ended
+
+
+async def clean_once(link: BrokerLink, root: Path, older_than_s: float) -> list[Path]:
+    resp = await link.http.get("/jobs", params={"phase": _LIVE})
+    resp.raise_for_status()
+    keep = resumed_ids(root, resp.json()["items"])
+    ended = await _ended_times(link, root)
+    removed = remove_stale_checkpoints(root, ended, keep, older_than_s, time.time())
+    for path in removed:
+        link.event("checkpoint_dir_removed", int(path.name), path=str(path))
+    return removed
+
+
+async def clean_checkpoints_forever(
+    link: BrokerLink, root: Path, older_than_s: float, interval_s: float = 3600
+) -> None:
+    while True:
+        try:
+            await clean_once(link, root, older_than_s)
+        except Exception as exc:  # a failed sweep must never take the agent down
+            log.warning("checkpoint_cleanup_failed", error=str(exc))
+        await anyio.sleep(interval_s)
