@@ -49,8 +49,7 @@ async def apply(request: Request, body: ApplyRequest) -> dict[str, Any]:
 
 @router.post("/jobs", status_code=201, summary="Create one job (imperative submit)")
 async def create_job(request: Request, job: Job) -> dict[str, Any]:
-    state = state_of(request)
-    return dump(admission.create_jobs(state.store, [job], state.ctx.clock)[0])
+    return dump(await state_of(request).creates.create(job))
 
 
 @router.get("/jobs", summary="List jobs, filtered")

@@ -10,6 +10,7 @@ from pathlib import Path
 from starlette.requests import Request
 
 from jobd.api.models import Job
+from jobd.broker.batching import CreateBatcher
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
 from jobd.controllers.clock import Clock, SystemClock
@@ -63,6 +64,7 @@ class BrokerState:
         self.logs = JobLogs(config.log_dir)
         self.ctx = Context(self.store, config.settings, clock or SystemClock())
         self.manager = Manager(self.ctx)
+        self.creates = CreateBatcher(self.ctx)
         self.store.subscribe(self._wake_log_followers)
 
     def _wake_log_followers(self, changes: object, _events: object) -> None:

@@ -23,7 +23,7 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from jobd.api.models import Job, Phase, Project, Worker, dump, utcnow
+from jobd.api.models import Job, Phase, Project, Worker, utcnow
 from jobd.store import schema as t
 from jobd.store.base import (
     Change,
@@ -122,41 +122,41 @@ class SQLStore:
                 listener(tx.changes, tx.events)
 
     def create_jobs(self, jobs: Sequence[Job], events_for: EventsFor | None = None) -> list[Job]:
-        """Insert jobs in one transaction; `events_for(job)` sees each job with its id."""
-        created = []
+        """Insert jobs in one transaction; `events_for(job)` sees each job with its id.
+
+        Ids and revisions are reserved as one block and rows go in as one executemany,
+        so a batch costs a handful of statements and one commit, however large it is.
+        """
+        if not jobs:
+            return []
+        created = [job.model_copy(deep=True) for job in jobs]
         with self._tx() as tx:
-            for job in jobs:
-                job = self._insert_job(tx, job)
-                created.append(job)
-                if events_for is not None:
-                    tx.add_events(events_for(job))
+            first_rev = tx.reserve("revision", len(created))
+            first_id = tx.reserve("job_id", len(created))
+            now = utcnow()
+            for i, job in enumerate(created):
+                _stamp_new(job, first_id + i, first_rev + i, now)
+            try:
+                tx.conn.execute(t.jobs.insert(), [_job_row(j) for j in created])
+            except IntegrityError:
+                raise self._name_conflict(created) from None
+            deps = [
+                {"parent": p, "child": j.id} for j in created for p in sorted(set(j.status.parents))
+            ]
+            if deps:
+                tx.conn.execute(t.job_deps.insert(), deps)
+            tx.record_many("Job", "ADDED", created)
+            if events_for is not None:
+                tx.add_events([ev for job in created for ev in events_for(job)])
         return created
 
-    def _insert_job(self, tx: _Tx, job: Job) -> Job:
-        job = job.model_copy(deep=True)
-        rev = tx.next_revision()
-        job.metadata.uid = job.metadata.uid or str(uuid.uuid4())
-        job.metadata.created_at = job.metadata.created_at or utcnow()
-        job.metadata.generation = max(job.metadata.generation, 1)
-        job.metadata.resource_version = rev
-        if job.metadata.name is None:
-            # Reserve the id first so a generated name can contain it.
-            job.metadata.name = f"pending-{job.metadata.uid}"
-        try:
-            result = tx.conn.execute(sa.insert(t.jobs).values(**_job_row(job)))
-        except IntegrityError:
-            raise Conflict(f"job {job.ref} already exists") from None
-        job.metadata.id = int(result.inserted_primary_key[0])  # type: ignore[index]
-        if job.metadata.name.startswith("pending-"):
-            job.metadata.name = f"job-{job.metadata.id}"
-        tx.conn.execute(sa.update(t.jobs).where(t.jobs.c.id == job.id).values(**_job_row(job)))
-        parents = set(job.status.parents)
-        if parents:
-            tx.conn.execute(
-                sa.insert(t.job_deps), [{"parent": p, "child": job.id} for p in sorted(parents)]
-            )
-        tx.record("Job", "ADDED", str(job.id), job, rev)
-        return job
+    def _name_conflict(self, jobs: Sequence[Job]) -> Conflict:
+        seen: set[str] = set()
+        for job in jobs:
+            if job.ref in seen or self.get_job_by_name(job.project, job.metadata.name or ""):
+                return Conflict(f"job {job.ref} already exists")
+            seen.add(job.ref)
+        return Conflict("a job in this request already exists")
 
     def update_job(self, job: Job, events: Iterable[EventRecord] = ()) -> Job:
         with self._tx() as tx:
@@ -165,12 +165,8 @@ class SQLStore:
             rev = tx.next_revision()
             job.metadata.resource_version = rev
             row = _job_row(job)
-            row.pop("id")
-            result = tx.conn.execute(
-                sa.update(t.jobs)
-                .where(t.jobs.c.id == job.id, t.jobs.c.resource_version == expected)
-                .values(**row)
-            )
+            row["b_id"], row["expected_rv"] = row.pop("id"), expected
+            result = tx.conn.execute(_UPDATE_JOB, row)
             if result.rowcount != 1:
                 raise self._stale("job", job.metadata.id, self.get_job(job.id) is not None)
             tx.record("Job", "MODIFIED", str(job.id), job, rev)
@@ -373,6 +369,27 @@ class SQLStore:
         ]
 
 
+_UPDATE_JOB = sa.update(t.jobs).where(
+    t.jobs.c.id == sa.bindparam("b_id"),
+    t.jobs.c.resource_version == sa.bindparam("expected_rv"),
+)
+_NEXT = (
+    sa.update(t.meta)
+    .where(t.meta.c.key == sa.bindparam("counter"))
+    .values(value=t.meta.c.value + sa.bindparam("n"))
+    .returning(t.meta.c.value)
+)
+
+
+def _stamp_new(job: Job, job_id: int, rev: int, now: datetime) -> None:
+    meta = job.metadata
+    meta.id, meta.resource_version = job_id, rev
+    meta.uid = meta.uid or str(uuid.uuid4())
+    meta.created_at = meta.created_at or now
+    meta.generation = max(meta.generation, 1)
+    meta.name = meta.name or f"job-{job_id}"
+
+
 class _Tx:
     """What one transaction wrote, for the listeners to hear after the commit."""
 
@@ -382,39 +399,51 @@ class _Tx:
         self.changes: list[Change] = []
         self.events: list[EventRecord] = []
 
+    def reserve(self, counter: str, n: int) -> int:
+        """Take n consecutive values of a counter; returns the first."""
+        result = self.conn.execute(_NEXT, {"counter": counter, "n": n})
+        return int(result.scalar_one()) - n + 1
+
     def next_revision(self) -> int:
-        result = self.conn.execute(
-            sa.update(t.meta)
-            .where(t.meta.c.key == "revision")
-            .values(value=t.meta.c.value + 1)
-            .returning(t.meta.c.value)
-        )
-        return int(result.scalar_one())
+        return self.reserve("revision", 1)
 
     def record(self, kind: Kind, op: Op, key: str, obj: Job | Project | Worker, rev: int) -> None:
-        body = dump(obj)
-        self.conn.execute(
-            sa.insert(t.changes).values(
-                revision=rev, kind=kind, op=op, key=key, body=json.dumps(body)
-            )
-        )
-        self.changes.append(Change(rev, kind, op, key, body))
+        assert obj.metadata.resource_version == rev or op == "DELETED"
+        self.record_many(kind, op, [obj], revision=rev)
+
+    def record_many(
+        self, kind: Kind, op: Op, objs: Sequence[Job | Project | Worker], revision: int = 0
+    ) -> None:
+        rows = []
+        for obj in objs:
+            text = obj.model_dump_json(by_alias=True, exclude_none=True)
+            rev = revision or obj.metadata.resource_version or 0
+            key = str(obj.metadata.id) if isinstance(obj, Job) else str(obj.metadata.name)
+            rows.append({"revision": rev, "kind": kind, "op": op, "key": key, "body": text})
+            self.changes.append(Change(rev, kind, op, key, json.loads(text)))
+        self.conn.execute(t.changes.insert(), rows)
 
     def add_events(self, events: Iterable[EventRecord]) -> None:
-        rows = list(events)
-        for ev in rows:
-            ev.ts = ev.ts or _rfc3339(datetime.now(UTC))
-            result = self.conn.execute(
-                sa.insert(t.events).values(
-                    ts=ev.ts,
-                    event=ev.event,
-                    job=ev.job,
-                    worker=ev.worker,
-                    body=json.dumps(ev.fields),
-                )
+        records = list(events)
+        if not records:
+            return
+        first = self.reserve("event_seq", len(records))
+        now = _rfc3339(datetime.now(UTC))
+        rows = []
+        for i, ev in enumerate(records):
+            ev.ts, ev.seq = ev.ts or now, first + i
+            rows.append(
+                {
+                    "seq": ev.seq,
+                    "ts": ev.ts,
+                    "event": ev.event,
+                    "job": ev.job,
+                    "worker": ev.worker,
+                    "body": json.dumps(ev.fields),
+                }
             )
-            ev.seq = int(result.inserted_primary_key[0])  # type: ignore[index]
-        self.events.extend(rows)
+        self.conn.execute(t.events.insert(), rows)
+        self.events.extend(records)
 
 
 def _rfc3339(ts: datetime) -> str:

@@ -19,7 +19,7 @@ def upgrade() -> None:
     )
     op.bulk_insert(
         sa.table("jobd_meta", sa.column("key", sa.String), sa.column("value", sa.BigInteger)),
-        [{"key": "revision", "value": 0}],
+        [{"key": k, "value": 0} for k in ("revision", "job_id", "event_seq")],
     )
     op.create_table(
         "jobs",

@@ -1,0 +1,57 @@
+"""Group commit for single-job creates.
+
+Many clients submitting at once would each pay a commit (an fsync with SQLite in FULL
+mode). Creates that arrive in the same turn of the event loop are admitted and written
+in one transaction instead; only if that batch fails is each retried alone, so one bad
+request still gets its own error and the others still succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from jobd.api.models import Job
+from jobd.controllers.admission import create_jobs
+from jobd.controllers.context import Context
+
+__all__ = ["CreateBatcher"]
+
+
+class CreateBatcher:
+    def __init__(self, ctx: Context, max_batch: int = 256) -> None:
+        self.ctx = ctx
+        self.max_batch = max_batch
+        self._pending: list[tuple[Job, asyncio.Future[Job]]] = []
+
+    async def create(self, job: Job) -> Job:
+        future: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
+        self._pending.append((job, future))
+        if len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        elif len(self._pending) >= self.max_batch:
+            self._flush()
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        try:
+            created = create_jobs(self.ctx.store, [job for job, _ in batch], self.ctx.clock)
+        except Exception:
+            for job, future in batch:
+                self._create_alone(job, future)
+            return
+        for (_, future), job in zip(batch, created, strict=True):
+            if not future.done():
+                future.set_result(job)
+
+    def _create_alone(self, job: Job, future: asyncio.Future[Job]) -> None:
+        try:
+            result = create_jobs(self.ctx.store, [job], self.ctx.clock)[0]
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(result)

@@ -1,0 +1,377 @@
+"""How the `job` command shows things: tables, lines and diffs built from resource dicts.
+
+Pure functions of the documents the broker returns (and of `now`, so ages are testable);
+`job_main` decides what to fetch and these decide how it reads. Output meant for a pipe is
+plain: no colour, no wrapping at 80 columns, no trailing blanks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import json
+import shlex
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+
+from jobd.api.manifests import dump_yaml
+from jobd.api.models import TERMINAL_PHASES, Phase
+
+__all__ = [
+    "describe_job",
+    "diff_text",
+    "emit",
+    "event_line",
+    "event_row_text",
+    "events_table",
+    "format_age",
+    "jobs_table",
+    "make_console",
+    "phase_text",
+    "status_line",
+    "to_json",
+    "to_text",
+    "victim_line",
+    "watch_line",
+    "workers_table",
+]
+
+Document = Mapping[str, Any]
+_PIPE_WIDTH = 200  # wide enough that a table on a pipe never wraps mid-row
+_EVENT_KEYS = ("ts", "event", "job", "seq")
+
+
+# -- consoles --------------------------------------------------------------------------------
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that colours and measures a terminal, and writes plain text to a pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(
+        file=stream,
+        width=None if tty else _PIPE_WIDTH,
+        color_system="auto" if tty else None,
+        highlight=False,
+        stderr=stderr,
+    )
+
+
+def emit(console: Console, renderable: RenderableType) -> None:
+    """Print; on a pipe, without the blanks rich pads the last column with."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as capture:
+        console.print(renderable)
+    lines = capture.get().splitlines()
+    console.file.write("".join(line.rstrip() + "\n" for line in lines))
+
+
+def to_text(renderable: RenderableType, width: int = _PIPE_WIDTH) -> str:
+    """The renderable as plain text, the way a pipe would see it."""
+    console = Console(width=width, color_system=None, highlight=False, file=io.StringIO())
+    with console.capture() as capture:
+        console.print(renderable)
+    return "".join(line.rstrip() + "\n" for line in capture.get().splitlines())
+
+
+def _table(*headers: str) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    return table
+
+
+# -- time ------------------------------------------------------------------------------------
+
+
+def format_age(seconds: float) -> str:
+    """Compact like kubectl, two units at most: 45s, 2m10s, 3h4m, 2d3h."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60}m"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def _age(value: Any, now: datetime) -> str:
+    ts = _parse_time(value)
+    return format_age((now - ts).total_seconds()) if ts else "-"
+
+
+def _now(now: datetime | None) -> datetime:
+    return now or datetime.now(UTC)
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def _status(job: Document) -> Document:
+    status: Document = job.get("status") or {}
+    return status
+
+
+def _spec(job: Document) -> Document:
+    spec: Document = job.get("spec") or {}
+    return spec
+
+
+def _ref(job: Document) -> str:
+    meta = job.get("metadata") or {}
+    return f"{meta.get('project') or 'default'}/{meta.get('name') or '?'}"
+
+
+def _id(job: Document) -> str:
+    return str((job.get("metadata") or {}).get("id", "-"))
+
+
+def _is_terminal(phase: Any) -> bool:
+    return phase in {p.value for p in TERMINAL_PHASES}
+
+
+def phase_text(job: Document) -> str:
+    """`Phase`, or `Phase→Desired` while a live job is converging."""
+    status = _status(job)
+    phase, desired = status.get("phase", Phase.PENDING.value), status.get("desired_phase")
+    if desired and desired != phase and not _is_terminal(phase):
+        return f"{phase}→{desired}"
+    return str(phase)
+
+
+def _priority(job: Document) -> str:
+    effective = _status(job).get("effective") or {}
+    value = effective.get("priority", _spec(job).get("priority"))
+    return "-" if value is None else str(value)
+
+
+def _gpus(job: Document) -> str:
+    assigned = _status(job).get("gpus") or []
+    if assigned:
+        return ",".join(str(g) for g in assigned)
+    wanted = (_spec(job).get("resources") or {}).get("gpus", 0)
+    return f"({wanted})" if wanted else "-"  # parenthesised: asked for, not yet assigned
+
+
+def _exit(job: Document) -> str:
+    status = _status(job)
+    if status.get("exit_signal") is not None:
+        return f"sig {status['exit_signal']}"
+    code = status.get("exit_code")
+    return "-" if code is None else str(code)
+
+
+def jobs_table(
+    jobs: Iterable[Document], *, wide: bool = False, now: datetime | None = None
+) -> Table:
+    now = _now(now)
+    headers = ["ID", "NAME", "PHASE", "PRIO", "WORKER", "AGE"]
+    if wide:
+        headers += ["DESIRED", "GPUS", "EXIT", "COMMAND"]
+    table = _table(*headers)
+    for job in jobs:
+        status = _status(job)
+        created = (job.get("metadata") or {}).get("created_at")
+        row = [_id(job), _ref(job), phase_text(job), _priority(job)]
+        row += [status.get("worker") or "-", _age(created, now)]
+        if wide:
+            command = shlex.join(_spec(job).get("command") or [])
+            row += [status.get("desired_phase") or "-", _gpus(job), _exit(job), command]
+        table.add_row(*row)
+    return table
+
+
+def watch_line(op: str, job: Document, now: datetime | None = None) -> str:
+    """One line per change seen by `job get -w`."""
+    status = _status(job)
+    parts = [op, _id(job), _ref(job), phase_text(job), f"prio={_priority(job)}"]
+    parts.append(f"worker={status.get('worker') or '-'}")
+    if _is_terminal(status.get("phase")):
+        parts.append(f"exit={_exit(job)}")
+    return "  ".join(parts)
+
+
+_WAITING_FOR = {
+    "Pending": "waiting for capacity",
+    "Scheduled": "waiting for the worker to start it",
+    "Preempting": "waiting for the workload to checkpoint and exit",
+    "Cancelling": "waiting for the workload to exit",
+    "Lost": "waiting for its worker to come back",
+}
+
+
+def status_line(job: Document, now: datetime | None = None) -> str:
+    """`7 Pending→Running 2m10s waiting for capacity`: what a converging job waits for."""
+    status = _status(job)
+    since = status.get("stopping_at") or status.get("queued_at")
+    return f"{_id(job)} {phase_text(job)} {_age(since, _now(now))} {_why(status)}".rstrip()
+
+
+def _why(status: Document) -> str:
+    if status.get("message"):
+        return str(status["message"])
+    phase = status.get("phase", "")
+    if phase == "Pending" and status.get("dependencies_met") is False:
+        return "waiting for dependencies"
+    return status.get("reason") or _WAITING_FOR.get(phase, "")
+
+
+def victim_line(victim: Document) -> str:
+    """`job/12 long-training/resnet (priority 10) on gpu-box-1`."""
+    worker = _status(victim).get("worker") or "?"
+    return f"job/{_id(victim)} {_ref(victim)} (priority {_priority(victim)}) on {worker}"
+
+
+# -- describe --------------------------------------------------------------------------------
+
+
+def describe_job(
+    job: Document, events: Sequence[Document], now: datetime | None = None
+) -> list[RenderableType]:
+    """Spec, status, conditions and events, in that order, as printable blocks."""
+    now = _now(now)
+    meta, status = job.get("metadata") or {}, dict(_status(job))
+    conditions = status.pop("conditions", [])
+    head = (
+        f"Job {_id(job)}  {_ref(job)}  {phase_text(job)}  (age {_age(meta.get('created_at'), now)})"
+    )
+    spec_yaml, status_yaml = dump_yaml([dict(_spec(job))]), dump_yaml([status])
+    conditions_block = _conditions_table(conditions, now) if conditions else "<none>"
+    events_block = events_table(events) if events else "<none>"
+    return [
+        head,
+        *_section("Spec", _indent(spec_yaml)),
+        *_section("Status", _indent(status_yaml)),
+        *_section("Conditions", Padding(conditions_block, (0, 0, 0, 2))),
+        *_section("Events", Padding(events_block, (0, 0, 0, 2))),
+    ]
+
+
+def _section(title: str, body: RenderableType) -> list[RenderableType]:
+    return ["", f"{title}:", body]
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.rstrip("\n").splitlines())
+
+
+def _conditions_table(conditions: Sequence[Document], now: datetime) -> Table:
+    table = _table("TYPE", "STATUS", "REASON", "MESSAGE", "SINCE")
+    for cond in conditions:
+        since = _age(cond.get("last_transition_time"), now)
+        table.add_row(
+            cond.get("type", ""),
+            cond.get("status", ""),
+            cond.get("reason") or "-",
+            cond.get("message") or "-",
+            since,
+        )
+    return table
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def event_line(event: Document) -> str:
+    """The event exactly as its events.jsonl line: the broker's `seq` is not part of it."""
+    return json.dumps({k: v for k, v in event.items() if k != "seq"}, separators=(",", ":"))
+
+
+def _event_details(event: Document) -> str:
+    return " ".join(
+        f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+        for k, v in event.items()
+        if k not in _EVENT_KEYS
+    )
+
+
+def events_table(events: Iterable[Document]) -> Table:
+    table = _table("TIME", "EVENT", "JOB", "DETAILS")
+    for event in events:
+        job = event.get("job")
+        table.add_row(
+            str(event.get("ts", "")),
+            str(event.get("event", "")),
+            "-" if job is None else str(job),
+            _event_details(event),
+        )
+    return table
+
+
+def event_row_text(event: Document) -> str:
+    """An events table row as one line, for following (`-f -o table`)."""
+    job = event.get("job")
+    return "  ".join(
+        [str(event.get("ts", "")), str(event.get("event", "")), str(job or "-")]
+        + ([_event_details(event)] if _event_details(event) else [])
+    )
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+
+def workers_table(
+    workers: Iterable[Document], slots_used: Mapping[str, int], now: datetime | None = None
+) -> Table:
+    now = _now(now)
+    table = _table("NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS")
+    for worker in workers:
+        name = (worker.get("metadata") or {}).get("name", "?")
+        spec, status = worker.get("spec") or {}, worker.get("status") or {}
+        gpus = ",".join(str(g) for g in spec.get("gpus") or []) or "-"
+        jobs = ",".join(str(j) for j in status.get("jobs") or []) or "-"
+        slots = f"{slots_used.get(name, 0)}/{spec.get('slots', 1)}"
+        lease = f"{_age(status.get('last_renewal'), now)} ago"
+        table.add_row(name, status.get("phase", "Ready"), slots, gpus, lease, jobs)
+    return table
+
+
+# -- documents -------------------------------------------------------------------------------
+
+
+def to_json(docs: Any, *, compact: bool = False) -> str:
+    """Documents as JSON: indented for reading, or one line each for streaming."""
+    if compact:
+        return json.dumps(docs, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(docs, indent=2, ensure_ascii=False)
+
+
+def diff_text(live: Document | None, applied: Document, kind: str, name: str) -> str:
+    """Unified diff of the live YAML against what apply would make; "" when they agree.
+
+    `status` is left out: apply never writes it, and comparing it would show the job's
+    progress between two requests as a difference.
+    """
+    before = dump_yaml([_without_status(live)]) if live is not None else ""
+    after = dump_yaml([_without_status(applied)])
+    label = f"{kind.lower()}/{name}"
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"live/{label}",
+        tofile=f"applied/{label}",
+    )
+    return "".join(lines)
+
+
+def _without_status(doc: Document) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "status"}

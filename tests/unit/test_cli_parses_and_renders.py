@@ -1,0 +1,341 @@
+"""The `job` CLI without a broker: argument parsing, refusals before sending, and rendering."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from jobd.cli import render
+from jobd.cli.job_main import Settings, cli
+from jobd.cli.submit import SubmitError, build_submit_job
+
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
+VERBS = sorted(cli.commands)
+
+
+def job_doc(id_: int, phase: str, desired: str = "Running", **status: Any) -> dict[str, Any]:
+    created = (NOW - timedelta(minutes=5)).isoformat()
+    return {
+        "apiVersion": "jobd/v1",
+        "kind": "Job",
+        "metadata": {"id": id_, "name": f"j{id_}", "project": "vision", "created_at": created},
+        "spec": {"command": ["python", "train.py", "--lr", "3e-4"], "resources": {"gpus": 1}},
+        "status": {
+            "phase": phase,
+            "desired_phase": desired,
+            "effective": {"priority": 60},
+            **status,
+        },
+    }
+
+
+def run(*args: str, transport: httpx.BaseTransport | None = None) -> Any:
+    return CliRunner().invoke(cli, list(args), obj=Settings(transport=transport))
+
+
+# -- submit ----------------------------------------------------------------------------------
+
+
+def test_submit_builds_only_what_was_said() -> None:
+    doc = build_submit_job(["python", "train.py"], cwd="/work")
+
+    assert doc == {
+        "apiVersion": "jobd/v1",
+        "kind": "Job",
+        "metadata": {"project": "default"},
+        "spec": {"command": ["python", "train.py"], "cwd": "/work"},
+    }
+
+
+def test_submit_maps_every_flag() -> None:
+    doc = build_submit_job(
+        ["python", "train.py", "--lr", "3e-4"],
+        project="long-training",
+        cwd="/work",
+        name="resnet",
+        priority=60,
+        preemptible=False,
+        checkpoint_grace=300,
+        gpus=2,
+        depends_on=["12", "prep-data"],
+        depends_on_any_exit=True,
+        env=["WANDB_MODE=offline", "EQ=a=b"],
+        resume_from="/ckpt/7",
+    )
+
+    assert doc["metadata"] == {"project": "long-training", "name": "resnet"}
+    assert doc["spec"] == {
+        "command": ["python", "train.py", "--lr", "3e-4"],
+        "cwd": "/work",
+        "env": {"WANDB_MODE": "offline", "EQ": "a=b", "RESUME_FROM": "/ckpt/7"},
+        "priority": 60,
+        "preemptible": False,
+        "checkpoint_grace_s": 300,
+        "resources": {"gpus": 2},
+        "depends_on": [12, "prep-data"],
+        "depends_on_any_exit": True,
+    }
+
+
+def test_submit_sends_cwd_as_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    doc = build_submit_job(["true"], cwd="sub")
+
+    assert doc["spec"]["cwd"] == str(tmp_path / "sub")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"checkpoint_grace": 301}, "--checkpoint-grace 301 s is over the 300 s cap"),
+        ({"priority": -1}, "--priority: Input should be greater than or equal to 0"),
+        ({"env": ["NOEQUALS"]}, "--env expects KEY=VALUE, got 'NOEQUALS'"),
+        ({"name": "Bad Name"}, "--name: must be 1-63 lowercase letters"),
+    ],
+)
+def test_submit_refuses_bad_flags_naming_the_flag(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(SubmitError, match=message):
+        build_submit_job(["true"], cwd="/", **kwargs)
+
+
+def test_submit_grace_over_the_cap_is_refused_before_sending() -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(500))
+
+    result = run("submit", "--checkpoint-grace", "400", "--", "python", "t.py", transport=transport)
+
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: --checkpoint-grace 400 s is over the 300 s cap on checkpoint grace\n"
+    )
+    assert sent == []
+
+
+def test_submit_keeps_the_commands_own_flags() -> None:
+    sent: list[dict[str, Any]] = []
+
+    def broker(request: httpx.Request) -> httpx.Response:
+        import json
+
+        sent.append(json.loads(request.content))
+        return httpx.Response(201, json={**sent[-1], "metadata": {"id": 41, "name": "x"}})
+
+    result = run(
+        "submit",
+        "-p",
+        "vision",
+        "--gpus",
+        "1",
+        "python",
+        "t.py",
+        "--lr",
+        "3",
+        "-p",
+        "x",
+        transport=httpx.MockTransport(broker),
+    )
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "41\n"
+    assert sent[0]["spec"]["command"] == ["python", "t.py", "--lr", "3", "-p", "x"]
+    assert sent[0]["metadata"]["project"] == "vision"
+
+
+# -- apply -----------------------------------------------------------------------------------
+
+BAD_JOB = """\
+apiVersion: jobd/v1
+kind: Job
+metadata:
+  name: train
+  project: vision
+spec:
+  priority: -5
+  command: [python, train.py]
+"""
+
+
+def test_apply_refuses_a_malformed_manifest_with_file_line_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "job.yaml").write_text(BAD_JOB)
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(500))
+    monkeypatch.chdir(tmp_path)
+
+    result = run("apply", "-f", "job.yaml", transport=transport)
+
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: job.yaml:7: spec.priority: Input should be greater than or equal to 0\n"
+    )
+    assert result.stdout == ""
+    assert sent == []
+
+
+def test_diff_errors_exit_above_one(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(BAD_JOB)
+
+    result = run("diff", "-f", str(tmp_path / "job.yaml"))
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ")
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["get"], ["workers"], ["describe", "7"], ["wait", "7"]])
+def test_unreachable_broker_is_one_sentence_and_exit_1(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, ["--server", CLOSED, *args])
+
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: cannot reach the jobd broker at {CLOSED} (is `jobd dev` running?)\n"
+    )
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_has_help(verb: str) -> None:
+    result = CliRunner().invoke(cli, [verb, "--help"])
+
+    assert result.exit_code == 0
+    assert f"Usage: cli {verb}" in result.stdout
+    assert cli.commands[verb].help
+
+
+def test_the_contracts_verbs_all_exist() -> None:
+    assert set(VERBS) >= {
+        "apply",
+        "diff",
+        "submit",
+        "get",
+        "describe",
+        "status",
+        "logs",
+        "events",
+        "preempt",
+        "preempt-blockers",
+        "cancel",
+        "delete",
+        "wait",
+        "workers",
+        "resume",
+    }
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+
+def test_jobs_table_shows_convergence_only_for_live_jobs() -> None:
+    jobs = [
+        job_doc(7, "Running", "Preempted", worker="gpu-box-1", gpus=[0]),
+        job_doc(8, "Failed", "Running", exit_code=3),
+        job_doc(9, "Pending"),
+    ]
+
+    lines = render.to_text(render.jobs_table(jobs, now=NOW)).splitlines()
+
+    assert lines[0].split() == ["ID", "NAME", "PHASE", "PRIO", "WORKER", "AGE"]
+    assert lines[1].split() == ["7", "vision/j7", "Running→Preempted", "60", "gpu-box-1", "5m0s"]
+    assert lines[2].split() == ["8", "vision/j8", "Failed", "60", "-", "5m0s"]
+    assert lines[3].split()[2] == "Pending→Running"
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_wide_table_adds_desired_gpus_exit_and_command() -> None:
+    jobs = [job_doc(7, "Running", worker="w", gpus=[0, 1]), job_doc(8, "Failed", exit_code=3)]
+
+    lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
+
+    assert lines[0].split()[6:] == ["DESIRED", "GPUS", "EXIT", "COMMAND"]
+    assert lines[1].split()[6:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
+    assert lines[2].split()[6:9] == ["Running", "(1)", "3"]
+
+
+def test_status_line_says_what_a_job_waits_for_and_how_long() -> None:
+    queued = (NOW - timedelta(minutes=2, seconds=10)).isoformat()
+    job = job_doc(7, "Pending", queued_at=queued)
+
+    assert render.status_line(job, now=NOW) == "7 Pending→Running 2m10s waiting for capacity"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(-3, "0s"), (45, "45s"), (130, "2m10s"), (3 * 3600 + 240, "3h4m"), (2 * 86400 + 7200, "2d2h")],
+)
+def test_ages_are_compact(seconds: float, text: str) -> None:
+    assert render.format_age(seconds) == text
+
+
+def test_workers_table() -> None:
+    renewed = (NOW - timedelta(seconds=3)).isoformat()
+    worker = {
+        "metadata": {"name": "gpu-box-1"},
+        "spec": {"slots": 4, "gpus": [0, 1, 2, 3]},
+        "status": {"phase": "Ready", "last_renewal": renewed, "jobs": [7, 9]},
+    }
+
+    text = render.to_text(render.workers_table([worker], {"gpu-box-1": 3}, now=NOW))
+
+    assert text.splitlines()[1].split() == [
+        "gpu-box-1",
+        "Ready",
+        "3/4",
+        "0,1,2,3",
+        "3s",
+        "ago",
+        "7,9",
+    ]
+
+
+def test_victim_line() -> None:
+    victim = job_doc(12, "Running", worker="gpu-box-1")
+
+    assert render.victim_line(victim) == "job/12 vision/j12 (priority 60) on gpu-box-1"
+
+
+def test_event_line_is_the_events_jsonl_line() -> None:
+    event = {"ts": "2025-01-01T12:00:00Z", "event": "job_created", "job": 7, "seq": 3}
+
+    assert render.event_line(event) == '{"ts":"2025-01-01T12:00:00Z","event":"job_created","job":7}'
+
+
+# -- diff ------------------------------------------------------------------------------------
+
+
+def test_diff_of_a_new_object_is_all_additions() -> None:
+    applied = job_doc(7, "Pending")
+
+    text = render.diff_text(None, applied, "Job", "vision/j7")
+
+    lines = text.splitlines()
+    assert lines[:2] == ["--- live/job/vision/j7", "+++ applied/job/vision/j7"]
+    assert all(line.startswith(("+", "@@", "---")) for line in lines)
+    assert "+  name: j7" in lines
+
+
+def test_diff_of_equal_objects_is_empty_and_ignores_status() -> None:
+    live, applied = job_doc(7, "Running"), job_doc(7, "Pending")
+
+    assert render.diff_text(live, applied, "Job", "vision/j7") == ""
+
+
+def test_diff_shows_the_changed_field() -> None:
+    live, applied = job_doc(7, "Running"), job_doc(7, "Running")
+    applied["spec"]["priority"] = 80
+
+    text = render.diff_text(live, applied, "Job", "vision/j7")
+
+    assert "+  priority: 80" in text.splitlines()
+    assert not [line for line in text.splitlines() if line.startswith("-  ")]

@@ -1,0 +1,227 @@
+"""`job` verbs end to end against an in-memory broker behind httpx.MockTransport.
+
+The fake answers the broker's API shapes from a dict of jobs; it stands in until the real
+app can run in-process (then these move to tests/integration against it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner, Result
+
+from jobd.cli.job_main import Settings, cli
+
+
+def job(id_: int, phase: str = "Running", **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobd/v1",
+        "kind": "Job",
+        "metadata": {"id": id_, "name": f"j{id_}", "project": "vision", "resource_version": 1},
+        "spec": {"command": ["python", "train.py"]},
+        "status": {"phase": phase, "desired_phase": "Running", **status},
+    }
+
+
+class FakeBroker:
+    def __init__(self, *jobs: dict[str, Any]) -> None:
+        self.jobs = {j["metadata"]["id"]: j for j in jobs}
+        self.requests: list[httpx.Request] = []
+        self.changes: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path, params = request.url.path, request.url.params
+        if m := re.fullmatch(r"/jobs/(\d+)(/[a-z-]+)?", path):
+            return self.on_job(int(m[1]), m[2] or "", request)
+        if path == "/jobs":
+            items = [j for j in self.jobs.values() if self.matches(j, params)]
+            return httpx.Response(200, json={"items": items, "revision": 5})
+        if path == "/watch":
+            changes, self.changes = self.changes, []
+            return httpx.Response(200, json={"revision": 6, "changes": changes})
+        if path == "/apply":
+            return self.on_apply(json.loads(request.content))
+        if path == "/events":
+            return self.on_events(params)
+        return httpx.Response(404, json={"detail": f"no route {path}"})
+
+    @staticmethod
+    def matches(j: dict[str, Any], params: httpx.QueryParams) -> bool:
+        meta = j["metadata"]
+        return (
+            params.get("project", meta["project"]) == meta["project"]
+            and params.get("name", meta["name"]) == meta["name"]
+            and j["status"]["phase"] in (params.get_list("phase") or [j["status"]["phase"]])
+        )
+
+    def on_job(self, id_: int, verb: str, request: httpx.Request) -> httpx.Response:
+        if id_ not in self.jobs:
+            return httpx.Response(404, json={"detail": f"job {id_} not found"})
+        if verb == "/logs":
+            offset = int(request.url.params["offset"])
+            data = b"line one\nline two\n"[offset : offset + 9]
+            done = offset + len(data) >= 18
+            headers = {"X-Jobd-Offset": str(offset + len(data)), "X-Jobd-Done": str(done).lower()}
+            return httpx.Response(200, content=data, headers=headers)
+        if verb == "/preempt-blockers":
+            body = {"candidate": id_, "worker": "gpu-box-1", "victims": [self.jobs[1]]}
+            return httpx.Response(200, json={**body, "dry_run": True})
+        return httpx.Response(200, json=self.jobs[id_])
+
+    def on_apply(self, body: dict[str, Any]) -> httpx.Response:
+        results = []
+        for doc in body["documents"]:
+            name = f"{doc['metadata'].get('project', 'default')}/{doc['metadata']['name']}"
+            names = {j["metadata"]["name"] for j in self.jobs.values()}
+            action = "configured" if doc["metadata"]["name"] in names else "created"
+            results.append({"kind": doc["kind"], "name": name, "action": action, "object": doc})
+        return httpx.Response(200, json={"results": results})
+
+    def on_events(self, params: httpx.QueryParams) -> httpx.Response:
+        if params.get("after"):
+            return httpx.Response(200, json={"items": [], "last": 2})
+        items = [
+            {"ts": "2025-01-01T00:00:00Z", "event": "job_created", "job": 1, "seq": 1},
+            {"ts": "2025-01-01T00:00:01Z", "event": "job_started", "job": 1, "seq": 2},
+        ]
+        return httpx.Response(200, json={"items": items, "last": 2})
+
+
+def run(broker: FakeBroker, *args: str) -> Result:
+    settings = Settings(transport=httpx.MockTransport(broker))
+    return CliRunner().invoke(cli, list(args), obj=settings)
+
+
+MANIFEST = """\
+apiVersion: jobd/v1
+kind: Job
+metadata: {name: j1, project: vision}
+spec: {command: [python, train.py], priority: 80}
+---
+apiVersion: jobd/v1
+kind: Job
+metadata: {name: fresh, project: vision}
+spec: {command: [echo, hi]}
+"""
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> str:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(MANIFEST)
+    return str(path)
+
+
+def test_apply_prints_an_action_per_document(manifest: str) -> None:
+    result = run(FakeBroker(job(1)), "apply", "-f", manifest, "--dry-run")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "job/vision/j1 configured (dry run)\njob/vision/fresh created (dry run)\n"
+    )
+
+
+def test_diff_exits_1_with_a_labelled_unified_diff(manifest: str) -> None:
+    result = run(FakeBroker(job(1)), "diff", "-f", manifest)
+
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    assert "--- live/job/vision/j1" in lines and "+++ applied/job/vision/j1" in lines
+    assert "+  priority: 80" in lines
+    assert "--- live/job/vision/fresh" in lines
+
+
+def test_get_one_by_project_and_name_prints_one_json_object() -> None:
+    result = run(FakeBroker(job(1), job(2)), "get", "vision/j2", "-o", "json")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == job(2)
+
+
+def test_get_lists_as_json_and_table() -> None:
+    broker = FakeBroker(job(1), job(2, "Pending"))
+
+    as_json = run(broker, "get", "-o", "json")
+    as_table = run(broker, "get", "--phase", "Pending")
+
+    assert json.loads(as_json.stdout) == [job(1), job(2, "Pending")]
+    assert [line.split()[0] for line in as_table.stdout.splitlines()] == ["ID", "2"]
+    assert "\x1b[" not in as_table.stdout
+
+
+def test_not_found_is_one_sentence_and_exit_1() -> None:
+    result = run(FakeBroker(), "describe", "99")
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: job 99 not found\n"
+
+
+def test_an_unknown_name_is_not_found() -> None:
+    result = run(FakeBroker(job(1)), "cancel", "vision/nope")
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: no job named 'nope' in project 'vision'\n"
+
+
+@pytest.mark.parametrize(("phase", "code"), [("Succeeded", 0), ("Failed", 1)])
+def test_wait_exits_by_the_final_phase(phase: str, code: int) -> None:
+    broker = FakeBroker(job(1, "Running"))
+    final = job(1, phase, exit_code=0 if code == 0 else 3)
+    final["metadata"]["resource_version"] = 2
+    broker.changes = [{"revision": 6, "kind": "Job", "op": "MODIFIED", "object": final}]
+
+    result = run(broker, "wait", "1")
+
+    assert result.exit_code == code
+    assert result.stderr == ("job/1 Succeeded\n" if code == 0 else "job/1 Failed (exit code 3)\n")
+
+
+def test_wait_timeout_is_a_failure() -> None:
+    result = run(FakeBroker(job(1, "Running")), "wait", "1", "--timeout", "0")
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: job 1 is still Running after 0 s\n"
+
+
+def test_logs_prints_every_chunk() -> None:
+    result = run(FakeBroker(job(1)), "logs", "1", "-f")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "line one\nline two\n"
+
+
+def test_events_print_the_events_jsonl_lines() -> None:
+    result = run(FakeBroker(job(1)), "events", "--job", "1")
+
+    assert result.stdout.splitlines() == [
+        '{"ts":"2025-01-01T00:00:00Z","event":"job_created","job":1}',
+        '{"ts":"2025-01-01T00:00:01Z","event":"job_started","job":1}',
+    ]
+
+
+def test_preempt_blockers_names_each_victim() -> None:
+    broker = FakeBroker(job(1, worker="gpu-box-1", effective={"priority": 10}), job(2, "Pending"))
+
+    result = run(broker, "preempt-blockers", "2", "--dry-run")
+
+    assert result.stdout.splitlines() == [
+        "job/1 vision/j1 (priority 10) on gpu-box-1",
+        "would preempt 1 job so job/2 can run on gpu-box-1",
+    ]
+    assert broker.requests[-1].url.params["dry_run"] == "true"
+
+
+def test_status_lists_only_converging_jobs() -> None:
+    converging = job(1, "Running")
+    converging["status"]["desired_phase"] = "Preempted"
+    broker = FakeBroker(converging, job(2, "Running"))
+
+    result = run(broker, "status")
+
+    assert [line.split()[:2] for line in result.stdout.splitlines()] == [["1", "Running→Preempted"]]
