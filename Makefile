@@ -28,8 +28,9 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
+# The venv's bin goes first on PATH so workloads' `python3` can import jobd.client.
 run: $(STAMP)
-	$(BIN)/jobd dev
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jobd dev
 
 bench: $(STAMP)
 	$(BIN)/jobd bench

@@ -253,9 +253,15 @@ class JobdClient:
     def get_job(self, job_id: int) -> Document:
         return self._doc("GET", f"/jobs/{job_id}")
 
-    def find_job(self, project: str, name: str) -> Document | None:
-        """The job named `name` in `project`, or None."""
+    def find_job(self, project: str | None, name: str) -> Document | None:
+        """The job named `name` in `project` (any project when None), or None.
+
+        A name found in several projects is ambiguous: ApiError asks for PROJECT/NAME.
+        """
         items = self.list_jobs(project=project, name=name).items
+        if len(items) > 1:
+            where = ", ".join(f"{d['metadata']['project']}/{name}" for d in items)
+            raise ApiError(409, f"{name!r} names several jobs ({where}); say PROJECT/NAME")
         return items[0] if items else None
 
     def delete_job(self, job_id: int) -> None:

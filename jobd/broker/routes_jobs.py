@@ -63,11 +63,9 @@ async def list_jobs(
 ) -> dict[str, Any]:
     state = state_of(request)
     revision = state.feed.revision
-    if name is not None:
-        found = state.store.get_job_by_name(project or "default", name)
-        items = [found] if found else []
-    else:
-        items = state.store.list_jobs(project=project, phases=phase, worker=worker, limit=limit)
+    items = state.store.list_jobs(
+        project=project, phases=phase, worker=worker, name=name, limit=limit
+    )
     return {"items": [dump(j) for j in items], "revision": revision}
 
 

@@ -10,6 +10,7 @@ means "differences"); never a traceback.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -121,19 +122,29 @@ def main() -> None:
 
 
 def _resolve(client: JobdClient, ref: str) -> int:
-    """The id of `ref`: an integer id, `PROJECT/NAME`, or a NAME in project default."""
+    """The id of `ref`: an integer id, `PROJECT/NAME`, or a NAME unique across projects."""
     if ref.isdigit():
         return int(ref)
     project, _, name = ref.rpartition("/")
-    job = client.find_job(project or "default", name)
+    job = client.find_job(project or None, name)
     if job is None:
-        raise Failure(f"no job named {name!r} in project {project or 'default'!r}")
+        where = f"in project {project!r}" if project else "in any project"
+        raise Failure(f"no job named {name!r} {where}")
     return int(job["metadata"]["id"])
 
 
 def _load_manifests(paths: Sequence[str]) -> list[Document]:
-    """Every document of every file, validated here so an error names file and line."""
-    return [dump(parse_resource(doc)) for path in paths for doc in load_path(path)]
+    """Every document of every file, validated here so an error names file and line.
+
+    A relative `spec.cwd` means relative to where `job` runs, as `job submit --cwd` does:
+    the worker cannot know the directory the user meant.
+    """
+    docs = [dump(parse_resource(doc)) for path in paths for doc in load_path(path)]
+    for doc in docs:
+        spec = doc.get("spec", {})
+        if doc.get("kind") == "Job" and spec.get("cwd") and not os.path.isabs(spec["cwd"]):
+            spec["cwd"] = os.path.abspath(spec["cwd"])
+    return docs
 
 
 def _print_documents(docs: list[Document], output: str, *, single: bool) -> None:

@@ -60,43 +60,55 @@ def resolve_effective(job: Job, project: Project | None) -> Effective:
     return Effective(priority=priority, preemptible=preemptible, checkpoint_grace_s=grace)
 
 
-def _resolve_parents(store: Store, job: Job, batch: dict[str, Job]) -> list[int]:
-    ids: list[int] = []
+def _find_parent(store: Store, project: str, ref: int | str) -> int | None:
+    if isinstance(ref, int) or ref.isdigit():
+        found = store.get_job(int(ref))
+    else:
+        found = store.get_job_by_name(project, ref)
+    return found.id if found else None
+
+
+def _resolve_parents(
+    store: Store, job: Job, position: int, batch: dict[str, int]
+) -> tuple[list[int], list[int]]:
+    """Parents already stored (ids) and parents earlier in the same batch (positions)."""
+    stored: list[int] = []
+    local: list[int] = []
     for ref in job.spec.depends_on:
-        parent = _find_parent(store, job.project, ref, batch)
+        key = f"{job.project}/{ref}"
+        if key in batch:
+            if batch[key] >= position:
+                raise AdmissionError(
+                    f"spec.depends_on: {ref!r} must come before {job.ref} in the same apply"
+                )
+            local.append(batch[key])
+            continue
+        parent = _find_parent(store, job.project, ref)
         if parent is None:
             raise AdmissionError(
                 f"spec.depends_on: no job {ref!r} in project {job.project!r} "
                 "(parents must exist before their children)"
             )
-        ids.append(parent)
-    return sorted(set(ids))
+        stored.append(parent)
+    return sorted(set(stored)), local
 
 
-def _find_parent(store: Store, project: str, ref: int | str, batch: dict[str, Job]) -> int | None:
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-        found = store.get_job(int(ref))
-        return found.id if found else None
-    if ref in batch and batch[ref].metadata.id is not None:
-        return batch[ref].id
-    found = store.get_job_by_name(project, ref)
-    return found.id if found else None
+def _positions(jobs: list[Job]) -> dict[str, int]:
+    return {j.ref: i for i, j in enumerate(jobs) if j.metadata.name}
 
 
-def prepare_new_job(store: Store, job: Job, clock: Clock, batch: dict[str, Job]) -> Job:
-    """A fresh copy of `job` ready to insert: defaults merged, parents resolved."""
+def prepare_new_job(store: Store, job: Job, clock: Clock, parents: list[int]) -> Job:
+    """A fresh copy of `job` ready to insert: defaults merged, server fields reset."""
     job = job.model_copy(deep=True)
     job.metadata.project = job.project
     for field in ("id", "uid", "resource_version", "created_at"):
         setattr(job.metadata, field, None)
     job.metadata.generation = 1
-    parents = _resolve_parents(store, job, batch)
-    now = clock.now()
     job.status = JobStatus(
         effective=resolve_effective(job, store.get_project(job.project)),
         parents=parents,
         dependencies_met=not parents,
-        queued_at=now,
+        queued_at=clock.now(),
         observed_generation=1,
     )
     if parents:
@@ -105,15 +117,26 @@ def prepare_new_job(store: Store, job: Job, clock: Clock, batch: dict[str, Job])
 
 
 def create_jobs(store: Store, jobs: list[Job], clock: Clock) -> list[Job]:
-    """Admit and insert jobs in one transaction; all or nothing."""
-    batch: dict[str, Job] = {}
-    prepared = []
-    for job in jobs:
-        ready = prepare_new_job(store, job, clock, batch)
-        prepared.append(ready)
-        if ready.metadata.name:
-            batch[ready.metadata.name] = ready
-    return store.create_jobs(prepared, events_for=_created_event)
+    """Admit and insert jobs in one transaction; all or nothing.
+
+    A job may depend on one that comes earlier in the same batch (by name); those links
+    are made once the store has given the batch its ids.
+    """
+    batch = _positions(jobs)
+    prepared, local_links = [], {}
+    for i, job in enumerate(jobs):
+        stored, local = _resolve_parents(store, job, i, batch)
+        marker = [-1] if local else []  # keeps dependencies_met False until linked
+        prepared.append(prepare_new_job(store, job, clock, stored + marker))
+        if local:
+            local_links[i] = local
+
+    def link(created: list[Job]) -> None:
+        for i, positions in local_links.items():
+            known = [p for p in created[i].status.parents if p >= 0]
+            created[i].status.parents = sorted(set(known) | {created[p].id for p in positions})
+
+    return store.create_jobs(prepared, events_for=_created_event, on_ids=link)
 
 
 def _created_event(job: Job) -> list[EventRecord]:
@@ -154,7 +177,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
         results.append(ApplyResult("Job", job.ref, action, merged))
         if merged is not live:
             updates.append(merged)
-    _check_new_parents(store, new)
+    _check_parents(store, new)
     if dry_run:
         return results
     created = {j.ref: j for j in create_jobs(store, new, clock)} if new else {}
@@ -164,16 +187,11 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
     return results
 
 
-def _check_new_parents(store: Store, new: list[Job]) -> None:
-    names = {j.metadata.name for j in new}
-    for job in new:
-        for ref in job.spec.depends_on:
-            if isinstance(ref, str) and ref in names:
-                continue
-            if _find_parent(store, job.project, ref, {}) is None:
-                raise AdmissionError(
-                    f"spec.depends_on: no job {ref!r} in project {job.project!r} ({job.ref})"
-                )
+def _check_parents(store: Store, new: list[Job]) -> None:
+    """Refuse before any write (and in a dry run) what create_jobs would refuse."""
+    batch = _positions(new)
+    for i, job in enumerate(new):
+        _resolve_parents(store, job, i, batch)
 
 
 def _merge_into_live(live: Job, desired: Job) -> Job:

@@ -113,14 +113,30 @@ def choose_victims(
             (j for j in jobs if not _on_the_way(j) and eligible(j)),
             key=lambda j: (j.status.effective.priority, -_started_ts(j)),
         )
+        base = Capacity(name, trial.free_slots, list(trial.free_gpus), dict(trial.reserved))
         chosen: list[Job] = []
         while not trial.fits(candidate) and victims:
             chosen.append(victims.pop(0))
             _give_back(trial, chosen[-1])
         if trial.fits(candidate):
+            chosen = _drop_unneeded(base, candidate, chosen)
             worst = max((v.status.effective.priority for v in chosen), default=-1)
             plans.append(((len(chosen), worst, name), Plan(name, chosen)))
     return min(plans, key=lambda p: p[0])[1] if plans else None
+
+
+def _drop_unneeded(base: Capacity, candidate: Job, chosen: list[Job]) -> list[Job]:
+    """The greedy pass may take a victim that frees a slot but not the GPU the candidate
+    needs; keep only the victims it needs, trying to spare the most valuable first."""
+    kept = list(chosen)
+    for victim in reversed(chosen):
+        rest = [v for v in kept if v is not victim]
+        trial = Capacity(base.worker, base.free_slots, list(base.free_gpus), dict(base.reserved))
+        for job in rest:
+            _give_back(trial, job)
+        if trial.fits(candidate):
+            kept = rest
+    return kept
 
 
 def _give_back(cap: Capacity, job: Job) -> None:
@@ -230,7 +246,7 @@ class SweeperController:
         for job in self.ctx.store.list_jobs(phases=[Phase.PENDING], nominated=True):
             cap = caps.get(job.status.nominated_worker or "")
             if cap is not None:
-                cap.reserved[job.id] = job.spec.resources.slots
+                cap.reserved[job.id] = job.spec.resources
 
     def _candidates(self, floor: int) -> list[Job]:
         jobs = self.ctx.store.list_jobs(
@@ -278,7 +294,7 @@ class SweeperController:
         for victim in plan.victims:
             request_preemption(self.ctx.store, victim, self.ctx, "sweeper", candidate)
         _nominate(self.ctx.store, candidate, plan.worker)
-        caps[plan.worker].reserved[candidate.id] = candidate.spec.resources.slots
+        caps[plan.worker].reserved[candidate.id] = candidate.spec.resources
         return True
 
 

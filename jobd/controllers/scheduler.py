@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from jobd.api.models import BOUND_PHASES, Job, Phase, Worker, set_condition
+from jobd.api.models import BOUND_PHASES, Job, Phase, Resources, Worker, set_condition
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.store.base import Change, Conflict, EventRecord
@@ -31,12 +31,16 @@ class Capacity:
     worker: str
     free_slots: int
     free_gpus: list[int]
-    reserved: dict[int, int] = field(default_factory=dict)  # job id -> slots held for it
+    # job id -> what is held for it: its slots *and* its GPUs, or a GPU freed for a
+    # nominated job could go to another job that finds a spare slot.
+    reserved: dict[int, Resources] = field(default_factory=dict)
 
     def fits(self, job: Job) -> bool:
-        held = sum(s for j, s in self.reserved.items() if j != job.metadata.id)
+        held = [r for j, r in self.reserved.items() if j != job.metadata.id]
         needs = job.spec.resources
-        return self.free_slots - held >= needs.slots and len(self.free_gpus) >= needs.gpus
+        free_slots = self.free_slots - sum(r.slots for r in held)
+        free_gpus = len(self.free_gpus) - sum(r.gpus for r in held)
+        return free_slots >= needs.slots and free_gpus >= needs.gpus
 
     def take(self, job: Job) -> list[int]:
         self.reserved.pop(job.id, None)
@@ -102,7 +106,7 @@ class SchedulerController:
         for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
             cap = caps.get(job.status.nominated_worker or "")
             if cap is not None:
-                cap.reserved[job.id] = job.spec.resources.slots
+                cap.reserved[job.id] = job.spec.resources
         after_priority: tuple[int, int] | None = None
         while any(c.free_slots > 0 for c in caps.values()):
             page = self._pending_page(after_priority)

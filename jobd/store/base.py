@@ -86,7 +86,10 @@ class Store(Protocol):
     def subscribe(self, listener: CommitListener) -> None: ...
 
     def create_jobs(
-        self, jobs: Sequence[Job], events_for: Callable[[Job], Iterable[EventRecord]] | None = None
+        self,
+        jobs: Sequence[Job],
+        events_for: Callable[[Job], Iterable[EventRecord]] | None = None,
+        on_ids: Callable[[list[Job]], None] | None = None,
     ) -> list[Job]: ...
     def update_job(self, job: Job, events: Iterable[EventRecord] = ()) -> Job: ...
     def delete_job(self, job: Job) -> None: ...
@@ -98,6 +101,7 @@ class Store(Protocol):
         project: str | None = None,
         phases: Iterable[Phase] | None = None,
         worker: str | None = None,
+        name: str | None = None,
         ready: bool | None = None,
         nominated: bool | None = None,
         after_id: int = 0,

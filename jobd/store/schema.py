@@ -35,6 +35,7 @@ jobs = sa.Table(
     sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),
     sa.Index("ix_jobs_queue", "phase", "ready", "priority", "id"),
     sa.Index("ix_jobs_worker", "worker", "phase"),
+    sa.Index("ix_jobs_name", "name"),
 )
 
 job_deps = sa.Table(

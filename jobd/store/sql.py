@@ -121,8 +121,16 @@ class SQLStore:
             for listener in self._listeners:
                 listener(tx.changes, tx.events)
 
-    def create_jobs(self, jobs: Sequence[Job], events_for: EventsFor | None = None) -> list[Job]:
+    def create_jobs(
+        self,
+        jobs: Sequence[Job],
+        events_for: EventsFor | None = None,
+        on_ids: Callable[[list[Job]], None] | None = None,
+    ) -> list[Job]:
         """Insert jobs in one transaction; `events_for(job)` sees each job with its id.
+
+        `on_ids(jobs)` runs once ids are assigned and before the rows are written, so
+        jobs of one batch can refer to each other (a child naming a parent beside it).
 
         Ids and revisions are reserved as one block and rows go in as one executemany,
         so a batch costs a handful of statements and one commit, however large it is.
@@ -136,6 +144,8 @@ class SQLStore:
             now = utcnow()
             for i, job in enumerate(created):
                 _stamp_new(job, first_id + i, first_rev + i, now)
+            if on_ids is not None:
+                on_ids(created)
             try:
                 tx.conn.execute(t.jobs.insert(), [_job_row(j) for j in created])
             except IntegrityError:
@@ -268,6 +278,7 @@ class SQLStore:
         project: str | None = None,
         phases: Iterable[Phase] | None = None,
         worker: str | None = None,
+        name: str | None = None,
         ready: bool | None = None,
         nominated: bool | None = None,
         after_id: int = 0,
@@ -285,6 +296,8 @@ class SQLStore:
             q = q.where(t.jobs.c.phase.in_([str(p) for p in phases]))
         if worker is not None:
             q = q.where(t.jobs.c.worker == worker)
+        if name is not None:
+            q = q.where(t.jobs.c.name == name)
         if ready is not None:
             q = q.where(t.jobs.c.ready == ready)
         if after_id:
@@ -328,7 +341,9 @@ class SQLStore:
 
     def changes_since(self, revision: int, limit: int = 1000) -> list[Change]:
         oldest = self._rows(sa.select(sa.func.min(t.changes.c.revision)))[0][0]
-        if oldest is not None and revision + 1 < oldest:
+        if oldest is None:  # none kept (all compacted): the next change will be the oldest
+            oldest = self.revision() + 1
+        if revision + 1 < oldest:
             raise Gone(f"revision {revision} has been compacted; the oldest kept is {oldest}")
         q = (
             sa.select(t.changes)

@@ -38,6 +38,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_jobs_queue", "jobs", ["phase", "ready", "priority", "id"])
     op.create_index("ix_jobs_worker", "jobs", ["worker", "phase"])
+    op.create_index("ix_jobs_name", "jobs", ["name"])
     op.create_table(
         "job_deps",
         sa.Column("parent", sa.Integer, primary_key=True),
