@@ -1,0 +1,143 @@
+"""End-to-end harness: the real `jobd dev` in a subprocess and the real `job` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Jobd:
+    """A running `jobd dev` and a way to run `job` against it."""
+
+    url: str
+    root: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def job(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "job"), *args],
+            env=self.env,
+            cwd=self.root,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def ok(self, *args: str, input: str | None = None) -> str:
+        result = self.job(*args, input=input)
+        assert result.returncode == 0, f"job {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def get(self, job_id: int | str) -> dict[str, Any]:
+        return json.loads(self.ok("get", str(job_id), "-o", "json"))  # type: ignore[no-any-return]
+
+    def wait_phase(self, job_id: int | str, *phases: str, timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            doc = self.get(job_id)
+            if doc["status"]["phase"] in phases:
+                return doc
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {doc['status']['phase']}, not {phases}")
+            time.sleep(0.05)
+
+    def events(self, **filters: Any) -> list[dict[str, Any]]:
+        lines = (self.root / "logs" / "events.jsonl").read_text().splitlines()
+        found = [json.loads(line) for line in lines if line.strip()]
+        return [e for e in found if all(e.get(k) == v for k, v in filters.items())]
+
+    def api(self) -> httpx.Client:
+        token = (self.root / "data" / "admin.token").read_text().strip()
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"})
+
+
+def start_jobd(root: Path, *flags: str, env_extra: dict[str, str] | None = None) -> Jobd:
+    port = _free_port()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_DATA_HOME"))
+    }
+    env.update(
+        {
+            "JOBD_URL": f"http://127.0.0.1:{port}",
+            "JOBD_DATA_DIR": str(root / "data"),
+            "JOBD_LOG_DIR": str(root / "logs"),
+            "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
+            "JOBD_WORKER_NAME": "w1",
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    env.update(env_extra or {})
+    log = (root / "dev.log").open("wb")
+    process = subprocess.Popen(
+        [str(BIN / "jobd"), "dev", "--port", str(port), "--gpus", "none", *flags],
+        env=env,
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    jobd = Jobd(f"http://127.0.0.1:{port}", root, env, process)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"jobd dev exited: {(root / 'dev.log').read_text()}")
+        try:
+            if httpx.get(f"{jobd.url}/readyz", timeout=0.5).status_code == 200:
+                with jobd.api() as api:
+                    if api.get("/workers").json()["items"]:
+                        return jobd
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("jobd dev did not become ready in 20 s")
+
+
+def stop_jobd(jobd: Jobd) -> None:
+    jobd.process.terminate()
+    try:
+        jobd.process.wait(10)
+    except subprocess.TimeoutExpired:
+        jobd.process.kill()
+        jobd.process.wait()
+
+
+def write_script(root: Path, name: str, body: str) -> list[str]:
+    """A workload script in `root`; returns the argv that runs it with this Python."""
+    path = root / name
+    path.write_text(body)
+    return [sys.executable, str(path)]
+
+
+def manifest(name: str, command: list[str], **spec: Any) -> str:
+    """A one-job YAML manifest (JSON is YAML too)."""
+    doc = {
+        "apiVersion": "jobd/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "project": spec.pop("project", "default")},
+        "spec": {"command": command, **spec},
+    }
+    return json.dumps(doc)
