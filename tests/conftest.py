@@ -1,0 +1,111 @@
+"""Fixtures every test may use: a migrated store on each backend jobd supports.
+
+`store_url` runs a test once on a SQLite file and once on a fresh PostgreSQL database.
+Without a reachable server the PostgreSQL case skips on a developer's machine and fails
+when CI=true, so CI can never pass by silently testing one backend.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from jobd.store import SQLStore, normalize_url, open_store
+
+PG_URL_ENV = "JOBD_TEST_PG_URL"
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1"}
+
+
+def _admin_engine(url: str) -> sa.Engine:
+    return sa.create_engine(
+        normalize_url(url),
+        isolation_level="AUTOCOMMIT",  # CREATE/DROP DATABASE cannot run in a transaction
+        poolclass=sa.pool.NullPool,
+        connect_args={"connect_timeout": 3},
+    )
+
+
+def _unreachable(url: str) -> str | None:
+    """Why the server at `url` cannot be used, or None when it can."""
+    engine = _admin_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.SQLAlchemyError as exc:
+        return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    finally:
+        engine.dispose()
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    """The server's URL, checked once per session; the skip (or failure) is cached too."""
+    url = os.environ.get(PG_URL_ENV, DEFAULT_PG_URL)
+    problem = _unreachable(url)
+    if problem is not None:
+        shown = make_url(url).render_as_string(hide_password=True)
+        reason = f"PostgreSQL not reachable at {shown} (set {PG_URL_ENV}): {problem}"
+        if _in_ci():
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    return url
+
+
+@pytest.fixture
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """A fresh, empty database of its own for one test, dropped afterwards."""
+    name = f"jobd_t_{secrets.token_hex(6)}"
+    admin = _admin_engine(postgres_admin_url)
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield (
+                make_url(postgres_admin_url)
+                .set(database=name)
+                .render_as_string(hide_password=False)
+            )
+        finally:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/jobd.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SQLStore]:
+    """A migrated store on the backend of this parametrization, closed afterwards."""
+    opened = open_store(store_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
