@@ -8,13 +8,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -36,7 +34,9 @@ class Jobd:
     process: subprocess.Popen[bytes]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def job(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def job(
+        self, *args: str, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(BIN / "job"), *args],
             env=self.env,
@@ -77,9 +77,7 @@ class Jobd:
 
 def start_jobd(root: Path, *flags: str, env_extra: dict[str, str] | None = None) -> Jobd:
     port = _free_port()
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_DATA_HOME"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_DATA_HOME"))}
     env.update(
         {
             "JOBD_URL": f"http://127.0.0.1:{port}",

@@ -67,6 +67,8 @@ def test_grace_over_cap_is_refused_naming_the_cap(jobd: Jobd) -> None:
     result = jobd.job("submit", "--checkpoint-grace", "301", "--", "true")
     assert result.returncode != 0
     assert "300" in result.stderr
-    (jobd.root / "grace.yaml").write_text(HELLO.replace("spec:\n", "spec:\n  checkpoint_grace_s: 400\n"))
+    (jobd.root / "grace.yaml").write_text(
+        HELLO.replace("spec:\n", "spec:\n  checkpoint_grace_s: 400\n")
+    )
     refused = jobd.job("apply", "-f", "grace.yaml")
     assert refused.returncode != 0 and "300 s cap" in refused.stderr

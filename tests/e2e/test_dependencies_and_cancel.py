@@ -50,7 +50,12 @@ def test_failed_parent_cancels_children_transitively_but_any_exit_child_runs(job
 def test_child_waits_for_parent_to_succeed(jobd: Jobd) -> None:
     slow = [sys.executable, "-c", "import time; time.sleep(0.5)"]
     ok = [sys.executable, "-c", "print('after')"]
-    jobd.ok("apply", "-f", "-", input=manifest("first", slow) + "\n---\n" + manifest("then", ok, depends_on=["first"]))
+    jobd.ok(
+        "apply",
+        "-f",
+        "-",
+        input=manifest("first", slow) + "\n---\n" + manifest("then", ok, depends_on=["first"]),
+    )
     assert jobd.get("then")["status"]["phase"] == "Pending"
     first = jobd.wait_phase("first", "Succeeded")
     then = jobd.wait_phase("then", "Succeeded")
@@ -59,8 +64,10 @@ def test_child_waits_for_parent_to_succeed(jobd: Jobd) -> None:
 
 def test_cancel_kills_a_job_whose_child_ignores_sigterm(jobd: Jobd) -> None:
     pids = jobd.root / "pids.txt"
-    command = write_script(jobd.root, "stubborn.py", CHILD_IGNORES_TERM) + [str(pids)]
-    job_id = jobd.ok("submit", "--name", "stubborn", "--checkpoint-grace", "1", "--", *command).strip()
+    command = [*write_script(jobd.root, "stubborn.py", CHILD_IGNORES_TERM), str(pids)]
+    job_id = jobd.ok(
+        "submit", "--name", "stubborn", "--checkpoint-grace", "1", "--", *command
+    ).strip()
     jobd.wait_phase(job_id, "Running")
     deadline = time.monotonic() + 10
     while not pids.exists() or not pids.read_text():

@@ -56,7 +56,8 @@ import os, time
 from pathlib import Path
 from jobd.client import install_preemption_handler, time_remaining
 def checkpoint(remaining):
-    Path(os.environ["JOBD_CHECKPOINT_DIR"], "latest.txt").write_text(f"{remaining:.1f} {os.environ['JOBD_CHECKPOINT_GRACE_S']}")
+    grace = os.environ["JOBD_CHECKPOINT_GRACE_S"]
+    Path(os.environ["JOBD_CHECKPOINT_DIR"], "latest.txt").write_text(f"{remaining:.1f} {grace}")
 install_preemption_handler(checkpoint)
 print("ready", flush=True)
 time.sleep(600)
@@ -131,7 +132,9 @@ def test_sentinel_split_across_two_reads_is_seen(one_slot: Jobd) -> None:
 
 def test_sentinel_printed_before_sigterm_is_ignored(one_slot: Jobd) -> None:
     jobd = one_slot
-    job_id = _run(jobd, "early", EARLY_SENTINEL.replace('print("jobd', 'print("ready"); print("jobd'))
+    job_id = _run(
+        jobd, "early", EARLY_SENTINEL.replace('print("jobd', 'print("ready"); print("jobd')
+    )
     time.sleep(0.2)
     jobd.ok("preempt", str(job_id))
     jobd.wait_phase(job_id, "Preempted")
@@ -160,7 +163,13 @@ def test_preempt_refuses_a_job_that_is_not_running(one_slot: Jobd) -> None:
 
 def test_preempt_blockers_dry_run_changes_nothing_then_preempts(one_slot: Jobd) -> None:
     jobd = one_slot
-    holder = _run(jobd, "holder", EARLY_SENTINEL.replace('print("jobd', 'print("ready"); print("jobd'), "--priority", "5")
+    holder = _run(
+        jobd,
+        "holder",
+        EARLY_SENTINEL.replace('print("jobd', 'print("ready"); print("jobd'),
+        "--priority",
+        "5",
+    )
     queued = int(jobd.ok("submit", "--priority", "50", "--", sys.executable, "-c", "pass").strip())
     before = (jobd.get(holder), jobd.get(queued))
     dry = jobd.ok("preempt-blockers", str(queued), "--dry-run")

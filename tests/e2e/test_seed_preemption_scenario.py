@@ -43,10 +43,14 @@ def sweeping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobd]:
     (root / "projects.yaml").write_text(PROJECTS)
     running = start_jobd(
         root,
-        "--slots", "1",
-        "--projects", str(root / "projects.yaml"),
-        "--auto-preempt-queued", "1",
-        "--auto-preempt-min-runtime", "1",
+        "--slots",
+        "1",
+        "--projects",
+        str(root / "projects.yaml"),
+        "--auto-preempt-queued",
+        "1",
+        "--auto-preempt-min-runtime",
+        "1",
     )
     yield running
     stop_jobd(running)
@@ -62,9 +66,16 @@ def _uninterrupted_result(tmp: Path) -> dict[str, object]:
 
 def test_the_seed_scenario(sweeping: Jobd, tmp_path: Path) -> None:
     jobd = sweeping
-    victim_doc = manifest("train", TRAIN, project="long-training", env={"TRAIN_STEP_SLEEP": "0.004"})
+    victim_doc = manifest(
+        "train", TRAIN, project="long-training", env={"TRAIN_STEP_SLEEP": "0.004"}
+    )
     children = [
-        manifest("evaluate", [sys.executable, "-c", "print('eval')"], project="long-training", depends_on=["train"]),
+        manifest(
+            "evaluate",
+            [sys.executable, "-c", "print('eval')"],
+            project="long-training",
+            depends_on=["train"],
+        ),
         manifest(
             "notify",
             [sys.executable, "-c", "print('notify')"],
@@ -77,7 +88,19 @@ def test_the_seed_scenario(sweeping: Jobd, tmp_path: Path) -> None:
     victim = jobd.wait_phase("long-training/train", "Running")
     victim_id = victim["metadata"]["id"]
     assert victim["status"]["effective"]["preemptible"] is True  # from the project default
-    urgent_id = int(jobd.ok("submit", "-p", "urgent", "--name", "hotfix", "--", sys.executable, "-c", "print('urgent ran')").strip())
+    urgent_id = int(
+        jobd.ok(
+            "submit",
+            "-p",
+            "urgent",
+            "--name",
+            "hotfix",
+            "--",
+            sys.executable,
+            "-c",
+            "print('urgent ran')",
+        ).strip()
+    )
 
     assert jobd.wait_phase(urgent_id, "Succeeded", timeout=40)["status"]["exit_code"] == 0
     victim = jobd.wait_phase(victim_id, "Preempted")
@@ -93,7 +116,10 @@ def test_the_seed_scenario(sweeping: Jobd, tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (jobd.root / "logs" / "events.jsonl").read_text().splitlines()]
     assert lines.index(preempts[0]) < lines.index(checkpoints[0])
 
-    assert jobd.wait_phase("long-training/evaluate", "Cancelled")["status"]["reason"] == "dependency_failed"
+    assert (
+        jobd.wait_phase("long-training/evaluate", "Cancelled")["status"]["reason"]
+        == "dependency_failed"
+    )
     assert jobd.wait_phase("long-training/notify", "Succeeded")["status"]["exit_code"] == 0
 
     ckpt_dir = jobd.root / "ckpt" / str(victim_id)
@@ -120,7 +146,16 @@ def test_the_seed_scenario(sweeping: Jobd, tmp_path: Path) -> None:
 def test_a_job_that_is_not_preemptible_is_never_auto_preempted(sweeping: Jobd) -> None:
     jobd = sweeping
     holder = int(
-        jobd.ok("submit", "-p", "batch", "--no-preemptible", "--", sys.executable, "-c", "import time; time.sleep(30)").strip()
+        jobd.ok(
+            "submit",
+            "-p",
+            "batch",
+            "--no-preemptible",
+            "--",
+            sys.executable,
+            "-c",
+            "import time; time.sleep(30)",
+        ).strip()
     )
     jobd.wait_phase(holder, "Running")
     waiting = int(jobd.ok("submit", "-p", "urgent", "--", sys.executable, "-c", "pass").strip())
