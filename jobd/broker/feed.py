@@ -22,7 +22,13 @@ Filter = Callable[[Change], bool]
 
 
 class Notifier:
-    """A broadcast wake-up: every waiter wakes on the next `notify()`."""
+    """A broadcast wake-up: every waiter wakes on the next `notify()`.
+
+    Once `close()` is called (the broker is stopping) waits return at once, so no
+    long-poll holds up a shutdown.
+    """
+
+    closed = False
 
     def __init__(self) -> None:
         self._event = anyio.Event()
@@ -33,8 +39,16 @@ class Notifier:
 
     async def wait(self, timeout_s: float) -> None:
         event = self._event
+        if Notifier.closed:
+            return
         with anyio.move_on_after(timeout_s):
             await event.wait()
+
+    @classmethod
+    def close_all(cls, notifiers: list[Notifier]) -> None:
+        cls.closed = True
+        for notifier in notifiers:
+            notifier.notify()
 
 
 class ChangeFeed:
@@ -83,6 +97,6 @@ class ChangeFeed:
                 return found[-1].revision, found
             revision = max(revision, seen)
             left = deadline - anyio.current_time()
-            if left <= 0:
+            if left <= 0 or Notifier.closed:
                 return revision, []
             await self.changed.wait(left)

@@ -37,6 +37,9 @@ class JobLogs:
             self.wake(job_id)
         return size + len(data)
 
+    def notifiers(self) -> list[Notifier]:
+        return list(self._notifiers.values())
+
     def wake(self, job_id: int) -> None:
         notifier = self._notifiers.pop(job_id, None)
         if notifier is not None:

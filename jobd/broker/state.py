@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from jobd.api.models import Job
 from jobd.broker.batching import CreateBatcher
-from jobd.broker.feed import ChangeFeed
+from jobd.broker.feed import ChangeFeed, Notifier
 from jobd.broker.joblogs import JobLogs
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
@@ -72,6 +72,11 @@ class BrokerState:
         for change in changes:  # type: ignore[attr-defined]
             if change.kind == "Job":
                 self.logs.wake(int(change.key))
+
+    def release_waiters(self) -> None:
+        """Answer every long-poll now: the broker is about to stop."""
+        notifiers = [self.feed.changed, self.feed.events_added, *self.logs.notifiers()]
+        Notifier.close_all(notifiers)
 
     def close(self) -> None:
         self.events.close()

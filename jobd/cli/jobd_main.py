@@ -6,10 +6,12 @@ CONTRACT.md §2. `jobd dev` accepts the broker's and the worker's flags together
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -242,11 +244,34 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     )
 
 
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handling: `jobd dev` and `jobd worker` stop in order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 def _server(app: Any, host: str, port: int) -> uvicorn.Server:
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,  # long-polls (watch, logs -f) must not hold a stop
     )
-    return uvicorn.Server(config)
+    return _QuietServer(config)
+
+
+async def _until_signalled(scope: anyio.CancelScope) -> None:
+    """Wait for SIGINT or SIGTERM, then cancel `scope`: the start of an orderly stop."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            click.echo(f"jobd: {signal.Signals(signum).name}, stopping", err=True)
+            scope.cancel()
+            return
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -260,8 +285,24 @@ def broker(**kw: Any) -> None:
     """Run the control plane: HTTP API, store, reconcile loops."""
     configure_logging("broker")
     config = _broker_config(kw)
+    app = create_app(config)
+    server = _server(app, kw["host"], kw["port"])
     _say_where(config, kw["host"], kw["port"])
-    _server(create_app(config), kw["host"], kw["port"]).run()
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            with anyio.CancelScope() as waiting:
+                await _until_signalled(waiting)
+            _stop_broker(app, server)
+
+    anyio.run(run)
+    click.echo("jobd: stopped", err=True)
+
+
+def _stop_broker(app: Any, server: uvicorn.Server) -> None:
+    app.state.broker.release_waiters()
+    server.should_exit = True
 
 
 @cli.command()
@@ -283,7 +324,13 @@ def worker(server: str, token: str | None, **kw: Any) -> None:
     configure_logging("worker")
     settings = _worker_settings(kw)
     agent = Agent(server, token or default_token(server), settings, lease_duration_s=kw["lease_s"])
-    _run_until_interrupted(agent.run)
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_until_signalled, tg.cancel_scope)
+            await agent.run()  # on a signal: cancelled, and it kills its jobs on the way out
+
+    anyio.run(run)
 
 
 @cli.command()
@@ -308,12 +355,15 @@ def dev(**kw: Any) -> None:
                 if server.should_exit:
                     raise SystemExit(1)
                 await anyio.sleep(0.01)
-            tg.start_soon(agent.run)
-            while not server.should_exit:
-                await anyio.sleep(0.1)
-            tg.cancel_scope.cancel()
+            with anyio.CancelScope() as agent_scope:
+                async with anyio.create_task_group() as worker_tg:
+                    worker_tg.start_soon(_until_signalled, agent_scope)
+                    await agent.run()
+            # The worker has stopped (and killed its jobs); now the broker.
+            _stop_broker(app, server)
 
-    _run_until_interrupted(both)
+    anyio.run(both)
+    click.echo("jobd: stopped", err=True)
 
 
 def _say_where(
@@ -332,13 +382,6 @@ def _say_where(
     click.echo("\n".join(lines), err=True)
 
 
-def _run_until_interrupted(fn: Callable[[], Any]) -> None:
-    try:
-        anyio.run(fn)
-    except KeyboardInterrupt:
-        click.echo("jobd: stopped", err=True)
-
-
 @cli.command()
 @click.option("--server", envvar="JOBD_URL", help="Benchmark this broker instead of starting one.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per scenario.")
@@ -350,11 +393,20 @@ def _run_until_interrupted(fn: Callable[[], Any]) -> None:
     show_default=True,
     help="How much work each scenario does.",
 )
-def bench(server: str | None, as_json: bool, scenarios: tuple[str, ...], size: str) -> None:
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=32,
+    show_default=True,
+    help="Concurrent clients of the submit scenario.",
+)
+def bench(
+    server: str | None, as_json: bool, scenarios: tuple[str, ...], size: str, concurrency: int
+) -> None:
     """Built-in benchmarks against a broker it starts itself (or --server)."""
     from jobd.bench.runner import run_bench
 
-    sys.exit(run_bench(server, as_json, list(scenarios), size))
+    sys.exit(run_bench(server, as_json, list(scenarios), size, concurrency=concurrency))
 
 
 def main() -> None:

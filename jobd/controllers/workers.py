@@ -73,7 +73,8 @@ def _reconcile_jobs(store: Store, name: str, running: set[int], ctx: Context) ->
         elif job.status.phase == Phase.LOST:
             report_started(store, job, name, ctx)
     grace = timedelta(seconds=5)
-    for job in store.list_jobs(worker=name, phases=_STARTED_PHASES):
+    # Lost too: a worker that came back without a job will never report it.
+    for job in store.list_jobs(worker=name, phases=(*_STARTED_PHASES, Phase.LOST)):
         started = job.status.started_at
         if job.id not in running and started and ctx.clock.now() - started > grace:
             _fail_vanished(store, job, ctx)
@@ -107,12 +108,15 @@ class WorkersController:
 
     async def reconcile(self, key: str) -> Result:
         worker = self.ctx.store.get_worker(key)
-        if worker is None or worker.status.phase == "Lost":
+        if worker is None:
             return DONE
-        age = (self.ctx.clock.now() - worker.status.last_renewal).total_seconds()
-        remaining = worker.spec.lease_duration_s - age
-        if remaining > 0:
-            return Result(requeue_after=remaining)
+        if worker.status.phase == "Ready":
+            age = (self.ctx.clock.now() - worker.status.last_renewal).total_seconds()
+            remaining = worker.spec.lease_duration_s - age
+            if remaining > 0:
+                return Result(requeue_after=remaining)
+        # A Lost worker is looked at again too: an expiry cut short by a conflict must
+        # still leave every one of its jobs Lost (each step below is idempotent).
         try:
             self._expire(worker)
         except Conflict:
@@ -121,9 +125,10 @@ class WorkersController:
 
     def _expire(self, worker: Worker) -> None:
         store, now = self.ctx.store, self.ctx.clock.now()
-        lost = worker.model_copy(deep=True)
-        lost.status.phase = "Lost"
-        store.put_worker(lost, [EventRecord("worker_lost", worker=worker.name)])
+        if worker.status.phase != "Lost":
+            lost = worker.model_copy(deep=True)
+            lost.status.phase = "Lost"
+            store.put_worker(lost, [EventRecord("worker_lost", worker=worker.name)])
         for job in store.list_jobs(worker=worker.name, phases=BOUND_PHASES):
             if job.status.phase == Phase.LOST:
                 continue

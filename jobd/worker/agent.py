@@ -10,7 +10,6 @@ reconcile the other direction. Next stage: Execution, one per job.
 
 from __future__ import annotations
 
-import signal
 import socket
 from typing import Any
 
@@ -57,26 +56,15 @@ class Agent:
         ) as http:
             self.link = BrokerLink(http, self.settings.name)
             await self._register()
-            try:
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    tg.start_soon(self.link.ship_events_forever)
-                    tg.start_soon(self._heartbeat_forever)
-                    if self.settings.checkpoint_ttl_days is not None:
-                        root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
-                        tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
-                    await self._resync()
-                    await self._watch_forever()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self._kill_all()
-
-    async def _kill_all(self) -> None:
-        """On shutdown nothing of ours may keep running unsupervised."""
-        for execution in list(self.executions.values()):
-            if execution.handle is not None:
-                log.warning("job_killed_on_shutdown", job=execution.job_id)
-                await execution.handle.signal(signal.SIGKILL)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self.link.ship_events_forever)
+                tg.start_soon(self._heartbeat_forever)
+                if self.settings.checkpoint_ttl_days is not None:
+                    root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
+                    tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
+                await self._resync()
+                await self._watch_forever()
 
     async def _register(self) -> None:
         assert self.link is not None
@@ -161,6 +149,9 @@ class Agent:
             try:
                 await execution.run()
             finally:
+                # Also on shutdown: nothing of ours may keep running unsupervised.
+                with anyio.CancelScope(shield=True):
+                    await execution.kill_if_running()
                 self.executions.pop(job.id, None)
 
         self._tg.start_soon(supervise)

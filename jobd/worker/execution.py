@@ -82,6 +82,7 @@ class Execution:
         self.scanner = SentinelScanner()
         self.armed = False  # the sentinel only counts during the grace window
         self.stopping = False
+        self.exited = False
         self.started = anyio.Event()
         self._checkpoint_reported: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -141,6 +142,7 @@ class Execution:
             pumps.start_soon(self._pump, self.handle.stdout, local, shipper, ends[0], True)
             pumps.start_soon(self._pump, self.handle.stderr, local, shipper, ends[1], False)
             result = await self.handle.wait()
+            self.exited = True
             # The rest of the group was killed with it, so the pipes reach EOF promptly;
             # the bound only guards against a process that escaped the group.
             with anyio.move_on_after(2):
@@ -180,6 +182,12 @@ class Execution:
 
         assert self._tg is not None
         self._tg.start_soon(report)
+
+    async def kill_if_running(self) -> None:
+        """SIGKILL the whole job unless its main process was already seen to exit."""
+        if self.handle is not None and not self.exited:
+            self.link.event("job_killed_on_shutdown", self.job_id)
+            await self.handle.signal(signal.SIGKILL)
 
     async def stop(self, reason: str) -> None:
         """SIGTERM the whole job, wait its grace, SIGKILL what is left."""

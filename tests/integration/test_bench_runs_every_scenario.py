@@ -1,0 +1,73 @@
+"""`jobd bench --size tiny --json` runs every scenario against real subprocesses.
+
+Each scenario prints exactly one JSON line with the common figures. `per_s` is null
+where a rate does not apply: the latency scenarios (dispatch, preempt, scale) and
+reconcile, whose p50/p99 are CPU milliseconds; every other figure is a number. Targets
+may be missed on a slow machine (`met: false`), which still exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+SCENARIOS = ["submit", "apply", "dispatch", "drain", "preempt", "scale", "reconcile"]
+RATE_NOT_APPLICABLE = {"dispatch", "preempt", "scale", "reconcile"}
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBD_")}
+    env |= {"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "TMPDIR": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "jobd", "bench", "--size", "tiny", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def _lines(run: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def test_bench_exits_zero(bench_run: subprocess.CompletedProcess[str]) -> None:
+    assert bench_run.returncode == 0, bench_run.stdout + bench_run.stderr
+
+
+def test_each_scenario_prints_one_json_line(bench_run: subprocess.CompletedProcess[str]) -> None:
+    assert [line["scenario"] for line in _lines(bench_run)] == SCENARIOS, bench_run.stderr
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_reports_its_figures(
+    bench_run: subprocess.CompletedProcess[str], scenario: str
+) -> None:
+    (line,) = [x for x in _lines(bench_run) if x["scenario"] == scenario]
+    assert "error" not in line, line["error"]
+    assert line["n"] > 0 and isinstance(line["n"], int)
+    assert _is_number(line["p50_ms"]) and _is_number(line["p99_ms"])
+    assert line["p50_ms"] <= line["p99_ms"]
+    if scenario in RATE_NOT_APPLICABLE:
+        assert line["per_s"] is None
+    else:
+        assert _is_number(line["per_s"]) and line["per_s"] > 0
+    assert isinstance(line["met"], bool) and line["size"] == "tiny"
+
+
+def test_submitted_jobs_survive_a_killed_broker(
+    bench_run: subprocess.CompletedProcess[str],
+) -> None:
+    (line,) = [x for x in _lines(bench_run) if x["scenario"] == "submit"]
+    assert line["durable"] is True
