@@ -74,7 +74,12 @@ async def heartbeat(request: Request, name: str, body: Heartbeat) -> dict[str, A
 
 @router.get("/workers", summary="List workers")
 async def list_workers(request: Request) -> dict[str, Any]:
-    return {"items": [dump(w) for w in state_of(request).store.list_workers()]}
+    state = state_of(request)
+    items = []
+    for worker in state.store.list_workers():
+        worker.status.last_renewal = workers.last_renewal(state.ctx, worker)
+        items.append(dump(worker))
+    return {"items": items}
 
 
 @router.post("/jobs/{job_id}/started", summary="Worker: the workload process started")

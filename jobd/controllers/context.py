@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.store.base import Store
@@ -29,3 +30,6 @@ class Context:
     clock: Clock = field(default_factory=SystemClock)
     # Set by the manager: ask a controller to look at a key now.
     enqueue: Callable[[str, str], None] = lambda _controller, _key: None
+    # Lease renewals live in memory: a heartbeat that changes nothing else writes nothing,
+    # so a thousand workers renewing cost no commits and wake no controller.
+    leases: dict[str, datetime] = field(default_factory=dict)

@@ -46,8 +46,11 @@ class Manager:
     def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
         for change in changes:
             for name, controller in self.controllers.items():
+                # A controller whose decisions run on minutes may gather a burst of
+                # changes into one pass instead of one pass per change.
+                coalesce = getattr(controller, "coalesce_s", 0.0)
                 for key in controller.keys_for(change):
-                    self.queues[name].add(key)
+                    self.queues[name].add_after(key, coalesce)
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:

@@ -197,6 +197,7 @@ class SweeperController:
     """The seed's four conditions, checked when they can change and not otherwise."""
 
     name = "sweeper"
+    coalesce_s = 0.2  # thresholds are minutes; a burst of changes makes one pass
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -56,6 +56,7 @@ class WorkQueue:
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._timers: list[tuple[float, int, str]] = []
+        self._due: dict[str, float] = {}  # the earliest pending timer of each key
         self._seq = itertools.count()
         self._failures: dict[str, int] = {}
         self._base, self._max = base_backoff_s, max_backoff_s
@@ -76,7 +77,11 @@ class WorkQueue:
         if delay_s <= 0:
             self.add(key)
             return
-        heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq), key))
+        due = time.monotonic() + delay_s
+        if self._due.get(key, math.inf) <= due:
+            return  # an earlier timer for this key will bring it back anyway
+        self._due[key] = due
+        heapq.heappush(self._timers, (due, next(self._seq), key))
         self._wakeup.set()
 
     def add_rate_limited(self, key: str) -> float:
@@ -99,8 +104,10 @@ class WorkQueue:
         """Move due timers into the queue; seconds until the next one, if any."""
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
-            _, _, key = heapq.heappop(self._timers)
-            self.add(key)
+            due, _, key = heapq.heappop(self._timers)
+            if self._due.get(key) == due:  # else superseded by an earlier timer
+                del self._due[key]
+                self.add(key)
         return self._timers[0][0] - now if self._timers else None
 
     async def get(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from jobd.api.models import BOUND_PHASES, Job, ObjectMeta, Phase, Worker, WorkerSpec
 from jobd.controllers.context import Context
@@ -19,7 +19,7 @@ from jobd.controllers.lifecycle import finish, report_started
 from jobd.controllers.queueing import DONE, Result
 from jobd.store.base import Change, Conflict, EventRecord, Store
 
-__all__ = ["WorkersController", "heartbeat", "register_worker"]
+__all__ = ["WorkersController", "heartbeat", "last_renewal", "register_worker"]
 
 _STARTED_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)
 
@@ -34,6 +34,7 @@ def register_worker(
     worker.status.phase = "Ready"
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
+    ctx.leases[name] = worker.status.last_renewal
     events = (
         []
         if live and live.status.phase == "Ready"
@@ -49,18 +50,33 @@ def register_worker(
 def heartbeat(
     store: Store, name: str, running: list[int], ctx: Context
 ) -> tuple[Worker, list[int]]:
-    """Renew the lease and reconcile both ways; returns the jobs the worker must stop."""
+    """Renew the lease and reconcile both ways; returns the jobs the worker must stop.
+
+    The renewal itself is kept in memory; the Worker is written only when its phase or
+    its list of jobs changes.
+    """
     live = store.get_worker(name)
     if live is None:
         raise LookupError(f"worker {name} is not registered")
+    now = ctx.clock.now()
+    ctx.leases[name] = now
     worker = live.model_copy(deep=True)
     came_back = worker.status.phase == "Lost"
-    worker.status.phase = "Ready"
-    worker.status.last_renewal = ctx.clock.now()
-    worker.status.jobs = sorted(running)
-    events = [EventRecord("worker_recovered", worker=name)] if came_back else []
-    worker = store.put_worker(worker, events)
+    if came_back or worker.status.jobs != sorted(running):
+        worker.status.phase = "Ready"
+        worker.status.last_renewal = now
+        worker.status.jobs = sorted(running)
+        events = [EventRecord("worker_recovered", worker=name)] if came_back else []
+        worker = store.put_worker(worker, events)
+    worker.status.last_renewal = now
     return worker, _reconcile_jobs(store, name, set(running), ctx)
+
+
+def last_renewal(ctx: Context, worker: Worker) -> datetime:
+    """The newest renewal known: in memory since this broker started, else the stored one."""
+    remembered = ctx.leases.get(worker.name)
+    stored = worker.status.last_renewal
+    return max(remembered, stored) if remembered else stored
 
 
 def _reconcile_jobs(store: Store, name: str, running: set[int], ctx: Context) -> list[int]:
@@ -99,6 +115,10 @@ class WorkersController:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.resync_s = ctx.settings.sweep_interval_s
+        # A broker that just started has heard no heartbeat yet: every worker gets one
+        # full lease from now before it can be called Lost.
+        for worker in ctx.store.list_workers():
+            ctx.leases.setdefault(worker.name, ctx.clock.now())
 
     def keys_for(self, change: Change) -> Iterable[str]:
         return [change.key] if change.kind == "Worker" and change.op != "DELETED" else []
@@ -111,7 +131,7 @@ class WorkersController:
         if worker is None:
             return DONE
         if worker.status.phase == "Ready":
-            age = (self.ctx.clock.now() - worker.status.last_renewal).total_seconds()
+            age = (self.ctx.clock.now() - last_renewal(self.ctx, worker)).total_seconds()
             remaining = worker.spec.lease_duration_s - age
             if remaining > 0:
                 return Result(requeue_after=remaining)
