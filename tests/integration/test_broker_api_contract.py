@@ -1,0 +1,149 @@
+"""The broker's HTTP contract, driven in-process through httpx.ASGITransport.
+
+No controllers run here (the ASGI lifespan is not started), so every assertion is about
+what the API itself answers: auth, validation, conflicts, apply, watch, logs, metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from jobd.broker.app import create_app
+from jobd.broker.state import BrokerConfig
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "test-token"
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
+    app = create_app(config)
+    transport = httpx.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
+        yield c
+    app.state.broker.close()
+
+
+def job(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobd/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"command": ["true"], **spec},
+    }
+
+
+async def test_requests_without_the_token_get_401_except_health_and_metrics(
+    api: httpx.AsyncClient,
+) -> None:
+    anonymous = {"Authorization": "Bearer wrong"}
+    assert (await api.get("/jobs", headers=anonymous)).status_code == 401
+    api.headers.pop("Authorization")
+    assert (await api.get("/jobs")).status_code == 401
+    assert (await api.get("/healthz")).status_code == 200
+    assert (await api.get("/readyz")).text == "ok\n"
+    metrics = (await api.get("/metrics")).text
+    assert 'jobd_jobs{phase="Pending"} 0' in metrics
+    assert "jobd_queue_oldest_age_seconds" in metrics
+
+
+async def test_openapi_document_lists_the_seed_paths(api: httpx.AsyncClient) -> None:
+    paths = (await api.get("/openapi.json")).json()["paths"]
+    for path in ("/jobs/{job_id}/complete", "/jobs/{job_id}/checkpoint-complete", "/apply"):
+        assert path in paths
+
+
+async def test_invalid_body_gets_422_naming_the_field(api: httpx.AsyncClient) -> None:
+    resp = await api.post("/jobs", json=job("neg", priority=-1))
+    assert resp.status_code == 422
+    assert resp.json()["detail"].startswith("spec.priority:")
+    resp = await api.post("/jobs", json=job("typo", comand=["x"]))
+    assert resp.status_code == 422 and "spec.comand: unknown field" in resp.json()["detail"]
+    resp = await api.post("/jobs", json=job("grace", checkpoint_grace_s=301))
+    assert resp.status_code == 422 and "300 s cap" in resp.json()["detail"]
+    assert (await api.get("/jobs")).json()["items"] == []
+
+
+async def test_apply_decides_created_configured_unchanged(api: httpx.AsyncClient) -> None:
+    docs = [job("a"), job("b", depends_on=["a"])]
+    first = (await api.post("/apply", json={"documents": docs})).json()["results"]
+    assert [r["action"] for r in first] == ["created", "created"]
+    assert first[1]["object"]["status"]["parents"] == [first[0]["object"]["metadata"]["id"]]
+    again = (await api.post("/apply", json={"documents": docs})).json()["results"]
+    assert [r["action"] for r in again] == ["unchanged", "unchanged"]
+    changed = [job("a", priority=7), job("b", depends_on=["a"])]
+    dry = (await api.post("/apply", json={"documents": changed, "dry_run": True})).json()
+    assert [r["action"] for r in dry["results"]] == ["configured", "unchanged"]
+    live = (await api.get("/jobs", params={"name": "a"})).json()["items"][0]
+    assert live["spec"].get("priority") is None  # the dry run wrote nothing
+
+
+async def test_a_refused_apply_leaves_every_job_untouched(api: httpx.AsyncClient) -> None:
+    await api.post("/apply", json={"documents": [job("keep")]})
+    before = (await api.get("/jobs")).json()["items"]
+    bad = [job("new-one"), job("orphan", depends_on=["missing"])]
+    resp = await api.post("/apply", json={"documents": bad})
+    assert resp.status_code == 422 and "missing" in resp.json()["detail"]
+    assert (await api.get("/jobs")).json()["items"] == before
+
+
+async def test_verbs_that_do_not_apply_get_409_and_change_nothing(api: httpx.AsyncClient) -> None:
+    created = (await api.post("/jobs", json=job("p"))).json()
+    job_id = created["metadata"]["id"]
+    resp = await api.post(f"/jobs/{job_id}/preempt")
+    assert resp.status_code == 409 and "only a Running job" in resp.json()["detail"]
+    assert (await api.delete(f"/jobs/{job_id}")).status_code == 409
+    assert (await api.get(f"/jobs/{job_id}")).json() == created
+    cancelled = (await api.post(f"/jobs/{job_id}/cancel")).json()
+    assert cancelled["status"]["phase"] == "Cancelled"
+    assert (await api.post(f"/jobs/{job_id}/cancel")).status_code == 409
+    assert (await api.delete(f"/jobs/{job_id}")).json() == {"deleted": job_id}
+    assert (await api.get(f"/jobs/{job_id}")).status_code == 404
+
+
+async def test_a_stale_resource_version_on_apply_gets_409(api: httpx.AsyncClient) -> None:
+    created = (await api.post("/jobs", json=job("cas"))).json()
+    stale = job("cas", priority=3)
+    stale["metadata"]["resource_version"] = created["metadata"]["resource_version"] - 1
+    resp = await api.post("/apply", json={"documents": [stale]})
+    assert resp.status_code == 409
+
+
+async def test_watch_returns_changes_after_a_revision(api: httpx.AsyncClient) -> None:
+    start = (await api.get("/jobs")).json()["revision"]
+    await api.post("/jobs", json=job("w1"))
+    body = (await api.get("/watch", params={"since": start, "timeout": 1})).json()
+    assert [c["op"] for c in body["changes"]] == ["ADDED"]
+    assert body["changes"][0]["object"]["metadata"]["name"] == "w1"
+    quiet = (await api.get("/watch", params={"since": body["revision"], "timeout": 0.05})).json()
+    assert quiet["changes"] == []
+
+
+async def test_logs_are_appended_at_offsets_and_read_back(api: httpx.AsyncClient) -> None:
+    job_id = (await api.post("/jobs", json=job("l"))).json()["metadata"]["id"]
+    await api.post(f"/jobs/{job_id}/logs", params={"offset": 0}, content=b"hello ")
+    await api.post(f"/jobs/{job_id}/logs", params={"offset": 0}, content=b"hello ")  # a retry
+    await api.post(f"/jobs/{job_id}/logs", params={"offset": 6}, content=b"world\n")
+    resp = await api.get(f"/jobs/{job_id}/logs", params={"offset": 0})
+    assert resp.content == b"hello world\n"
+    assert resp.headers["X-Jobd-Offset"] == "12" and resp.headers["X-Jobd-Done"] == "false"
+    tail = await api.get(f"/jobs/{job_id}/logs", params={"offset": 6})
+    assert tail.content == b"world\n"
+
+
+async def test_worker_events_are_ingested_tagged_with_the_worker(api: httpx.AsyncClient) -> None:
+    body = {
+        "worker": "gpu-1",
+        "events": [{"event": "process_started", "job": 5, "fields": {"pid": 9}}],
+    }
+    assert (await api.post("/events", json=body)).json() == {"accepted": 1}
+    items = (await api.get("/events", params={"type": "process_started"})).json()["items"]
+    assert items[0]["worker"] == "gpu-1" and items[0]["pid"] == 9 and items[0]["job"] == 5
