@@ -26,8 +26,9 @@ from jobd.worker.sentinel import SentinelScanner
 
 __all__ = ["Execution", "WorkerSettings", "workload_env"]
 
-# Never handed to a workload: the broker's credentials and the agent's own settings.
-_PRIVATE_PREFIXES = ("JOBD_TOKEN", "JOBD_WORKER_", "JOBD_URL")
+# Never inherited by a workload: the token, the store URL (it may hold a password) and
+# every other setting of jobd's own; the workload's JOBD_* variables are set below.
+_PRIVATE_PREFIX = "JOBD_"
 
 
 @dataclass
@@ -44,7 +45,7 @@ class WorkerSettings:
 
 def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str, str]:
     """The workload's complete environment (CONTRACT.md §6)."""
-    env = {k: v for k, v in settings.base_env.items() if not k.startswith(_PRIVATE_PREFIXES)}
+    env = {k: v for k, v in settings.base_env.items() if not k.startswith(_PRIVATE_PREFIX)}
     env.pop("RESUME_FROM", None)  # only when set by the submitter or by `job resume`
     env.update(job.spec.env)
     env.update(
