@@ -181,7 +181,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
     if dry_run:
         return results
     created = {j.ref: j for j in create_jobs(store, new, clock)} if new else {}
-    stored = {j.ref: store.update_job(j) for j in updates}
+    stored = {j.ref: store.update_job(j, durable=True) for j in updates}
     for res in results:
         res.obj = created.get(res.name) or stored.get(res.name) or res.obj
     return results

@@ -66,10 +66,10 @@ def cancel(store: Store, job: Job, ctx: Context, reason: str = "user") -> Job:
     job.status.desired_phase = Phase.CANCELLED
     job.status.reason = reason
     if job.status.phase in (Phase.PENDING, Phase.LOST):
-        return store.update_job(job, finish(job, Phase.CANCELLED, ctx, reason))
+        return store.update_job(job, finish(job, Phase.CANCELLED, ctx, reason), durable=True)
     if job.status.signal is None:
         job.status.signal = "cancel"
-    return store.update_job(job)
+    return store.update_job(job, durable=True)
 
 
 def _check_worker(job: Job, worker: str) -> None:

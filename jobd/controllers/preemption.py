@@ -80,7 +80,7 @@ def request_preemption(
             "candidate_priority": candidate.status.effective.priority if candidate else None,
         },
     )
-    return store.update_job(job, [event])
+    return store.update_job(job, [event], durable=True)
 
 
 def _on_the_way(job: Job) -> bool:

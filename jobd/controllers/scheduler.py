@@ -21,7 +21,9 @@ from jobd.store.base import Change, Conflict, EventRecord
 __all__ = ["Capacity", "SchedulerController", "capacity_of", "choose_worker"]
 
 QUEUE_KEY = "queue"
-_PAGE = 500
+# How many queued jobs one pass may look at beyond those it binds (like Slurm's
+# bf_max_job_test): a queue of jobs that fit nowhere must not make every pass long.
+_SCAN_LIMIT = 1000
 
 
 @dataclass
@@ -107,26 +109,23 @@ class SchedulerController:
             cap = caps.get(job.status.nominated_worker or "")
             if cap is not None:
                 cap.reserved[job.id] = job.spec.resources
-        after_priority: tuple[int, int] | None = None
-        while any(c.free_slots > 0 for c in caps.values()):
-            page = self._pending_page(after_priority)
-            if not page:
-                break
+        after: tuple[int, int] | None = None
+        scanned = 0
+        while scanned < _SCAN_LIMIT and (free := sum(max(0, c.free_slots) for c in caps.values())):
+            # Read about as many queued jobs as could start: a pass costs what it binds.
+            size = min(_SCAN_LIMIT - scanned, max(8, 2 * free))
+            page = store.list_jobs(
+                phases=[Phase.PENDING], ready=True, by_priority=True, limit=size, after=after
+            )
             for job in page:
                 cap = choose_worker(job, caps)
                 if cap is not None:
                     self._bind(job, cap)
-            last = page[-1]
-            after_priority = (last.status.effective.priority, last.id)
-            if len(page) < _PAGE:
+            scanned += len(page)
+            if len(page) < size:
                 break
+            after = (page[-1].status.effective.priority, page[-1].id)
         return DONE
-
-    def _pending_page(self, after: tuple[int, int] | None) -> list[Job]:
-        jobs = self.ctx.store.list_jobs(
-            phases=[Phase.PENDING], ready=True, by_priority=True, limit=_PAGE, after=after
-        )
-        return jobs
 
     def _bind(self, job: Job, cap: Capacity) -> None:
         bound = job.model_copy(deep=True)

@@ -51,11 +51,18 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def _set_synchronous(conn: Connection, level: str) -> None:
+    info = conn.connection.info
+    if info.get("synchronous") != level:
+        conn.exec_driver_sql(f"PRAGMA synchronous={level}")
+        info["synchronous"] = level
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     # FULL: an acknowledged write survives power loss, not just a crash of the broker.
-    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA synchronous=FULL")  # each transaction may lower it, see _tx
     cur.execute("PRAGMA busy_timeout=10000")
     cur.close()
 
@@ -68,6 +75,7 @@ class SQLStore:
         self.engine: Engine = self._make_engine(self.url)
         self._listeners: list[CommitListener] = []
         self._lock = threading.RLock()  # one writer at a time keeps CAS and revisions simple
+        self._sqlite = self.url.startswith("sqlite")
 
     @staticmethod
     def _make_engine(url: str) -> Engine:
@@ -111,10 +119,21 @@ class SQLStore:
     # -- the write path ------------------------------------------------------------------
 
     @contextmanager
-    def _tx(self) -> Iterator[_Tx]:
+    def _tx(self, durable: bool = False) -> Iterator[_Tx]:
+        """One transaction; its listeners run after the commit.
+
+        `durable` commits survive power loss (SQLite fsyncs the WAL at each such commit).
+        The others survive a crash of the broker but may be lost with the machine's power,
+        which costs nothing that matters: they record observations (a job started, a
+        worker's report) that the reconcile loops and the workers re-derive, and the WAL
+        keeps the file consistent either way. What a user was told is accepted — a created
+        job — is always durable.
+        """
         with self._lock:
             tx = _Tx()
             with self.engine.begin() as conn:
+                if self._sqlite:
+                    _set_synchronous(conn, "FULL" if durable else "NORMAL")
                 tx.conn = conn
                 yield tx
             # Committed: now, and only now, may anyone hear of it.
@@ -138,7 +157,7 @@ class SQLStore:
         if not jobs:
             return []
         created = [job.model_copy(deep=True) for job in jobs]
-        with self._tx() as tx:
+        with self._tx(durable=True) as tx:
             first_rev = tx.reserve("revision", len(created))
             first_id = tx.reserve("job_id", len(created))
             now = utcnow()
@@ -168,8 +187,11 @@ class SQLStore:
             seen.add(job.ref)
         return Conflict("a job in this request already exists")
 
-    def update_job(self, job: Job, events: Iterable[EventRecord] = ()) -> Job:
-        with self._tx() as tx:
+    def update_job(
+        self, job: Job, events: Iterable[EventRecord] = (), *, durable: bool = False
+    ) -> Job:
+        """Compare-and-swap; `durable` for what a user was told (see _tx)."""
+        with self._tx(durable) as tx:
             job = job.model_copy(deep=True)
             expected = job.metadata.resource_version
             rev = tx.next_revision()
@@ -184,7 +206,7 @@ class SQLStore:
         return job
 
     def delete_job(self, job: Job) -> None:
-        with self._tx() as tx:
+        with self._tx(durable=True) as tx:
             rev = tx.next_revision()
             result = tx.conn.execute(
                 sa.delete(t.jobs).where(
@@ -204,18 +226,23 @@ class SQLStore:
         return NotFound(f"{kind} {key} not found")
 
     def put_project(self, project: Project) -> Project:
-        return self._put_named("Project", t.projects, project, [])
+        return self._put_named("Project", t.projects, project, [], durable=True)
 
     def put_worker(self, worker: Worker, events: Iterable[EventRecord] = ()) -> Worker:
         return self._put_named("Worker", t.workers, worker, events)
 
     def _put_named(
-        self, kind: Kind, table: sa.Table, obj: _Named, events: Iterable[EventRecord]
+        self,
+        kind: Kind,
+        table: sa.Table,
+        obj: _Named,
+        events: Iterable[EventRecord],
+        durable: bool = False,
     ) -> _Named:
         """Create when resource_version is None, else compare-and-swap."""
         obj = obj.model_copy(deep=True)
         name, expected = obj.name, obj.metadata.resource_version
-        with self._tx() as tx:
+        with self._tx(durable) as tx:
             rev = tx.next_revision()
             obj.metadata.resource_version = rev
             if expected is None:
@@ -241,7 +268,7 @@ class SQLStore:
         return obj
 
     def delete_project(self, project: Project) -> None:
-        with self._tx() as tx:
+        with self._tx(durable=True) as tx:
             rev = tx.next_revision()
             result = tx.conn.execute(
                 sa.delete(t.projects).where(

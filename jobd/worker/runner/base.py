@@ -8,6 +8,7 @@ runners only differ in how they contain the job (process group or systemd scope)
 
 from __future__ import annotations
 
+import os
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -142,6 +143,11 @@ class MainProcess(ABC):
     def exit_result(self) -> ExitResult | None:
         """The result if the process has exited, else None (never blocks)."""
 
+    async def exited(self) -> None:
+        """Return soon after the process exits; the base case polls."""
+        while self.exit_result() is None:
+            await anyio.sleep(POLL_INTERVAL_S)
+
 
 class SpawnedProcess(MainProcess):
     """Our own child: asyncio reaps it and records the exit status."""
@@ -150,10 +156,31 @@ class SpawnedProcess(MainProcess):
         # -1 never matches: the child was reaped before we could read its start time.
         super().__init__(ProcessIdentity.of(process.pid) or ProcessIdentity(process.pid, -1))
         self._process = process
+        self._pidfd = _open_pidfd(process.pid)
 
     def exit_result(self) -> ExitResult | None:
         returncode = self._process.returncode
         return None if returncode is None else ExitResult.from_returncode(returncode)
+
+    async def exited(self) -> None:
+        """A pidfd turns readable the moment the process exits: no poll interval to wait."""
+        interval = POLL_INTERVAL_S
+        if self._pidfd is not None and self.exit_result() is None:
+            try:
+                await anyio.wait_readable(self._pidfd)
+            finally:
+                os.close(self._pidfd)
+                self._pidfd = None
+            interval = 0.001  # asyncio's child watcher records the status a moment later
+        while self.exit_result() is None:
+            await anyio.sleep(interval)
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # an old kernel, or already reaped
+        return None
 
 
 class AdoptedProcess(MainProcess):
@@ -208,8 +235,9 @@ class HandleBase(ABC):
         return await self.wait()
 
     async def _wait_main(self) -> ExitResult:
-        while (result := self._main.exit_result()) is None:
-            await anyio.sleep(POLL_INTERVAL_S)
+        await self._main.exited()
+        result = self._main.exit_result()
+        assert result is not None
         return result
 
 
