@@ -30,14 +30,13 @@ async def apply(request: Request, body: ApplyRequest) -> dict[str, Any]:
         parse_resource(Document(doc, f"document {i + 1}", 1))
         for i, doc in enumerate(body.documents)
     ]
-    results = [
-        admission.apply_project(state.store, r, body.dry_run)
-        for r in resources
-        if isinstance(r, Project)
-    ]
+    projects = [r for r in resources if isinstance(r, Project)]
     jobs = [r for r in resources if isinstance(r, Job)]
-    if len(jobs) + len(results) != len(resources):
+    if len(jobs) + len(projects) != len(resources):
         raise AdmissionError("kind: Worker documents are written by workers only")
+    # Refuse before writing anything: a bad job must not leave its projects applied.
+    admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
+    results = [admission.apply_project(state.store, p, body.dry_run) for p in projects]
     results += admission.apply_jobs(state.store, jobs, state.ctx.clock, body.dry_run)
     return {
         "results": [

@@ -40,12 +40,12 @@ async def metrics(request: Request) -> Response:
     for status in ("Ready", "Lost"):
         n = sum(1 for w in workers if w.status.phase == status)
         lines.append(f'jobd_workers{{status="{status}"}} {n}')
-    oldest = state.store.list_jobs(phases=[Phase.PENDING], limit=1)
+    oldest = state.store.list_jobs(phases=[Phase.PENDING], ready=True, limit=1)
     age = 0.0
     if oldest and oldest[0].status.queued_at:
         age = (datetime.now(UTC) - oldest[0].status.queued_at).total_seconds()
     lines += [
-        "# HELP jobd_queue_oldest_age_seconds Age of the oldest Pending job.",
+        "# HELP jobd_queue_oldest_age_seconds Wait of the oldest job queued for capacity.",
         "# TYPE jobd_queue_oldest_age_seconds gauge",
         f"jobd_queue_oldest_age_seconds {age:.3f}",
         "# HELP jobd_store_revision The store's newest revision.",

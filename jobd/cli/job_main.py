@@ -215,7 +215,8 @@ def apply(settings: Settings, files: tuple[str, ...], dry_run: bool) -> None:
         results = client.apply(documents, dry_run=dry_run)
     suffix = " (dry run)" if dry_run else ""
     for result in results:
-        click.echo(f"{result.kind.lower()}/{result.name} {result.action}{suffix}")
+        name = result.name.rpartition("/")[2]  # CONTRACT.md §4: job/<name>, project/<name>
+        click.echo(f"{result.kind.lower()}/{name} {result.action}{suffix}")
 
 
 @cli.command()

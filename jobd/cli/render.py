@@ -358,8 +358,8 @@ def to_json(docs: Any, *, compact: bool = False) -> str:
 def diff_text(live: Document | None, applied: Document, kind: str, name: str) -> str:
     """Unified diff of the live YAML against what apply would make; "" when they agree.
 
-    `status` is left out: apply never writes it, and comparing it would show the job's
-    progress between two requests as a difference.
+    `status` and the server's own metadata are left out: apply never writes them, and
+    comparing them would show the job's progress between two requests as a difference.
     """
     before = dump_yaml([_without_status(live)]) if live is not None else ""
     after = dump_yaml([_without_status(applied)])
@@ -373,5 +373,13 @@ def diff_text(live: Document | None, applied: Document, kind: str, name: str) ->
     return "".join(lines)
 
 
+_SERVER_METADATA = ("id", "uid", "generation", "resource_version", "created_at")
+
+
 def _without_status(doc: Document) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k != "status"}
+    """What a manifest says: no status, and none of the metadata the server keeps."""
+    kept = {k: v for k, v in doc.items() if k != "status"}
+    if isinstance(kept.get("metadata"), dict):
+        meta = kept["metadata"]
+        kept["metadata"] = {k: v for k, v in meta.items() if k not in _SERVER_METADATA}
+    return kept

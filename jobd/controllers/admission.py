@@ -172,7 +172,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
             new.append(job)
             results.append(ApplyResult("Job", job.ref, "created", job))
             continue
-        merged = _merge_into_live(live, job)
+        merged = _merge_into_live(live, job, store.get_project(job.project))
         action: Action = "unchanged" if merged is live else "configured"
         results.append(ApplyResult("Job", job.ref, action, merged))
         if merged is not live:
@@ -194,7 +194,7 @@ def _check_parents(store: Store, new: list[Job]) -> None:
         _resolve_parents(store, job, i, batch)
 
 
-def _merge_into_live(live: Job, desired: Job) -> Job:
+def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
     """The live job with the desired spec and labels; `live` itself when nothing changes."""
     same_spec = live.spec == desired.spec
     same_labels = live.metadata.labels == desired.metadata.labels
@@ -217,6 +217,7 @@ def _merge_into_live(live: Job, desired: Job) -> Job:
         merged.spec = desired.spec.model_copy(deep=True)
         merged.metadata.generation += 1
         merged.status.observed_generation = merged.metadata.generation
+        merged.status.effective = resolve_effective(merged, project)
     return merged
 
 

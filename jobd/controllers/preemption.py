@@ -177,13 +177,19 @@ def preempt_blockers(store: Store, candidate: Job, ctx: Context, dry_run: bool) 
     prio = candidate.status.effective.priority
 
     def lower(job: Job) -> bool:
-        return job.status.phase == Phase.RUNNING and job.status.effective.priority < prio
+        # The thresholds are waived, the other rules are not: `job preempt ID` is the
+        # verb for taking a job that is not preemptible.
+        return (
+            job.status.phase == Phase.RUNNING
+            and job.status.effective.preemptible
+            and job.status.effective.priority < prio
+        )
 
     plan = choose_victims(candidate, caps, bound, lower)
     if plan is None:
         raise TransitionError(
-            f"no set of running jobs with priority below {prio} on one worker would make "
-            f"room for job {candidate.id}"
+            f"no set of preemptible running jobs with priority below {prio} on one worker "
+            f"would make room for job {candidate.id}"
         )
     if not dry_run:
         plan.victims = [

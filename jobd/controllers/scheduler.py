@@ -132,6 +132,8 @@ class SchedulerController:
         status = bound.status
         status.phase, status.worker = Phase.SCHEDULED, cap.worker
         status.scheduled_at = self.ctx.clock.now()
+        if status.nominated_worker is not None:
+            set_condition(status, "Nominated", False, "Bound", "the held capacity was taken")
         status.nominated_worker = None
         status.gpus = cap.take(job)
         set_condition(status, "Scheduled", True, "Bound", f"bound to {cap.worker}")

@@ -83,7 +83,9 @@ def _reconcile_jobs(store: Store, name: str, running: set[int], ctx: Context) ->
     stop: list[int] = []
     for job_id in sorted(running):
         job = store.get_job(job_id)
-        if job is None or job.status.worker != name or job.status.phase.terminal:
+        if job is not None and job.status.worker == name and job.status.phase.terminal:
+            stop.append(job_id)  # ended here a moment ago; the worker is still tidying up
+        elif job is None or job.status.worker != name:
             stop.append(job_id)
             store.append_events([EventRecord("worker_unknown_job", job=job_id, worker=name)])
         elif job.status.phase == Phase.LOST:

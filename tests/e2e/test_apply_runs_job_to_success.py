@@ -20,7 +20,7 @@ spec:
 
 def test_apply_runs_to_succeeded_and_logs_are_readable(jobd: Jobd) -> None:
     (jobd.root / "hello.yaml").write_text(HELLO)
-    assert jobd.ok("apply", "-f", "hello.yaml").strip() == "job/default/hello created"
+    assert jobd.ok("apply", "-f", "hello.yaml").strip() == "job/hello created"
     doc = jobd.wait_phase("hello", "Succeeded")
     assert doc["status"]["exit_code"] == 0
     assert doc["status"]["desired_phase"] == "Succeeded"
@@ -33,9 +33,9 @@ def test_apply_runs_to_succeeded_and_logs_are_readable(jobd: Jobd) -> None:
 def test_reapply_is_unchanged_and_a_label_edit_is_configured(jobd: Jobd) -> None:
     (jobd.root / "hello.yaml").write_text(HELLO)
     jobd.ok("apply", "-f", "hello.yaml")
-    assert jobd.ok("apply", "-f", "hello.yaml").strip() == "job/default/hello unchanged"
+    assert jobd.ok("apply", "-f", "hello.yaml").strip() == "job/hello unchanged"
     (jobd.root / "relabel.yaml").write_text(HELLO.replace('tour: "yes"', 'tour: "no"'))
-    assert jobd.ok("apply", "-f", "relabel.yaml").strip() == "job/default/hello configured"
+    assert jobd.ok("apply", "-f", "relabel.yaml").strip() == "job/hello configured"
 
 
 def test_diff_exit_codes_follow_kubectl(jobd: Jobd) -> None:

@@ -169,6 +169,7 @@ def test_preempt_blockers_dry_run_changes_nothing_then_preempts(one_slot: Jobd) 
         EARLY_SENTINEL.replace('print("jobd', 'print("ready"); print("jobd'),
         "--priority",
         "5",
+        "--preemptible",
     )
     queued = int(jobd.ok("submit", "--priority", "50", "--", sys.executable, "-c", "pass").strip())
     before = (jobd.get(holder), jobd.get(queued))

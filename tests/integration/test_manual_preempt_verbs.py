@@ -44,8 +44,10 @@ def _get(ctx: Context, job: Job) -> Job:
     return found
 
 
-async def _running(ctx: Context, name: str, priority: int, gpus: int = 0) -> Job:
-    job = _submit(ctx, name, priority, gpus=gpus)
+async def _running(
+    ctx: Context, name: str, priority: int, gpus: int = 0, preemptible: bool = True
+) -> Job:
+    job = _submit(ctx, name, priority, gpus=gpus, preemptible=preemptible)
     await SchedulerController(ctx).reconcile("queue")
     bound = _get(ctx, job)
     assert bound.status.phase == Phase.SCHEDULED
@@ -165,6 +167,16 @@ async def test_preempt_blockers_refuses_when_only_equal_or_higher_priority_block
     candidate = _submit(ctx, "candidate", 10)
     before = _revisions(ctx)
     with pytest.raises(TransitionError):
+        preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+    assert _revisions(ctx) == before
+
+
+async def test_preempt_blockers_leaves_jobs_that_are_not_preemptible(ctx: Context) -> None:
+    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    await _running(ctx, "pinned", 1, preemptible=False)
+    candidate = _submit(ctx, "candidate", 10)
+    before = _revisions(ctx)
+    with pytest.raises(TransitionError, match="preemptible"):
         preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
     assert _revisions(ctx) == before
 

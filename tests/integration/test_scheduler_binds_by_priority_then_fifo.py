@@ -116,7 +116,7 @@ async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
 
 async def test_a_slot_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> None:
     register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
-    victim = _submit(ctx, "victim", priority=1)
+    victim = _submit(ctx, "victim", priority=1, preemptible=True)
     await _schedule(ctx)
     _ = lifecycle.report_started(ctx.store, _get(ctx, victim), "w", ctx)
     equal_first = _submit(ctx, "equal-first", priority=10)
@@ -137,7 +137,7 @@ async def test_a_slot_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> 
 
 async def test_a_gpu_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> None:
     register_worker(ctx.store, "w", WorkerSpec(slots=3, gpus=[0]), "host", "procgroup", ctx)
-    victim = _submit(ctx, "victim", priority=1, gpus=1)
+    victim = _submit(ctx, "victim", priority=1, gpus=1, preemptible=True)
     await _schedule(ctx)
     lifecycle.report_started(ctx.store, _get(ctx, victim), "w", ctx)
     candidate = _submit(ctx, "candidate", priority=10, gpus=1)
@@ -155,7 +155,7 @@ async def test_a_gpu_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> N
 
 async def test_a_nominated_job_does_not_block_free_room_it_does_not_need(ctx: Context) -> None:
     register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
-    victim = _submit(ctx, "victim", priority=1)
+    victim = _submit(ctx, "victim", priority=1, preemptible=True)
     filler = _submit(ctx, "filler", priority=1)
     await _schedule(ctx)
     for job in (victim, filler):

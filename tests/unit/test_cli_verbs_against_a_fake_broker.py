@@ -122,9 +122,7 @@ def test_apply_prints_an_action_per_document(manifest: str) -> None:
     result = run(FakeBroker(job(1)), "apply", "-f", manifest, "--dry-run")
 
     assert result.exit_code == 0, result.output
-    assert result.stdout == (
-        "job/vision/j1 configured (dry run)\njob/vision/fresh created (dry run)\n"
-    )
+    assert result.stdout == ("job/j1 configured (dry run)\njob/fresh created (dry run)\n")
 
 
 def test_diff_exits_1_with_a_labelled_unified_diff(manifest: str) -> None:
