@@ -19,7 +19,7 @@ import structlog
 
 from jobd.store.base import Change, EventRecord
 
-__all__ = ["EventLog", "configure_logging", "get_logger"]
+__all__ = ["EventLog", "configure_logging", "get_logger", "redact_url"]
 
 
 class EventLog:
@@ -42,12 +42,19 @@ class EventLog:
 
 
 def configure_logging(component: str, level: str = "info", stream: TextIO | None = None) -> None:
-    """JSON lines on stderr: ts (RFC 3339 UTC), level, event, component, then the rest."""
+    """JSON lines on stderr: ts (RFC 3339 UTC), level, event, component, then the rest.
+
+    Records of the standard library's logging (uvicorn's among them) are rendered the
+    same way, so every line on stderr parses as one JSON object.
+    """
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+    ]
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            *shared,
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
@@ -55,7 +62,31 @@ def configure_logging(component: str, level: str = "info", stream: TextIO | None
         logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(sort_keys=False),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
     structlog.contextvars.bind_contextvars(component=component)
+
+
+def redact_url(url: str) -> str:
+    """A store URL fit to print: any password replaced by ***."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        creds, _, host = rest.rpartition("@")
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
 
 
 def get_logger(**initial: Any) -> Any:

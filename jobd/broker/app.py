@@ -23,7 +23,7 @@ from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.projects import watch_projects_file
-from jobd.events import get_logger
+from jobd.events import get_logger, redact_url
 from jobd.store.base import Conflict, Gone, NotFound
 
 __all__ = ["create_app"]
@@ -58,7 +58,9 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
             tg.start_soon(_compact_forever, state)
             if config.projects_file is not None:
                 tg.start_soon(watch_projects_file, state.ctx, config.projects_file)
-            log.info("broker_started", store=_redact(config.store_url), log_dir=str(config.log_dir))
+            log.info(
+                "broker_started", store=redact_url(config.store_url), log_dir=str(config.log_dir)
+            )
             yield
             tg.cancel_scope.cancel()
         state.close()
@@ -74,6 +76,11 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         version="1",
         description="The jobd broker: jobs, projects and workers as declarative resources.",
         lifespan=lifespan,
+        # CONTRACT.md §8: only health and metrics answer without a token, so the
+        # OpenAPI document is served by an authenticated route below, and no docs UI.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.broker = state
     for exc_type, status in (
@@ -90,6 +97,11 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.include_router(routes_system.public)
     secured = [Depends(authenticate)]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=secured)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
     app.include_router(routes_system.router, dependencies=secured)
     app.include_router(routes_jobs.router, dependencies=secured)
     app.include_router(routes_workers.router, dependencies=secured)
@@ -98,13 +110,6 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
 
 class _Unauthorized(Exception):
     pass
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
 
 
 async def _compact_forever(state: BrokerState) -> None:

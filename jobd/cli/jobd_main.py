@@ -22,12 +22,14 @@ import uvicorn
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
-from jobd.events import configure_logging
+from jobd.events import configure_logging, get_logger, redact_url
 from jobd.worker.agent import Agent
 from jobd.worker.checkpoints import checkpoint_root
 from jobd.worker.execution import WorkerSettings
 
 __all__ = ["main"]
+
+log = get_logger()
 
 F = Callable[..., Any]
 
@@ -94,6 +96,11 @@ def broker_options(f: F) -> F:
                 "Broker state: SQLite file, admin token. "
                 "[default: $XDG_DATA_HOME/jobd or ~/.local/share/jobd]"
             ),
+        ),
+        click.option(
+            "--token",
+            envvar="JOBD_TOKEN",
+            help="The admin bearer token. [default: <data-dir>/admin.token, made on first start]",
         ),
         click.option(
             "--db",
@@ -216,7 +223,7 @@ def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
         data_dir=data_dir,
         log_dir=kw["log_dir"] or Path.home() / "jobd" / "logs",
         db_url=kw["db"],
-        token=os.environ.get("JOBD_TOKEN") or None,
+        token=kw["token"] or None,
         projects_file=kw["projects"],
         settings=Settings(
             auto_preempt_queued_s=kw["auto_preempt_queued"],
@@ -232,7 +239,7 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     env = dict(os.environ)
     if kw["checkpoint_root"]:
         env["JOBD_WORKER_CHECKPOINT_ROOT"] = kw["checkpoint_root"]
-    output = Path(os.environ.get("JOBD_LOG_DIR") or Path.home() / "jobd" / "logs") / "worker"
+    output = (kw.get("log_dir") or Path.home() / "jobd" / "logs") / "worker"
     return WorkerSettings(
         name=kw["name"],
         slots=kw["slots"] or max(1, len(gpus)),
@@ -261,6 +268,7 @@ def _server(app: Any, host: str, port: int) -> uvicorn.Server:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=2,  # long-polls (watch, logs -f) must not hold a stop
+        log_config=None,  # uvicorn's own records go through configure_logging's JSON
     )
     return _QuietServer(config)
 
@@ -269,7 +277,7 @@ async def _until_signalled(scope: anyio.CancelScope) -> None:
     """Wait for SIGINT or SIGTERM, then cancel `scope`: the start of an orderly stop."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            click.echo(f"jobd: {signal.Signals(signum).name}, stopping", err=True)
+            log.info("stopping", signal=signal.Signals(signum).name)
             scope.cancel()
             return
 
@@ -315,6 +323,12 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
 )
 @click.option(
     "--token", envvar="JOBD_TOKEN", help="Bearer token. [default: <data-dir>/admin.token]"
+)
+@click.option(
+    "--log-dir",
+    envvar="JOBD_LOG_DIR",
+    type=click.Path(path_type=Path),
+    help="Local copies of job output go to <log-dir>/worker/. [default: ~/jobd/logs]",
 )
 @worker_options
 def worker(server: str, token: str | None, **kw: Any) -> None:
@@ -363,7 +377,7 @@ def dev(**kw: Any) -> None:
             _stop_broker(app, server)
 
     anyio.run(both)
-    click.echo("jobd: stopped", err=True)
+    log.info("stopped")
 
 
 def _say_where(
@@ -371,7 +385,7 @@ def _say_where(
 ) -> None:
     lines = [
         f"jobd listening on http://{host}:{port}",
-        f"  store:  {config.store_url}",
+        f"  store:  {redact_url(config.store_url)}",
         f"  token:  {'$JOBD_TOKEN' if config.token else config.data_dir / 'admin.token'}",
         f"  events: {config.log_dir / 'events.jsonl'}",
     ]
@@ -379,7 +393,8 @@ def _say_where(
         gpus = ",".join(map(str, worker.gpus)) or "none"
         lines.append(f"  worker: {worker.name} ({worker.slots} slots, GPUs {gpus})")
     lines.append("Press Ctrl-C to stop.")
-    click.echo("\n".join(lines), err=True)
+    # stdout: stderr carries only the structured log, one JSON object a line.
+    click.echo("\n".join(lines))
 
 
 @cli.command()

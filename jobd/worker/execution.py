@@ -184,11 +184,18 @@ class Execution:
         assert self._tg is not None
         self._tg.start_soon(report)
 
-    async def kill_if_running(self) -> None:
-        """SIGKILL the whole job unless its main process was already seen to exit."""
-        if self.handle is not None and not self.exited:
-            self.link.event("job_killed_on_shutdown", self.job_id)
-            await self.handle.signal(signal.SIGKILL)
+    async def kill_if_running(self, report_within_s: float = 3.0) -> None:
+        """SIGKILL the whole job unless its main process was already seen to exit.
+
+        The broker is told at once (as far as it answers within `report_within_s`), so
+        the job ends Failed now rather than Lost and then Failed a lease later.
+        """
+        if self.handle is None or self.exited:
+            return
+        self.link.event("job_killed_on_shutdown", self.job_id)
+        await self.handle.signal(signal.SIGKILL)
+        with anyio.move_on_after(report_within_s):
+            await self.link.report(self.job_id, "complete", signal=signal.SIGKILL)
 
     async def stop(self, reason: str) -> None:
         """SIGTERM the whole job, wait its grace, SIGKILL what is left."""

@@ -56,6 +56,9 @@ async def test_requests_without_the_token_get_401_except_health_and_metrics(
 
 
 async def test_openapi_document_lists_the_seed_paths(api: httpx.AsyncClient) -> None:
+    assert (
+        await api.get("/openapi.json", headers={"Authorization": "Bearer no"})
+    ).status_code == 401
     paths = (await api.get("/openapi.json")).json()["paths"]
     for path in ("/jobs/{job_id}/complete", "/jobs/{job_id}/checkpoint-complete", "/apply"):
         assert path in paths
