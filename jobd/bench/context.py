@@ -1,0 +1,87 @@
+"""What every scenario is handed: the size, a scratch directory, progress, the broker.
+
+`BenchContext.broker()` gives a scenario a broker to talk to: one it starts for itself in
+its scratch directory, or the `--server` the user named (then the scenario measures that
+broker, and cannot stop or inspect it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import httpx
+
+from jobd.bench.harness import BrokerProcess, Endpoint, Mode, client, running_broker
+from jobd.bench.progress import Progress
+
+__all__ = ["BenchContext", "Size", "Skipped"]
+
+Size = Literal["tiny", "small", "full"]
+T = TypeVar("T")
+
+# Wall-clock budget of one scenario; every request loop also stops at it.
+_BUDGET_S: dict[str, float] = {"tiny": 30.0, "small": 180.0, "full": 1200.0}
+
+
+class Skipped(Exception):
+    """The scenario cannot run in this setting; the message says why."""
+
+
+@dataclass
+class BenchContext:
+    size: Size
+    workdir: Path
+    progress: Progress
+    concurrency: int = 32
+    server: Endpoint | None = None
+    started: float = 0.0
+
+    def sized(self, tiny: T, small: T, full: T) -> T:
+        return {"tiny": tiny, "small": small, "full": full}[self.size]
+
+    def scratch(self, name: str) -> Path:
+        path = self.workdir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def begin(self, scenario: str) -> None:
+        self.started = time.monotonic()
+        self.progress.begin(scenario)
+
+    @property
+    def budget_s(self) -> float:
+        return _BUDGET_S[self.size]
+
+    def time_left(self) -> float:
+        """Seconds left of this scenario's budget (a margin kept for cleaning up)."""
+        return self.budget_s * 0.8 - (time.monotonic() - self.started)
+
+    def require_own_broker(self, why: str) -> None:
+        if self.server is not None:
+            raise Skipped(f"skipped with --server: {why}")
+
+    def endpoint(self, broker: BrokerProcess | None) -> Endpoint:
+        """Where the broker a scenario was handed answers."""
+        if broker is not None:
+            return broker.endpoint
+        assert self.server is not None
+        return self.server
+
+    @contextlib.asynccontextmanager
+    async def broker(
+        self, name: str, mode: Mode = "broker", connections: int = 64, slots: int = 8
+    ) -> AsyncIterator[tuple[httpx.AsyncClient, BrokerProcess | None]]:
+        """A client of the broker to measure, and its process when the bench started it."""
+        if self.server is not None:
+            async with client(self.server, connections) as http:
+                await http.get("/jobs", params={"limit": 1})  # a refused token fails here
+                yield http, None
+            return
+        root = self.scratch(name)
+        async with running_broker(root, mode, slots, connections=connections) as (b, http):
+            yield http, b

@@ -1,0 +1,233 @@
+"""Real brokers and workers for the benchmark: subprocesses on free ports in a temp dir.
+
+Each scenario that needs a broker starts its own (`jobd broker`, or `jobd dev` for a
+broker with one real worker) with `sys.executable -m jobd`, configured only through the
+environment so nothing of the caller's jobd setup leaks in, and stops it when done. The
+children die with the benchmark (PR_SET_PDEATHSIG on Linux), so a killed bench leaves no
+broker behind. Everything binds and talks to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import httpx
+
+from jobd.store import sqlite_url
+
+__all__ = [
+    "REPO_ROOT",
+    "BrokerError",
+    "BrokerProcess",
+    "Endpoint",
+    "Mode",
+    "client",
+    "free_port",
+    "raise_open_file_limit",
+    "running_broker",
+]
+
+# The directory holding the `jobd` package: children and workloads import jobd from here.
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+_PR_SET_PDEATHSIG = 1
+_START_TIMEOUT_S = 60.0
+Mode = Literal["broker", "dev"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a broker answers and the token it accepts."""
+
+    url: str
+    token: str
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def raise_open_file_limit() -> int:
+    """Lift RLIMIT_NOFILE's soft limit to the hard one (children inherit it); the new soft."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class BrokerError(Exception):
+    """The broker answered with an error status; the message says which call and why."""
+
+
+async def _raise_on_error(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    await response.aread()
+    try:
+        detail = response.json().get("detail", "")
+    except ValueError:
+        detail = response.text[:200]
+    request = response.request
+    raise BrokerError(f"{request.method} {request.url.path}: {response.status_code} {detail}")
+
+
+def client(endpoint: Endpoint, connections: int = 64, timeout_s: float = 30.0) -> httpx.AsyncClient:
+    """An HTTP client of the broker that raises BrokerError on 4xx/5xx; no proxies.
+
+    httpcore scans its whole pool on every request, so a loop that wants to be one client
+    of many gets a client of its own with a connection or two, not a share of a big pool.
+    """
+    return httpx.AsyncClient(
+        event_hooks={"response": [_raise_on_error]},
+        verify=endpoint.url.startswith("https:"),  # no CA bundle to load for plain http
+        base_url=endpoint.url,
+        headers={"Authorization": f"Bearer {endpoint.token}"},
+        timeout=httpx.Timeout(timeout_s, read=timeout_s + 40),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        trust_env=False,
+    )
+
+
+def _resolve_prctl() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved here, not in the child: between fork and exec only async-signal-safe work.
+_PRCTL = _resolve_prctl() if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _child_env(overrides: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBD_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
+    env.update(overrides)
+    return env
+
+
+class BrokerProcess:
+    """One `jobd broker` or `jobd dev` subprocess with its own data and log directories."""
+
+    def __init__(
+        self, root: Path, mode: Mode = "broker", slots: int = 8, db_url: str | None = None
+    ) -> None:
+        self.root, self.mode, self.slots = root, mode, slots
+        self.port = free_port()
+        self.endpoint = Endpoint(f"http://127.0.0.1:{self.port}", secrets.token_urlsafe(24))
+        self.data_dir = root / "data"
+        self.db_url = db_url or sqlite_url(self.data_dir)
+        self.log_path = root / f"{mode}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def _env(self) -> dict[str, str]:
+        return _child_env(
+            {
+                "JOBD_TOKEN": self.endpoint.token,
+                "JOBD_HOST": "127.0.0.1",
+                "JOBD_PORT": str(self.port),
+                "JOBD_DATA_DIR": str(self.data_dir),
+                "JOBD_LOG_DIR": str(self.root / "logs"),
+                "JOBD_DB": self.db_url,
+                "JOBD_WORKER_NAME": "bench-worker",
+                "JOBD_WORKER_SLOTS": str(self.slots),
+                "JOBD_WORKER_GPUS": "none",
+                "JOBD_WORKER_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
+                "JOBD_WORKER_DEFAULT_GRACE_S": "30",
+            }
+        )
+
+    def spawn(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jobd", self.mode],
+                env=self._env(),
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if _PRCTL is not None else None,
+            )
+
+    async def wait_ready(self, http: httpx.AsyncClient) -> None:
+        """Until /healthz answers (and, for `dev`, the worker has registered)."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self._check_alive()
+            if await self._ready(http):
+                return
+            await anyio.sleep(0.05)
+        raise RuntimeError(f"jobd {self.mode} did not come up in {_START_TIMEOUT_S:.0f} s")
+
+    async def _ready(self, http: httpx.AsyncClient) -> bool:
+        try:
+            if (await http.get("/healthz")).status_code != 200:
+                return False
+            if self.mode == "broker":
+                return True
+            workers = (await http.get("/workers")).json()["items"]
+            return any(w["status"]["phase"] == "Ready" for w in workers)
+        except httpx.TransportError:
+            return False
+
+    def _check_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"jobd {self.mode} exited with {self.proc.returncode}: {tail}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
+        """Signal the process; SIGKILL it if it has not exited within timeout_s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def running_broker(
+    root: Path, mode: Mode = "broker", slots: int = 8, db_url: str | None = None, **kw: Any
+) -> AsyncIterator[tuple[BrokerProcess, httpx.AsyncClient]]:
+    """A started broker and a client of it; both closed on the way out."""
+    broker = BrokerProcess(root, mode, slots, db_url)
+    broker.spawn()
+    try:
+        async with client(broker.endpoint, **kw) as http:
+            await broker.wait_ready(http)
+            yield broker, http
+    finally:
+        broker.stop()

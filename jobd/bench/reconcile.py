@@ -1,0 +1,235 @@
+"""The control plane's cost at rest and per decision, as history grows.
+
+In process, no HTTP: a SQLite store is filled with N jobs (mostly Succeeded; 1% Pending,
+half of them asking for a GPU no worker has, half waiting on one of those), then the
+scheduler's CPU is measured with `time.process_time()` for a pass that binds one new
+job and for an idle pass (nothing schedulable). Then a real `jobd broker` is started on
+that database file, and its RSS and CPU% over a few idle seconds are read from /proc.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from jobd.api.models import (
+    Job,
+    JobSpec,
+    JobStatus,
+    ObjectMeta,
+    Phase,
+    Resources,
+    WorkerSpec,
+    utcnow,
+)
+from jobd.bench.calls import PROJECT, TRUE
+from jobd.bench.context import BenchContext
+from jobd.bench.harness import BrokerProcess, client
+from jobd.bench.stats import Result, ms, percentile, rounded
+from jobd.controllers import admission
+from jobd.controllers.context import Context
+from jobd.controllers.scheduler import SchedulerController
+from jobd.controllers.workers import register_worker
+from jobd.store import SQLStore, open_store, sqlite_url
+
+__all__ = ["run_reconcile"]
+
+TARGET_SCHEDULE_CPU_MS = 1.0
+TARGET_IDLE_CPU_PCT = 1.0
+TARGET_RSS_MB = 500.0
+_BATCH = 2_000
+_WORKER = "bench-sim"
+
+
+@dataclass
+class Figures:
+    """What one store size cost."""
+
+    jobs: int
+    build_s: float
+    schedule_cpu_s: list[float]
+    idle_cpu_s: list[float]
+    broker_ready_s: float = 0.0
+    rss_mb: float = 0.0
+    idle_cpu_pct: float = 0.0
+
+    @property
+    def met(self) -> bool:
+        return (
+            (percentile(self.schedule_cpu_s, 50) or 0) * 1000 <= TARGET_SCHEDULE_CPU_MS
+            and self.idle_cpu_pct <= TARGET_IDLE_CPU_PCT
+            and self.rss_mb <= TARGET_RSS_MB
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "build_s": round(self.build_s, 2),
+            "schedule_cpu_p50_ms": ms(percentile(self.schedule_cpu_s, 50)),
+            "schedule_cpu_p99_ms": ms(percentile(self.schedule_cpu_s, 99)),
+            "idle_pass_cpu_p50_ms": ms(percentile(self.idle_cpu_s, 50)),
+            "broker_ready_s": round(self.broker_ready_s, 2),
+            "rss_mb": round(self.rss_mb, 1),
+            "idle_cpu_pct": rounded(self.idle_cpu_pct, 2),
+            "met": self.met,
+        }
+
+
+def _history_job(i: int, base: datetime) -> Job:
+    """A job that ran and succeeded long ago: what most of a busy store holds."""
+    started = base + timedelta(seconds=i)
+    status = JobStatus(
+        phase=Phase.SUCCEEDED,
+        desired_phase=Phase.SUCCEEDED,
+        worker="gone-worker",
+        exit_code=0,
+        observed_generation=1,
+        queued_at=started,
+        scheduled_at=started,
+        started_at=started,
+        finished_at=started + timedelta(seconds=1),
+    )
+    return Job(
+        metadata=ObjectMeta(name=f"old-{i}", project=PROJECT),
+        spec=JobSpec(command=[TRUE]),
+        status=status,
+    )
+
+
+def _pending_job(name: str, gpus: int = 0, parent: int | None = None) -> Job:
+    status = JobStatus(
+        queued_at=utcnow(),
+        observed_generation=1,
+        parents=[parent] if parent is not None else [],
+        dependencies_met=parent is None,
+    )
+    return Job(
+        metadata=ObjectMeta(name=name, project=PROJECT),
+        spec=JobSpec(command=[TRUE], resources=Resources(gpus=gpus)),
+        status=status,
+    )
+
+
+def _fill(store: SQLStore, total: int, ctx: BenchContext) -> None:
+    """`total` jobs: 99% Succeeded, then the Pending ones that cannot be scheduled."""
+    pending = max(2, total // 100)
+    history = total - pending
+    base = utcnow() - timedelta(days=30)
+    for start in range(0, history, _BATCH):
+        store.create_jobs(
+            [_history_job(i, base) for i in range(start, min(history, start + _BATCH))]
+        )
+        ctx.progress.step(f"filling a store of {total} jobs", start, total)
+    unfit = store.create_jobs([_pending_job(f"gpu-{i}", gpus=1) for i in range(pending // 2)])
+    parent = unfit[0].id
+    waiting = pending - len(unfit)
+    store.create_jobs([_pending_job(f"child-{i}", parent=parent) for i in range(waiting)])
+
+
+async def _schedule_cpu(ctx: Context, reps: int) -> tuple[list[float], list[float]]:
+    """CPU seconds of a scheduler pass binding one new job, and of an idle pass."""
+    spec = WorkerSpec(slots=reps + 1, gpus=[])
+    register_worker(ctx.store, _WORKER, spec, "sim", "sim", ctx)
+    scheduler = SchedulerController(ctx)
+    await scheduler.reconcile("queue")  # warm: imports, statement caches
+    binding, idle = [], []
+    for rep in range(reps):
+        new = Job(
+            metadata=ObjectMeta(name=f"new-{rep}", project=PROJECT), spec=JobSpec(command=[TRUE])
+        )
+        (job,) = admission.create_jobs(ctx.store, [new], ctx.clock)
+        binding.append(await _cpu_of(scheduler))
+        bound = ctx.store.get_job(job.id)
+        if bound is None or bound.status.phase != Phase.SCHEDULED:
+            raise RuntimeError(f"the scheduler did not bind job {job.id}")
+        idle.append(await _cpu_of(scheduler))
+    return binding, idle
+
+
+async def _cpu_of(scheduler: SchedulerController) -> float:
+    began = time.process_time()
+    await scheduler.reconcile("queue")
+    return time.process_time() - began
+
+
+def _proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _broker_at_rest(ctx: BenchContext, root: Path, figures: Figures) -> None:
+    """Start `jobd broker` on the filled store; RSS and CPU% over a few idle seconds."""
+    settle_s, window_s = ctx.sized((0.5, 1.0), (2.0, 3.0), (3.0, 5.0))
+    broker = BrokerProcess(root / "broker", "broker", db_url=sqlite_url(root))
+    began = time.monotonic()
+    broker.spawn()
+    try:
+        async with client(broker.endpoint) as http:
+            await broker.wait_ready(http)
+        figures.broker_ready_s = time.monotonic() - began
+        await anyio.sleep(settle_s)
+        cpu0, wall0 = _proc_cpu_s(broker.pid), time.monotonic()
+        await anyio.sleep(window_s)
+        cpu1, wall1 = _proc_cpu_s(broker.pid), time.monotonic()
+        figures.idle_cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+        figures.rss_mb = _rss_mb(broker.pid)
+    finally:
+        broker.stop()
+
+
+async def _measure(ctx: BenchContext, total: int, reps: int) -> Figures:
+    root = ctx.scratch(f"reconcile-{total}")
+    store = open_store(sqlite_url(root))
+    try:
+        began = time.monotonic()
+        _fill(store, total, ctx)
+        build_s = time.monotonic() - began
+        ctx.progress.step(f"scheduling against {total} jobs")
+        binding, idle = await _schedule_cpu(Context(store), reps)
+    finally:
+        store.close()
+    figures = Figures(total, build_s, binding, idle)
+    ctx.progress.step(f"broker at rest on {total} jobs")
+    await _broker_at_rest(ctx, root, figures)
+    return figures
+
+
+async def run_reconcile(ctx: BenchContext) -> Result:
+    ctx.require_own_broker("it measures a store and a broker of its own")
+    sizes, reps = ctx.sized(([1_000], 5), ([1_000, 10_000], 20), ([1_000, 100_000], 20))
+    measured = [await _measure(ctx, total, reps) for total in sizes]
+    return _result(measured)
+
+
+def _result(measured: list[Figures]) -> Result:
+    largest = measured[-1]
+    result = Result("reconcile", n=largest.jobs, per_s=None)
+    result.latencies(largest.schedule_cpu_s)
+    result.target = (
+        f"schedule <= {TARGET_SCHEDULE_CPU_MS:g} ms CPU, idle <= {TARGET_IDLE_CPU_PCT:g}% CPU, "
+        f"RSS <= {TARGET_RSS_MB:.0f} MB"
+    )
+    result.met = all(f.met for f in measured)
+    result.extra = largest.as_json() | {"by_jobs": [f.as_json() for f in measured]}
+    result.notes = "n = jobs stored; p50/p99 = CPU ms of a pass binding one new job"
+    result.details = [
+        f"{f.jobs} jobs: schedule {ms(percentile(f.schedule_cpu_s, 50))} ms CPU, idle pass "
+        f"{ms(percentile(f.idle_cpu_s, 50))} ms, broker {f.rss_mb:.0f} MB RSS, "
+        f"{f.idle_cpu_pct:.2f}% CPU idle"
+        for f in measured
+    ]
+    return result
