@@ -1,8 +1,8 @@
 """Group commit for single-job creates.
 
 Many clients submitting at once would each pay a commit (an fsync with SQLite in FULL
-mode). Creates that arrive in the same turn of the event loop are admitted and written
-in one transaction instead; only if that batch fails is each retried alone, so one bad
+mode). Creates that arrive within a couple of milliseconds of each other are admitted
+and written in one transaction instead; only if that batch fails is each retried alone, so one bad
 request still gets its own error and the others still succeed.
 """
 
@@ -18,16 +18,17 @@ __all__ = ["CreateBatcher"]
 
 
 class CreateBatcher:
-    def __init__(self, ctx: Context, max_batch: int = 256) -> None:
+    def __init__(self, ctx: Context, max_batch: int = 256, window_s: float = 0.002) -> None:
         self.ctx = ctx
         self.max_batch = max_batch
+        self.window_s = window_s  # how long the first create of a batch waits for company
         self._pending: list[tuple[Job, asyncio.Future[Job]]] = []
 
     async def create(self, job: Job) -> Job:
         future: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
         self._pending.append((job, future))
         if len(self._pending) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_later(self.window_s, self._flush)
         elif len(self._pending) >= self.max_batch:
             self._flush()
         return await future

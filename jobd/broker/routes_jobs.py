@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobd.api.manifests import Document, parse_resource
-from jobd.api.models import Job, Phase, Project, dump
+from jobd.api.models import Job, Phase, Project
+from jobd.broker.responses import doc, json_response
 from jobd.broker.state import job_or_404, state_of
 from jobd.controllers import admission, lifecycle, preemption
 from jobd.controllers.errors import AdmissionError, TransitionError
@@ -24,7 +25,7 @@ class ApplyRequest(BaseModel):
 
 
 @router.post("/apply", summary="Create or update each document (server-side apply)")
-async def apply(request: Request, body: ApplyRequest) -> dict[str, Any]:
+async def apply(request: Request, body: ApplyRequest) -> Response:
     state = state_of(request)
     resources = [
         parse_resource(Document(doc, f"document {i + 1}", 1))
@@ -38,17 +39,19 @@ async def apply(request: Request, body: ApplyRequest) -> dict[str, Any]:
     admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
     results = [admission.apply_project(state.store, p, body.dry_run) for p in projects]
     results += admission.apply_jobs(state.store, jobs, state.ctx.clock, body.dry_run)
-    return {
-        "results": [
-            {"kind": r.kind, "name": r.name, "action": r.action, "object": dump(r.obj)}
-            for r in results
-        ]
-    }
+    return json_response(
+        {
+            "results": [
+                {"kind": r.kind, "name": r.name, "action": r.action, "object": doc(r.obj)}
+                for r in results
+            ]
+        }
+    )
 
 
 @router.post("/jobs", status_code=201, summary="Create one job (imperative submit)")
-async def create_job(request: Request, job: Job) -> dict[str, Any]:
-    return dump(await state_of(request).creates.create(job))
+async def create_job(request: Request, job: Job) -> Response:
+    return json_response(doc(await state_of(request).creates.create(job)))
 
 
 @router.get("/jobs", summary="List jobs, filtered")
@@ -59,22 +62,22 @@ async def list_jobs(
     worker: str | None = None,
     name: str | None = None,
     limit: Annotated[int | None, Query(ge=1)] = None,
-) -> dict[str, Any]:
+) -> Response:
     state = state_of(request)
     revision = state.feed.revision
     items = state.store.list_jobs(
         project=project, phases=phase, worker=worker, name=name, limit=limit
     )
-    return {"items": [dump(j) for j in items], "revision": revision}
+    return json_response({"items": [doc(j) for j in items], "revision": revision})
 
 
 @router.get("/jobs/{job_id}", summary="One job")
-async def get_job(request: Request, job_id: int) -> dict[str, Any]:
-    return dump(job_or_404(state_of(request), job_id))
+async def get_job(request: Request, job_id: int) -> Response:
+    return json_response(doc(job_or_404(state_of(request), job_id)))
 
 
 @router.delete("/jobs/{job_id}", summary="Remove a finished job")
-async def delete_job(request: Request, job_id: int) -> dict[str, Any]:
+async def delete_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
     if not job.status.phase.terminal:
@@ -83,38 +86,40 @@ async def delete_job(request: Request, job_id: int) -> dict[str, Any]:
         )
     state.store.delete_job(job)
     state.logs.remove(job_id)
-    return {"deleted": job_id}
+    return json_response({"deleted": job_id})
 
 
 @router.post("/jobs/{job_id}/cancel", summary="Stop a job: desired phase Cancelled")
-async def cancel_job(request: Request, job_id: int) -> dict[str, Any]:
+async def cancel_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return dump(lifecycle.cancel(state.store, job_or_404(state, job_id), state.ctx))
+    return json_response(doc(lifecycle.cancel(state.store, job_or_404(state, job_id), state.ctx)))
 
 
 @router.post("/jobs/{job_id}/preempt", summary="Preempt this running job (job preempt)")
-async def preempt_job(request: Request, job_id: int) -> dict[str, Any]:
+async def preempt_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
-    return dump(preemption.request_preemption(state.store, job, state.ctx, "manual"))
+    return json_response(doc(preemption.request_preemption(state.store, job, state.ctx, "manual")))
 
 
 @router.post("/jobs/{job_id}/preempt-blockers", summary="Preempt what keeps a queued job out")
-async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False) -> dict[str, Any]:
+async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False) -> Response:
     state = state_of(request)
     plan = preemption.preempt_blockers(state.store, job_or_404(state, job_id), state.ctx, dry_run)
-    return {
-        "candidate": job_id,
-        "worker": plan.worker,
-        "victims": [dump(v) for v in plan.victims],
-        "dry_run": dry_run,
-    }
+    return json_response(
+        {
+            "candidate": job_id,
+            "worker": plan.worker,
+            "victims": [doc(v) for v in plan.victims],
+            "dry_run": dry_run,
+        }
+    )
 
 
 @router.post("/jobs/{job_id}/resume", status_code=201, summary="Resubmit from its checkpoint")
-async def resume(request: Request, job_id: int) -> dict[str, Any]:
+async def resume(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return dump(resume_job(state.store, job_or_404(state, job_id), state.ctx))
+    return json_response(doc(resume_job(state.store, job_or_404(state, job_id), state.ctx)))
 
 
 @router.get("/jobs/{job_id}/logs", summary="The job's output from a byte offset")

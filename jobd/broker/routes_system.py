@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from jobd.api.models import Phase, dump
+from jobd.api.models import Phase
+from jobd.broker.responses import doc, json_response
 from jobd.broker.state import state_of
 from jobd.store.base import Change, NotFound
 
@@ -17,8 +18,8 @@ router = APIRouter(tags=["system"])
 
 
 @public.get("/healthz", summary="Liveness")
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
 
 
 @public.get("/readyz", summary="Readiness: the store answers")
@@ -62,7 +63,7 @@ async def watch(
     kind: str | None = None,
     worker: str | None = None,
     timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
-) -> dict[str, Any]:
+) -> Response:
     def accept(change: Change) -> bool:
         if kind is not None and change.kind != kind:
             return False
@@ -72,7 +73,7 @@ async def watch(
         return True
 
     revision, changes = await state_of(request).feed.wait_since(since, accept, timeout)
-    return {"revision": revision, "changes": [c.as_json() for c in changes]}
+    return json_response({"revision": revision, "changes": [c.as_json() for c in changes]})
 
 
 @router.get("/events", summary="The event record (events.jsonl), optionally followed")
@@ -84,24 +85,24 @@ async def events(
     follow: bool = False,
     timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> dict[str, Any]:
+) -> Response:
     state = state_of(request)
     found = state.store.list_events(job=job, event=type, after_seq=after, limit=limit)
     if follow and not found:
         await state.feed.events_added.wait(timeout)
         found = state.store.list_events(job=job, event=type, after_seq=after, limit=limit)
     items = [ev.as_json() | {"seq": ev.seq} for ev in found]
-    return {"items": items, "last": found[-1].seq if found else after}
+    return json_response({"items": items, "last": found[-1].seq if found else after})
 
 
 @router.get("/projects", summary="List projects")
-async def list_projects(request: Request) -> dict[str, Any]:
-    return {"items": [dump(p) for p in state_of(request).store.list_projects()]}
+async def list_projects(request: Request) -> Response:
+    return json_response({"items": [doc(p) for p in state_of(request).store.list_projects()]})
 
 
 @router.get("/projects/{name}", summary="One project")
-async def get_project(request: Request, name: str) -> dict[str, Any]:
+async def get_project(request: Request, name: str) -> Response:
     project = state_of(request).store.get_project(name)
     if project is None:
         raise NotFound(f"project {name} not found")
-    return dump(project)
+    return json_response(doc(project))

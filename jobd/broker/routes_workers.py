@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobd.api.models import WorkerSpec, dump
+from jobd.api.models import WorkerSpec
+from jobd.broker.responses import doc, json_response
 from jobd.broker.state import job_or_404, state_of
 from jobd.controllers import lifecycle, workers
 from jobd.controllers.checkpoints import record_checkpoint_complete
@@ -57,51 +58,55 @@ class WorkerEvents(_Body):
 
 
 @router.put("/workers/{name}", summary="Register (or re-register) a worker")
-async def register(request: Request, name: str, body: Registration) -> dict[str, Any]:
+async def register(request: Request, name: str, body: Registration) -> Response:
     state = state_of(request)
     worker = workers.register_worker(
         state.store, name, body.spec, body.hostname, body.runner, state.ctx
     )
-    return {"worker": dump(worker), "revision": state.feed.revision}
+    return json_response({"worker": doc(worker), "revision": state.feed.revision})
 
 
 @router.post("/workers/{name}/heartbeat", summary="Renew the lease; reconcile jobs both ways")
-async def heartbeat(request: Request, name: str, body: Heartbeat) -> dict[str, Any]:
+async def heartbeat(request: Request, name: str, body: Heartbeat) -> Response:
     state = state_of(request)
     worker, stop = workers.heartbeat(state.store, name, body.running, state.ctx)
-    return {"worker": dump(worker), "stop": stop}
+    return json_response({"worker": doc(worker), "stop": stop})
 
 
 @router.get("/workers", summary="List workers")
-async def list_workers(request: Request) -> dict[str, Any]:
+async def list_workers(request: Request) -> Response:
     state = state_of(request)
     items = []
     for worker in state.store.list_workers():
         worker.status.last_renewal = workers.last_renewal(state.ctx, worker)
-        items.append(dump(worker))
-    return {"items": items}
+        items.append(doc(worker))
+    return json_response({"items": items})
 
 
 @router.post("/jobs/{job_id}/started", summary="Worker: the workload process started")
-async def started(request: Request, job_id: int, body: Started) -> dict[str, Any]:
+async def started(request: Request, job_id: int, body: Started) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
     if body.checkpoint_dir and job.status.checkpoint_dir != body.checkpoint_dir:
         job = job.model_copy(deep=True)
         job.status.checkpoint_dir = body.checkpoint_dir
-    return dump(lifecycle.report_started(state.store, job, body.worker, state.ctx))
+    return json_response(doc(lifecycle.report_started(state.store, job, body.worker, state.ctx)))
 
 
 @router.post("/jobs/{job_id}/stopping", summary="Worker: SIGTERM sent, grace running")
-async def stopping(request: Request, job_id: int, body: Report) -> dict[str, Any]:
+async def stopping(request: Request, job_id: int, body: Report) -> Response:
     state = state_of(request)
-    return dump(
-        lifecycle.report_stopping(state.store, job_or_404(state, job_id), body.worker, state.ctx)
+    return json_response(
+        doc(
+            lifecycle.report_stopping(
+                state.store, job_or_404(state, job_id), body.worker, state.ctx
+            )
+        )
     )
 
 
 @router.post("/jobs/{job_id}/complete", summary="Worker: the workload exited")
-async def complete(request: Request, job_id: int, body: Completion) -> dict[str, Any]:
+async def complete(request: Request, job_id: int, body: Completion) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
     if body.checkpoint_latest and not job.status.phase.terminal:
@@ -110,37 +115,37 @@ async def complete(request: Request, job_id: int, body: Completion) -> dict[str,
     job = lifecycle.report_complete(
         state.store, job, body.worker, body.exit_code, body.signal, state.ctx
     )
-    return dump(job)
+    return json_response(doc(job))
 
 
 @router.post(
     "/jobs/{job_id}/checkpoint-complete",
     summary="Worker: the sentinel was seen during the grace window",
 )
-async def checkpoint_complete(request: Request, job_id: int, body: Report) -> dict[str, Any]:
+async def checkpoint_complete(request: Request, job_id: int, body: Report) -> Response:
     state = state_of(request)
     job = record_checkpoint_complete(state.store, job_or_404(state, job_id), body.worker)
-    return dump(job)
+    return json_response(doc(job))
 
 
 @router.post("/jobs/{job_id}/logs", summary="Worker: append output at a byte offset")
 async def append_logs(
     request: Request, job_id: int, offset: Annotated[int, Query(ge=0)] = 0
-) -> dict[str, Any]:
+) -> Response:
     state = state_of(request)
     data = await request.body()
-    return {"offset": state.logs.append(job_id, offset, data)}
+    return json_response({"offset": state.logs.append(job_id, offset, data)})
 
 
 @router.post("/events", summary="Worker: ingest structured events into the record")
-async def ingest_events(request: Request, body: WorkerEvents) -> dict[str, Any]:
+async def ingest_events(request: Request, body: WorkerEvents) -> Response:
     state = state_of(request)
     records = [
         EventRecord(e.event, job=e.job, worker=body.worker, fields=e.fields, ts=e.ts)
         for e in body.events
     ]
     state.store.append_events(records)
-    return {"accepted": len(records)}
+    return json_response({"accepted": len(records)})
 
 
 __all__ = ["router"]

@@ -97,15 +97,22 @@ def _positions(jobs: list[Job]) -> dict[str, int]:
     return {j.ref: i for i, j in enumerate(jobs) if j.metadata.name}
 
 
-def prepare_new_job(store: Store, job: Job, clock: Clock, parents: list[int]) -> Job:
+def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: list[int]) -> Job:
     """A fresh copy of `job` ready to insert: defaults merged, server fields reset."""
-    job = job.model_copy(deep=True)
-    job.metadata.project = job.project
-    for field in ("id", "uid", "resource_version", "created_at"):
-        setattr(job.metadata, field, None)
-    job.metadata.generation = 1
+    meta = job.metadata.model_copy(
+        update={
+            "project": job.project,
+            "id": None,
+            "uid": None,
+            "resource_version": None,
+            "created_at": None,
+            "generation": 1,
+            "labels": dict(job.metadata.labels),
+        }
+    )
+    job = Job(metadata=meta, spec=job.spec.model_copy(deep=True))
     job.status = JobStatus(
-        effective=resolve_effective(job, store.get_project(job.project)),
+        effective=resolve_effective(job, project),
         parents=parents,
         dependencies_met=not parents,
         queued_at=clock.now(),
@@ -123,11 +130,12 @@ def create_jobs(store: Store, jobs: list[Job], clock: Clock) -> list[Job]:
     are made once the store has given the batch its ids.
     """
     batch = _positions(jobs)
+    projects = {name: store.get_project(name) for name in {j.project for j in jobs}}
     prepared, local_links = [], {}
     for i, job in enumerate(jobs):
         stored, local = _resolve_parents(store, job, i, batch)
         marker = [-1] if local else []  # keeps dependencies_met False until linked
-        prepared.append(prepare_new_job(store, job, clock, stored + marker))
+        prepared.append(prepare_new_job(job, projects[job.project], clock, stored + marker))
         if local:
             local_links[i] = local
 

@@ -147,8 +147,15 @@ class LifecycleController:
         if change.kind != "Job":
             return []
         status = change.body.get("status", {})
-        keys = [change.key]
-        if status.get("phase") in {p.value for p in TERMINAL_PHASES} or change.op == "DELETED":
+        phase = status.get("phase")
+        keys = []
+        # Only what this loop acts on: a job waiting for parents, a Lost one, one that
+        # may resume by itself; and when a job ends or goes, its children.
+        waiting = phase == Phase.PENDING and not status.get("dependencies_met", True)
+        resumable = phase == Phase.PREEMPTED and change.body.get("spec", {}).get("auto_resume")
+        if waiting or phase == Phase.LOST or resumable:
+            keys.append(change.key)
+        if phase in _TERMINAL_VALUES or change.op == "DELETED":
             keys += [str(c) for c in self.ctx.store.children_of(int(change.key))]
         return keys
 
@@ -222,5 +229,6 @@ def _wants_auto_resume(job: Job) -> bool:
     )
 
 
+_TERMINAL_VALUES = frozenset(p.value for p in TERMINAL_PHASES)
 _BAD_ENDS = frozenset({Phase.FAILED, Phase.CANCELLED, Phase.PREEMPTED})
 assert _BAD_ENDS <= TERMINAL_PHASES and Phase.LOST in BOUND_PHASES

@@ -156,7 +156,13 @@ class SQLStore:
         """
         if not jobs:
             return []
-        created = [job.model_copy(deep=True) for job in jobs]
+        # Only metadata (and, through on_ids, status.parents) is written to: copy those.
+        created = [
+            job.model_copy(
+                update={"metadata": job.metadata.model_copy(), "status": job.status.model_copy()}
+            )
+            for job in jobs
+        ]
         with self._tx(durable=True) as tx:
             first_rev = tx.reserve("revision", len(created))
             first_id = tx.reserve("job_id", len(created))
