@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobd.api.manifests import Document, parse_resource
 from jobd.api.models import Job, Phase, Project
@@ -16,6 +17,7 @@ from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.resume import resume_job
 
 router = APIRouter(tags=["jobs"])
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class ApplyRequest(BaseModel):
@@ -24,9 +26,27 @@ class ApplyRequest(BaseModel):
     dry_run: bool = False
 
 
-@router.post("/apply", summary="Create or update each document (server-side apply)")
-async def apply(request: Request, body: ApplyRequest) -> Response:
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI for a body the route parses itself (pydantic's JSON parser, in Rust)."""
+    schema = {"schema": model.model_json_schema(by_alias=True)}
+    return {"requestBody": {"content": {"application/json": schema}, "required": True}}
+
+
+async def _parse(request: Request, model: type[_M]) -> _M:
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+
+
+@router.post(
+    "/apply",
+    summary="Create or update each document (server-side apply)",
+    openapi_extra=_json_body(ApplyRequest),
+)
+async def apply(request: Request) -> Response:
     state = state_of(request)
+    body = await _parse(request, ApplyRequest)
     resources = [
         parse_resource(Document(doc, f"document {i + 1}", 1))
         for i, doc in enumerate(body.documents)
@@ -35,8 +55,8 @@ async def apply(request: Request, body: ApplyRequest) -> Response:
     jobs = [r for r in resources if isinstance(r, Job)]
     if len(jobs) + len(projects) != len(resources):
         raise AdmissionError("kind: Worker documents are written by workers only")
-    # Refuse before writing anything: a bad job must not leave its projects applied.
-    admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
+    if projects:  # refuse before writing anything: a bad job must not leave its projects
+        admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
     results = [admission.apply_project(state.store, p, body.dry_run) for p in projects]
     results += admission.apply_jobs(state.store, jobs, state.ctx.clock, body.dry_run)
     return json_response(
@@ -49,9 +69,15 @@ async def apply(request: Request, body: ApplyRequest) -> Response:
     )
 
 
-@router.post("/jobs", status_code=201, summary="Create one job (imperative submit)")
-async def create_job(request: Request, job: Job) -> Response:
-    return json_response(doc(await state_of(request).creates.create(job)))
+@router.post(
+    "/jobs",
+    status_code=201,
+    summary="Create one job (imperative submit)",
+    openapi_extra=_json_body(Job),
+)
+async def create_job(request: Request) -> Response:
+    job = await _parse(request, Job)
+    return json_response(doc(await state_of(request).creates.create(job)), status_code=201)
 
 
 @router.get("/jobs", summary="List jobs, filtered")
@@ -119,7 +145,9 @@ async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False)
 @router.post("/jobs/{job_id}/resume", status_code=201, summary="Resubmit from its checkpoint")
 async def resume(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return json_response(doc(resume_job(state.store, job_or_404(state, job_id), state.ctx)))
+    return json_response(
+        doc(resume_job(state.store, job_or_404(state, job_id), state.ctx)), status_code=201
+    )
 
 
 @router.get("/jobs/{job_id}/logs", summary="The job's output from a byte offset")

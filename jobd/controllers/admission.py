@@ -167,6 +167,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
     new: list[Job] = []
     updates: list[Job] = []
     seen: set[str] = set()
+    live_jobs = _live_by_ref(store, jobs)
     for job in jobs:
         if not job.metadata.name:
             raise AdmissionError(
@@ -175,7 +176,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
         if job.ref in seen:
             raise AdmissionError(f"metadata.name: {job.ref} appears twice in one apply")
         seen.add(job.ref)
-        live = store.get_job_by_name(job.project, job.metadata.name)
+        live = live_jobs.get(job.ref)
         if live is None:
             new.append(job)
             results.append(ApplyResult("Job", job.ref, "created", job))
@@ -193,6 +194,19 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
     for res in results:
         res.obj = created.get(res.name) or stored.get(res.name) or res.obj
     return results
+
+
+def _live_by_ref(store: Store, jobs: list[Job]) -> dict[str, Job]:
+    """The stored jobs that these documents name, looked up a project at a time."""
+    names: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.metadata.name:
+            names.setdefault(job.project, []).append(job.metadata.name)
+    live = {}
+    for project, wanted in names.items():
+        for name, found in store.get_jobs_by_name(project, wanted).items():
+            live[f"{project}/{name}"] = found
+    return live
 
 
 def _check_parents(store: Store, new: list[Job]) -> None:
