@@ -110,13 +110,16 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
             "labels": dict(job.metadata.labels),
         }
     )
-    job = Job(metadata=meta, spec=job.spec.model_copy(deep=True))
-    job.status = JobStatus(
+    # The spec is shared, never written to; the status is built from trusted values.
+    job = Job.model_construct(metadata=meta, spec=job.spec)
+    job.status = JobStatus.model_construct(
         effective=resolve_effective(job, project),
         parents=parents,
         dependencies_met=not parents,
         queued_at=clock.now(),
         observed_generation=1,
+        conditions=[],
+        gpus=[],
     )
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")

@@ -156,13 +156,9 @@ class SQLStore:
         """
         if not jobs:
             return []
-        # Only metadata (and, through on_ids, status.parents) is written to: copy those.
-        created = [
-            job.model_copy(
-                update={"metadata": job.metadata.model_copy(), "status": job.status.model_copy()}
-            )
-            for job in jobs
-        ]
+        # Each job's metadata is stamped in place (a fresh copy, so the caller's stays
+        # as it was); status is written only by the caller's own on_ids.
+        created = [job.model_copy(update={"metadata": job.metadata.model_copy()}) for job in jobs]
         with self._tx(durable=True) as tx:
             first_rev = tx.reserve("revision", len(created))
             first_id = tx.reserve("job_id", len(created))
