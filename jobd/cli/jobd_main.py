@@ -273,14 +273,17 @@ def _server(app: Any, host: str, port: int) -> uvicorn.Server:
     return _QuietServer(config)
 
 
-def _run(main: Callable[[], Awaitable[None]]) -> None:
-    """Run on uvloop where it is installed (uvicorn[standard] brings it): a faster loop."""
+def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
+    """Run the program's loop; the broker alone may use uvloop.
+
+    uvloop serves HTTP faster, but it starts subprocesses several times slower than
+    asyncio does, so a program that runs workloads (worker, dev) stays on asyncio.
+    """
     try:
-        import uvloop  # noqa: F401
+        import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
     except ImportError:
-        anyio.run(main)
-    else:
-        anyio.run(main, backend_options={"use_uvloop": True})
+        uvloop = False
+    anyio.run(main, backend_options={"use_uvloop": uvloop})
 
 
 async def _until_signalled(scope: anyio.CancelScope) -> None:
@@ -314,7 +317,7 @@ def broker(**kw: Any) -> None:
                 await _until_signalled(waiting)
             _stop_broker(app, server)
 
-    _run(run)
+    _run(run, uvloop=True)
     click.echo("jobd: stopped", err=True)
 
 

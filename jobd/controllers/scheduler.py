@@ -80,6 +80,8 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
 
 class SchedulerController:
     name = "scheduler"
+    # Under load, the changes of a couple of milliseconds make one pass, not one each.
+    coalesce_s = 0.002
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
