@@ -197,6 +197,14 @@ class Job(Strict):
     def ref(self) -> str:
         return f"{self.project}/{self.metadata.name}"
 
+    def evolve(self) -> Job:
+        """A copy whose status may be changed; spec and metadata are shared, not copied.
+
+        Transitions only ever write status, and a deep copy of the whole document is
+        the largest cost of a write on the hot paths.
+        """
+        return self.model_copy(update={"status": self.status.model_copy(deep=True)})
+
 
 class ProjectDefaults(Strict):
     preemptible: bool | None = None

@@ -88,7 +88,7 @@ async def started(request: Request, job_id: int, body: Started) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
     if body.checkpoint_dir and job.status.checkpoint_dir != body.checkpoint_dir:
-        job = job.model_copy(deep=True)
+        job = job.evolve()
         job.status.checkpoint_dir = body.checkpoint_dir
     return json_response(doc(lifecycle.report_started(state.store, job, body.worker, state.ctx)))
 
@@ -110,7 +110,7 @@ async def complete(request: Request, job_id: int, body: Completion) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
     if body.checkpoint_latest and not job.status.phase.terminal:
-        job = job.model_copy(deep=True)
+        job = job.evolve()
         job.status.checkpoint_latest = body.checkpoint_latest
     job = lifecycle.report_complete(
         state.store, job, body.worker, body.exit_code, body.signal, state.ctx

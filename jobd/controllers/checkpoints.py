@@ -22,7 +22,7 @@ def record_checkpoint_complete(store: Store, job: Job, worker: str) -> Job:
         raise TransitionError(f"job {job.id} is bound to {job.status.worker!r}, not {worker!r}")
     if preemption.checkpoint_complete:
         return job
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     assert job.status.preemption is not None
     job.status.preemption.checkpoint_complete = True
     set_condition(job.status, "CheckpointComplete", True, "SentinelSeen", f"seen by {worker}")

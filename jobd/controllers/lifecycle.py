@@ -62,7 +62,7 @@ def cancel(store: Store, job: Job, ctx: Context, reason: str = "user") -> Job:
     """Set the desired phase to Cancelled; end the job at once if nothing runs it."""
     if job.status.phase in TERMINAL_PHASES:
         raise TransitionError(f"job {job.id} is already {job.status.phase}")
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     job.status.desired_phase = Phase.CANCELLED
     job.status.reason = reason
     if job.status.phase in (Phase.PENDING, Phase.LOST):
@@ -85,7 +85,7 @@ def report_started(store: Store, job: Job, worker: str, ctx: Context) -> Job:
         return job  # a retried report
     if job.status.phase not in (Phase.SCHEDULED, Phase.LOST):
         raise TransitionError(f"job {job.id} is {job.status.phase}; it cannot start")
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     recovered = job.status.phase == Phase.LOST
     job.status.phase = Phase.RUNNING
     job.status.lost_at = None
@@ -101,7 +101,7 @@ def report_stopping(store: Store, job: Job, worker: str, ctx: Context) -> Job:
     target = {"preempt": Phase.PREEMPTING, "cancel": Phase.CANCELLING}.get(job.status.signal or "")
     if target is None or job.status.phase in TERMINAL_PHASES or job.status.phase == target:
         return job
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     job.status.phase = target
     job.status.stopping_at = ctx.clock.now()
     return store.update_job(job)
@@ -119,7 +119,7 @@ def report_complete(
     if job.status.phase in TERMINAL_PHASES:
         return job  # a retried or late report: what was decided stays decided
     _check_worker(job, worker)
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     job.status.exit_code, job.status.exit_signal = exit_code, exit_signal
     desired = job.status.desired_phase
     phase: Phase
@@ -186,7 +186,7 @@ class LifecycleController:
         failed = [p for p in parents if p is None or p.status.phase in _BAD_ENDS]
         if failed and not job.spec.depends_on_any_exit:
             culprit = failed[0].ref if failed[0] else "a deleted job"
-            job = job.model_copy(deep=True)
+            job = job.evolve()
             job.status.message = f"parent {culprit} did not succeed"
             store.update_job(job, finish(job, Phase.CANCELLED, self.ctx, "dependency_failed"))
             return DONE
@@ -196,7 +196,7 @@ class LifecycleController:
             p.status.phase != Phase.SUCCEEDED for p in ended if p
         ):
             return DONE
-        job = job.model_copy(deep=True)
+        job = job.evolve()
         job.status.dependencies_met = True
         job.status.queued_at = self.ctx.clock.now()
         set_condition(job.status, "DependenciesMet", True, "ParentsEnded")
@@ -209,7 +209,7 @@ class LifecycleController:
         remaining = self.ctx.settings.lost_timeout_s - waited
         if remaining > 0:
             return Result(requeue_after=remaining)
-        job = job.model_copy(deep=True)
+        job = job.evolve()
         job.status.message = f"worker {job.status.worker} did not come back"
         desired = job.status.desired_phase
         phase = desired if desired in (Phase.CANCELLED, Phase.PREEMPTED) else Phase.FAILED

@@ -58,7 +58,7 @@ def request_preemption(
         if job.status.desired_phase != Phase.RUNNING and not job.status.phase.terminal:
             state = f"{job.status.phase} (already being driven to {job.status.desired_phase})"
         raise TransitionError(f"job {job.id} is {state}; only a Running job can be preempted")
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     job.status.desired_phase = Phase.PREEMPTED
     job.status.signal = "preempt"
     job.status.reason = "preempted"
@@ -155,7 +155,7 @@ def _runtime_s(job: Job, now: datetime) -> float:
 def _nominate(store: Store, job: Job, worker: str) -> None:
     if job.status.nominated_worker == worker:
         return
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     job.status.nominated_worker = worker
     set_condition(job.status, "Nominated", True, "CapacityFreed", f"capacity on {worker} held")
     store.update_job(job)

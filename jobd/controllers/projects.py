@@ -91,7 +91,7 @@ class ProjectsController:
             effective = resolve_effective(job, project)
             if effective == job.status.effective:
                 continue
-            job = job.model_copy(deep=True)
+            job = job.evolve()
             job.status.effective = effective
             try:
                 self.ctx.store.update_job(job)

@@ -130,7 +130,7 @@ class SchedulerController:
         return DONE
 
     def _bind(self, job: Job, cap: Capacity) -> None:
-        bound = job.model_copy(deep=True)
+        bound = job.evolve()
         status = bound.status
         status.phase, status.worker = Phase.SCHEDULED, cap.worker
         status.scheduled_at = self.ctx.clock.now()

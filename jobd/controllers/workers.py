@@ -100,7 +100,7 @@ def _reconcile_jobs(store: Store, name: str, running: set[int], ctx: Context) ->
 
 
 def _fail_vanished(store: Store, job: Job, ctx: Context) -> None:
-    job = job.model_copy(deep=True)
+    job = job.evolve()
     job.status.message = f"worker {job.status.worker} no longer runs it"
     desired = job.status.desired_phase
     phase = desired if desired in (Phase.PREEMPTED, Phase.CANCELLED) else Phase.FAILED
@@ -154,7 +154,7 @@ class WorkersController:
         for job in store.list_jobs(worker=worker.name, phases=BOUND_PHASES):
             if job.status.phase == Phase.LOST:
                 continue
-            job = job.model_copy(deep=True)
+            job = job.evolve()
             if job.status.phase == Phase.SCHEDULED:
                 # Never started: give it back to the queue rather than wait for the worker.
                 job.status.phase, job.status.worker, job.status.gpus = Phase.PENDING, None, []
@@ -164,6 +164,6 @@ class WorkersController:
             store.update_job(job, [EventRecord("job_lost", job=job.id, worker=worker.name)])
         for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
             if job.status.nominated_worker == worker.name:
-                job = job.model_copy(deep=True)
+                job = job.evolve()
                 job.status.nominated_worker = None
                 store.update_job(job)

@@ -194,10 +194,11 @@ class SQLStore:
     ) -> Job:
         """Compare-and-swap; `durable` for what a user was told (see _tx)."""
         with self._tx(durable) as tx:
-            job = job.model_copy(deep=True)
             expected = job.metadata.resource_version
             rev = tx.next_revision()
-            job.metadata.resource_version = rev
+            # A new object sharing everything but metadata: the caller's stays as it was.
+            meta = job.metadata.model_copy(update={"resource_version": rev})
+            job = job.model_copy(update={"metadata": meta})
             row = _job_row(job)
             row["b_id"], row["expected_rv"] = row.pop("id"), expected
             result = tx.conn.execute(_UPDATE_JOB, row)
@@ -242,7 +243,7 @@ class SQLStore:
         durable: bool = False,
     ) -> _Named:
         """Create when resource_version is None, else compare-and-swap."""
-        obj = obj.model_copy(deep=True)
+        obj = obj.model_copy(update={"metadata": obj.metadata.model_copy()})
         name, expected = obj.name, obj.metadata.resource_version
         with self._tx(durable) as tx:
             rev = tx.next_revision()
