@@ -27,7 +27,7 @@ from jobd.api.models import (
 from jobd.controllers.context import Context
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.queueing import DONE, Result
-from jobd.controllers.scheduler import Capacity, capacity_of, choose_worker
+from jobd.controllers.scheduler import Capacity, capacity_of, choose_worker, reserve_nominated
 from jobd.store.base import Change, Conflict, EventRecord, Store
 
 __all__ = [
@@ -148,6 +148,15 @@ def _started_ts(job: Job) -> float:
     return job.status.started_at.timestamp() if job.status.started_at else 0.0
 
 
+def _may_yield_to(job: Job, priority: int) -> bool:
+    """Seed rules 2 and 3: a running, preemptible job of strictly lower priority."""
+    return (
+        job.status.phase == Phase.RUNNING
+        and job.status.effective.preemptible
+        and job.status.effective.priority < priority
+    )
+
+
 def _runtime_s(job: Job, now: datetime) -> float:
     return (now - job.status.started_at).total_seconds() if job.status.started_at else 0.0
 
@@ -176,16 +185,9 @@ def preempt_blockers(store: Store, candidate: Job, ctx: Context, dry_run: bool) 
         raise TransitionError("no worker is Ready, so no preemption can make room")
     prio = candidate.status.effective.priority
 
-    def lower(job: Job) -> bool:
-        # The thresholds are waived, the other rules are not: `job preempt ID` is the
-        # verb for taking a job that is not preemptible.
-        return (
-            job.status.phase == Phase.RUNNING
-            and job.status.effective.preemptible
-            and job.status.effective.priority < prio
-        )
-
-    plan = choose_victims(candidate, caps, bound, lower)
+    # The thresholds are waived, the other rules are not: `job preempt ID` is the verb
+    # for taking a job that is not preemptible.
+    plan = choose_victims(candidate, caps, bound, lambda job: _may_yield_to(job, prio))
     if plan is None:
         raise TransitionError(
             f"no set of preemptible running jobs with priority below {prio} on one worker "
@@ -238,7 +240,7 @@ class SweeperController:
         if not preemptible:
             return DONE  # a job starting to run brings us back
         floor = min(j.status.effective.priority for j in preemptible)
-        self._reserve(caps)
+        reserve_nominated(store, caps)
         wake: list[float] = []
         for candidate in self._candidates(floor):
             waited = (now - (candidate.status.queued_at or now)).total_seconds()
@@ -248,12 +250,6 @@ class SweeperController:
             if self._act_for(candidate, caps, bound, now, wake):
                 bound = store.list_jobs(phases=BOUND_PHASES)
         return Result(requeue_after=max(0.01, min(wake)) if wake else None)
-
-    def _reserve(self, caps: dict[str, Capacity]) -> None:
-        for job in self.ctx.store.list_jobs(phases=[Phase.PENDING], nominated=True):
-            cap = caps.get(job.status.nominated_worker or "")
-            if cap is not None:
-                cap.reserved[job.id] = job.spec.resources
 
     def _candidates(self, floor: int) -> list[Job]:
         jobs = self.ctx.store.list_jobs(
@@ -279,24 +275,16 @@ class SweeperController:
         prio = candidate.status.effective.priority
 
         def eligible(job: Job) -> bool:
-            return (
-                job.status.phase == Phase.RUNNING
-                and job.status.effective.preemptible
-                and job.status.effective.priority < prio
-                and _runtime_s(job, now) > min_runtime
-            )
+            return _may_yield_to(job, prio) and _runtime_s(job, now) > min_runtime
 
         plan = choose_victims(candidate, caps, bound, eligible)
         if plan is None:
-            young = [
+            # Rule 4 alone holding back: look again when the youngest grows old enough.
+            wake.extend(
                 min_runtime - _runtime_s(j, now)
                 for j in bound
-                if j.status.phase == Phase.RUNNING
-                and j.status.effective.preemptible
-                and j.status.effective.priority < prio
-                and _runtime_s(j, now) <= min_runtime
-            ]
-            wake.extend(young)
+                if _may_yield_to(j, prio) and _runtime_s(j, now) <= min_runtime
+            )
             return False
         for victim in plan.victims:
             request_preemption(self.ctx.store, victim, self.ctx, "sweeper", candidate)

@@ -16,9 +16,15 @@ from dataclasses import dataclass, field
 from jobd.api.models import BOUND_PHASES, Job, Phase, Resources, Worker, set_condition
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
-from jobd.store.base import Change, Conflict, EventRecord
+from jobd.store.base import Change, Conflict, EventRecord, Store
 
-__all__ = ["Capacity", "SchedulerController", "capacity_of", "choose_worker"]
+__all__ = [
+    "Capacity",
+    "SchedulerController",
+    "capacity_of",
+    "choose_worker",
+    "reserve_nominated",
+]
 
 QUEUE_KEY = "queue"
 # How many queued jobs one pass may look at beyond those it binds (like Slurm's
@@ -69,6 +75,14 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     return caps
 
 
+def reserve_nominated(store: Store, caps: dict[str, Capacity]) -> None:
+    """Hold the capacity freed by preemption for the queued jobs it was freed for."""
+    for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
+        cap = caps.get(job.status.nominated_worker or "")
+        if cap is not None:
+            cap.reserved[job.id] = job.spec.resources
+
+
 def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
     """The nominated worker if the job has one; else the fitting worker with most room."""
     if job.status.nominated_worker:
@@ -107,10 +121,7 @@ class SchedulerController:
     async def reconcile(self, key: str) -> Result:
         store = self.ctx.store
         caps = capacity_of(store.list_workers(), store.list_jobs(phases=BOUND_PHASES))
-        for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
-            cap = caps.get(job.status.nominated_worker or "")
-            if cap is not None:
-                cap.reserved[job.id] = job.spec.resources
+        reserve_nominated(store, caps)
         after: tuple[int, int] | None = None
         scanned = 0
         while scanned < _SCAN_LIMIT and (free := sum(max(0, c.free_slots) for c in caps.values())):

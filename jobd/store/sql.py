@@ -210,17 +210,24 @@ class SQLStore:
 
     def delete_job(self, job: Job) -> None:
         with self._tx(durable=True) as tx:
-            rev = tx.next_revision()
-            result = tx.conn.execute(
-                sa.delete(t.jobs).where(
-                    t.jobs.c.id == job.id,
-                    t.jobs.c.resource_version == job.metadata.resource_version,
-                )
-            )
-            if result.rowcount != 1:
-                raise self._stale("job", job.id, self.get_job(job.id) is not None)
+            self._delete(tx, "Job", t.jobs.c.id, job.id, job)
             tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
-            tx.record("Job", "DELETED", str(job.id), job, rev)
+
+    def _delete(
+        self, tx: _Tx, kind: Kind, key: sa.Column[Any], value: object, obj: Job | Project
+    ) -> None:
+        """Compare-and-swap delete; the change feed hears the last version."""
+        rev = tx.next_revision()
+        table = key.table
+        result = tx.conn.execute(
+            sa.delete(table).where(
+                key == value, table.c.resource_version == obj.metadata.resource_version
+            )
+        )
+        if result.rowcount != 1:
+            exists = tx.conn.execute(sa.select(key).where(key == value)).first() is not None
+            raise self._stale(kind.lower(), value, exists)
+        tx.record(kind, "DELETED", str(value), obj, rev)
 
     @staticmethod
     def _stale(kind: str, key: object, exists: bool) -> Exception:
@@ -272,16 +279,7 @@ class SQLStore:
 
     def delete_project(self, project: Project) -> None:
         with self._tx(durable=True) as tx:
-            rev = tx.next_revision()
-            result = tx.conn.execute(
-                sa.delete(t.projects).where(
-                    t.projects.c.name == project.name,
-                    t.projects.c.resource_version == project.metadata.resource_version,
-                )
-            )
-            if result.rowcount != 1:
-                raise Conflict(f"project {project.name} was changed by someone else; retry")
-            tx.record("Project", "DELETED", project.name, project, rev)
+            self._delete(tx, "Project", t.projects.c.name, project.name, project)
 
     def append_events(self, events: Iterable[EventRecord]) -> None:
         with self._tx() as tx:
