@@ -59,13 +59,29 @@ class ChangeFeed:
         self._revs: deque[int] = deque(maxlen=size)
         self.changed = Notifier()
         self.events_added = Notifier()
+        # A worker's watch wakes only for its own jobs' changes: a thousand idle workers
+        # must not all wake for every change.
+        self._per_worker: dict[str, Notifier] = {}
         store.subscribe(self.on_commit)
 
+    def notifier_for(self, worker: str | None) -> Notifier:
+        if worker is None:
+            return self.changed
+        return self._per_worker.setdefault(worker, Notifier())
+
+    def notifiers(self) -> list[Notifier]:
+        return [self.changed, self.events_added, *self._per_worker.values()]
+
     def on_commit(self, changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
+        woken: set[str] = set()
         for change in changes:
             self._buffer.append(change)
             self._revs.append(change.revision)
             self.revision = change.revision
+            worker = change.body.get("status", {}).get("worker") if change.kind == "Job" else None
+            if worker in self._per_worker and worker not in woken:
+                woken.add(worker)
+                self._per_worker[worker].notify()
         if changes:
             self.changed.notify()
         if events:
@@ -86,9 +102,14 @@ class ChangeFeed:
         return [c for c in self.store.changes_since(revision, limit) if accept(c)]
 
     async def wait_since(
-        self, revision: int, accept: Filter, timeout_s: float
+        self, revision: int, accept: Filter, timeout_s: float, worker: str | None = None
     ) -> tuple[int, list[Change]]:
-        """Changes after `revision` that pass `accept`, waiting up to timeout_s for one."""
+        """Changes after `revision` that pass `accept`, waiting up to timeout_s for one.
+
+        With `worker`, `accept` must pass only that worker's jobs: the wait wakes for
+        those alone.
+        """
+        notifier = self.notifier_for(worker)
         deadline = anyio.current_time() + timeout_s
         while True:
             seen = self.revision
@@ -99,4 +120,4 @@ class ChangeFeed:
             left = deadline - anyio.current_time()
             if left <= 0 or Notifier.closed:
                 return revision, []
-            await self.changed.wait(left)
+            await notifier.wait(left)

@@ -72,7 +72,8 @@ async def watch(
             return change.kind == "Job" and status.get("worker") == worker
         return True
 
-    revision, changes = await state_of(request).feed.wait_since(since, accept, timeout)
+    feed = state_of(request).feed
+    revision, changes = await feed.wait_since(since, accept, timeout, worker=worker)
     return json_response({"revision": revision, "changes": [c.as_json() for c in changes]})
 
 

@@ -75,7 +75,7 @@ class BrokerState:
 
     def release_waiters(self) -> None:
         """Answer every long-poll now: the broker is about to stop."""
-        notifiers = [self.feed.changed, self.feed.events_added, *self.logs.notifiers()]
+        notifiers = [*self.feed.notifiers(), *self.logs.notifiers()]
         Notifier.close_all(notifiers)
 
     def close(self) -> None:

@@ -77,9 +77,10 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
 
 def reserve_nominated(store: Store, caps: dict[str, Capacity]) -> None:
     """Hold the capacity freed by preemption for the queued jobs it was freed for."""
-    for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
+    # By the nomination alone, which a partial index answers; only Pending jobs hold one.
+    for job in store.list_jobs(nominated=True):
         cap = caps.get(job.status.nominated_worker or "")
-        if cap is not None:
+        if cap is not None and job.status.phase == Phase.PENDING:
             cap.reserved[job.id] = job.spec.resources
 
 

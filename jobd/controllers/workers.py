@@ -162,8 +162,8 @@ class WorkersController:
                 continue
             job.status.phase, job.status.lost_at = Phase.LOST, now
             store.update_job(job, [EventRecord("job_lost", job=job.id, worker=worker.name)])
-        for job in store.list_jobs(phases=[Phase.PENDING], nominated=True):
-            if job.status.nominated_worker == worker.name:
+        for job in store.list_jobs(nominated=True):
+            if job.status.nominated_worker == worker.name and job.status.phase == Phase.PENDING:
                 job = job.evolve()
                 job.status.nominated_worker = None
                 store.update_job(job)

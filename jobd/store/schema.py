@@ -33,10 +33,14 @@ jobs = sa.Table(
     sa.Column("resource_version", sa.BigInteger, nullable=False),
     sa.Column("body", sa.Text, nullable=False),
     sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),
-    sa.Index("ix_jobs_queue", "phase", "ready", "priority", "id"),
+    # Matches ORDER BY priority DESC, id: the queue is read off the index, never sorted.
+    sa.Index("ix_jobs_queue", "phase", "ready", sa.desc("priority"), "id"),
     sa.Index("ix_jobs_worker", "worker", "phase"),
     sa.Index("ix_jobs_name", "name"),
 )
+# Few jobs are nominated at any time: a partial index finds them without a scan.
+_nominated = jobs.c.nominated_worker.is_not(None)
+sa.Index("ix_jobs_nominated", jobs.c.id, sqlite_where=_nominated, postgresql_where=_nominated)
 
 job_deps = sa.Table(
     "job_deps",

@@ -36,7 +36,15 @@ def upgrade() -> None:
         sa.Column("body", sa.Text, nullable=False),
         sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),
     )
-    op.create_index("ix_jobs_queue", "jobs", ["phase", "ready", "priority", "id"])
+    op.create_index("ix_jobs_queue", "jobs", ["phase", "ready", sa.desc("priority"), "id"])
+    nominated = sa.text("nominated_worker IS NOT NULL")
+    op.create_index(
+        "ix_jobs_nominated",
+        "jobs",
+        ["id"],
+        sqlite_where=nominated,
+        postgresql_where=nominated,
+    )
     op.create_index("ix_jobs_worker", "jobs", ["worker", "phase"])
     op.create_index("ix_jobs_name", "jobs", ["name"])
     op.create_table(
