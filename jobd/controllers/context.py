@@ -1,4 +1,4 @@
-"""What every controller is handed: the store, the clock, the settings, the wake-ups."""
+"""What every controller is handed: the store, its view, the clock, settings, wake-ups."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from jobd.controllers.clock import Clock, SystemClock
+from jobd.controllers.view import ClusterView
 from jobd.store.base import Store
 
 __all__ = ["Context", "Settings"]
@@ -33,3 +34,7 @@ class Context:
     # Lease renewals live in memory: a heartbeat that changes nothing else writes nothing,
     # so a thousand workers renewing cost no commits and wake no controller.
     leases: dict[str, datetime] = field(default_factory=dict)
+    view: ClusterView = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = ClusterView(self.store)

@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Literal
 
 from jobd.api.models import (
-    BOUND_PHASES,
     Job,
     Phase,
     PreemptionStatus,
@@ -179,8 +178,8 @@ def preempt_blockers(store: Store, candidate: Job, ctx: Context, dry_run: bool) 
             f"job {candidate.id} waits for its dependencies, not for capacity; "
             "preempting would not let it run"
         )
-    bound = store.list_jobs(phases=BOUND_PHASES)
-    caps = capacity_of(store.list_workers(), bound)
+    bound = list(ctx.view.bound.values())
+    caps = capacity_of(ctx.view.workers.values(), bound)
     if not caps:
         raise TransitionError("no worker is Ready, so no preemption can make room")
     prio = candidate.status.effective.priority
@@ -228,8 +227,8 @@ class SweeperController:
 
     def _sweep(self) -> Result:
         store, settings, now = self.ctx.store, self.ctx.settings, self.ctx.clock.now()
-        bound = store.list_jobs(phases=BOUND_PHASES)
-        caps = capacity_of(store.list_workers(), bound)
+        bound = list(self.ctx.view.bound.values())
+        caps = capacity_of(self.ctx.view.workers.values(), bound)
         preemptible = [
             j
             for j in bound
@@ -248,7 +247,7 @@ class SweeperController:
                 wake.append(settings.auto_preempt_queued_s - waited)
                 continue
             if self._act_for(candidate, caps, bound, now, wake):
-                bound = store.list_jobs(phases=BOUND_PHASES)
+                bound = list(self.ctx.view.bound.values())
         return Result(requeue_after=max(0.01, min(wake)) if wake else None)
 
     def _candidates(self, floor: int) -> list[Job]:

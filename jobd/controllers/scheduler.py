@@ -29,7 +29,7 @@ __all__ = [
 QUEUE_KEY = "queue"
 # How many queued jobs one pass may look at beyond those it binds (like Slurm's
 # bf_max_job_test): a queue of jobs that fit nowhere must not make every pass long.
-_SCAN_LIMIT = 1000
+_SCAN_LIMIT = 128
 
 
 @dataclass
@@ -121,7 +121,8 @@ class SchedulerController:
 
     async def reconcile(self, key: str) -> Result:
         store = self.ctx.store
-        caps = capacity_of(store.list_workers(), store.list_jobs(phases=BOUND_PHASES))
+        view = self.ctx.view
+        caps = capacity_of(view.workers.values(), view.bound.values())
         reserve_nominated(store, caps)
         after: tuple[int, int] | None = None
         scanned = 0
