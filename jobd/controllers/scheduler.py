@@ -129,8 +129,18 @@ class SchedulerController:
         while scanned < _SCAN_LIMIT and (free := sum(max(0, c.free_slots) for c in caps.values())):
             # Read about as many queued jobs as could start: a pass costs what it binds.
             size = min(_SCAN_LIMIT - scanned, max(8, 2 * free))
+            # Jobs too big for every worker's free room stay in the index, unread.
+            fits = (
+                max(c.free_slots for c in caps.values()),
+                max(len(c.free_gpus) for c in caps.values()),
+            )
             page = store.list_jobs(
-                phases=[Phase.PENDING], ready=True, by_priority=True, limit=size, after=after
+                phases=[Phase.PENDING],
+                ready=True,
+                by_priority=True,
+                limit=size,
+                after=after,
+                fits=fits,
             )
             for job in page:
                 cap = choose_worker(job, caps)

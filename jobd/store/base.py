@@ -109,6 +109,7 @@ class Store(Protocol):
         nominated: bool | None = None,
         after_id: int = 0,
         after: tuple[int, int] | None = None,
+        fits: tuple[int, int] | None = None,
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]: ...

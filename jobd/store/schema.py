@@ -28,6 +28,8 @@ jobs = sa.Table(
     sa.Column("phase", sa.String(16), nullable=False),
     sa.Column("priority", sa.Integer, nullable=False),
     sa.Column("ready", sa.Boolean, nullable=False),
+    sa.Column("slots", sa.Integer, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=False),
     sa.Column("worker", sa.String(253)),
     sa.Column("nominated_worker", sa.String(253)),
     sa.Column("resource_version", sa.BigInteger, nullable=False),

@@ -321,6 +321,7 @@ class SQLStore:
         nominated: bool | None = None,
         after_id: int = 0,
         after: tuple[int, int] | None = None,
+        fits: tuple[int, int] | None = None,
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]:
@@ -340,6 +341,8 @@ class SQLStore:
             q = q.where(t.jobs.c.ready == ready)
         if after_id:
             q = q.where(t.jobs.c.id > after_id)
+        if fits is not None:  # no bigger than the most any worker has free
+            q = q.where(t.jobs.c.slots <= fits[0], t.jobs.c.gpus <= fits[1])
         if after is not None:  # keyset paging in (priority desc, id) order
             prio, last_id = after
             c = t.jobs.c
@@ -517,6 +520,8 @@ def _job_row(job: Job) -> dict[str, Any]:
         "phase": str(job.status.phase),
         "priority": job.status.effective.priority,
         "ready": job.status.dependencies_met,
+        "slots": job.spec.resources.slots,
+        "gpus": job.spec.resources.gpus,
         "worker": job.status.worker,
         "nominated_worker": job.status.nominated_worker,
         "resource_version": job.metadata.resource_version,
