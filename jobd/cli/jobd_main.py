@@ -268,6 +268,10 @@ def _server(app: Any, host: str, port: int) -> uvicorn.Server:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=2,  # long-polls (watch, logs -f) must not hold a stop
+        # Longer than any client's idle gap (heartbeats every lease/3): a connection the
+        # server closes just as a worker reuses it fails that request.
+        timeout_keep_alive=75,
+        backlog=4096,
         log_config=None,  # uvicorn's own records go through configure_logging's JSON
     )
     return _QuietServer(config)

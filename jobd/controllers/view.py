@@ -21,8 +21,15 @@ _BOUND = frozenset(p.value for p in BOUND_PHASES)
 class ClusterView:
     def __init__(self, store: Store) -> None:
         self.workers: dict[str, Worker] = {w.name: w for w in store.list_workers()}
-        self.bound: dict[int, Job] = {j.id: j for j in store.list_jobs(phases=BOUND_PHASES)}
+        self.bound: dict[int, Job] = {}
+        self._by_worker: dict[str, set[int]] = {}
+        for job in store.list_jobs(phases=BOUND_PHASES):
+            self._bind(job)
         store.subscribe(self.on_commit)
+
+    def bound_to(self, worker: str) -> list[Job]:
+        """The jobs bound to one worker, without looking at anyone else's."""
+        return [self.bound[i] for i in sorted(self._by_worker.get(worker, ()))]
 
     def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
         for change in changes:
@@ -38,8 +45,15 @@ class ClusterView:
             self.workers[change.key] = Worker.model_validate(change.body)
 
     def _on_job(self, change: Change) -> None:
-        job_id = int(change.key)
+        self._unbind(int(change.key))
         if change.op != "DELETED" and change.body.get("status", {}).get("phase") in _BOUND:
-            self.bound[job_id] = Job.model_validate(change.body)
-        else:
-            self.bound.pop(job_id, None)
+            self._bind(Job.model_validate(change.body))
+
+    def _bind(self, job: Job) -> None:
+        self.bound[job.id] = job
+        self._by_worker.setdefault(job.status.worker or "", set()).add(job.id)
+
+    def _unbind(self, job_id: int) -> None:
+        old = self.bound.pop(job_id, None)
+        if old is not None:
+            self._by_worker.get(old.status.worker or "", set()).discard(job_id)

@@ -55,7 +55,7 @@ def heartbeat(
     The renewal itself is kept in memory; the Worker is written only when its phase or
     its list of jobs changes.
     """
-    live = store.get_worker(name)
+    live = ctx.view.workers.get(name)
     if live is None:
         raise LookupError(f"worker {name} is not registered")
     now = ctx.clock.now()
@@ -82,7 +82,7 @@ def last_renewal(ctx: Context, worker: Worker) -> datetime:
 def _reconcile_jobs(store: Store, name: str, running: set[int], ctx: Context) -> list[int]:
     stop: list[int] = []
     for job_id in sorted(running):
-        job = store.get_job(job_id)
+        job = ctx.view.bound.get(job_id) or store.get_job(job_id)
         if job is not None and job.status.worker == name and job.status.phase.terminal:
             stop.append(job_id)  # ended here a moment ago; the worker is still tidying up
         elif job is None or job.status.worker != name:
@@ -92,7 +92,9 @@ def _reconcile_jobs(store: Store, name: str, running: set[int], ctx: Context) ->
             report_started(store, job, name, ctx)
     grace = timedelta(seconds=5)
     # Lost too: a worker that came back without a job will never report it.
-    for job in store.list_jobs(worker=name, phases=(*_STARTED_PHASES, Phase.LOST)):
+    for job in ctx.view.bound_to(name):
+        if job.status.phase not in _STARTED_PHASES and job.status.phase != Phase.LOST:
+            continue
         started = job.status.started_at
         if job.id not in running and started and ctx.clock.now() - started > grace:
             _fail_vanished(store, job, ctx)
