@@ -115,7 +115,7 @@ async def run_drain(ctx: BenchContext) -> Result:
     total = ctx.sized(100, 1_000, 10_000)
     project = f"{PROJECT}-drain-{int(time.time())}"  # this run's jobs only, on any broker
     docs = [job_doc(f"drain-{i}", project=project) for i in range(total)]
-    async with ctx.broker("drain", mode="dev", slots=DRAIN_SLOTS) as (http, broker):
+    async with ctx.broker("drain", mode="split", slots=DRAIN_SLOTS) as (http, broker):
         sent = time.time()
         resp = await http.post("/apply", json={"documents": docs}, timeout=600)
         ids = {int(r["object"]["metadata"]["id"]) for r in resp.json()["results"]}
@@ -135,7 +135,7 @@ def _drain_result(statuses: list[dict[str, Any]], sent: float, own: bool) -> Res
     result.latencies(done)
     result.target = f">= {DRAIN_TARGET_PER_S:.0f}/s"
     result.met = (result.per_s or 0) >= DRAIN_TARGET_PER_S and failed == 0
-    slots = f"{DRAIN_SLOTS} slots" if own else "--server's workers"
+    slots = f"`jobd broker` + `jobd worker --slots {DRAIN_SLOTS}`" if own else "--server's workers"
     result.extra = {"slots": DRAIN_SLOTS if own else None, "failed": failed}
     result.notes = f"n `true` jobs in one apply, {slots}; apply sent -> each finished_at"
     if failed:

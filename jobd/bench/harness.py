@@ -44,7 +44,9 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 _PR_SET_PDEATHSIG = 1
 _START_TIMEOUT_S = 60.0
-Mode = Literal["broker", "dev"]
+# broker: `jobd broker` alone; dev: `jobd dev` (one process); split: `jobd broker` and
+# `jobd worker` as two processes, as they run on a real machine (one core each here).
+Mode = Literal["broker", "dev", "split"]
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class BrokerProcess:
         self.db_url = db_url or sqlite_url(self.data_dir)
         self.log_path = root / f"{mode}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.worker_proc: subprocess.Popen[bytes] | None = None
 
     @property
     def pid(self) -> int:
@@ -168,10 +171,17 @@ class BrokerProcess:
 
     def spawn(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jobd", self.mode],
-                env=self._env(),
+        program = "broker" if self.mode == "split" else self.mode
+        self.proc = self._popen(program, self._env(), self.log_path)
+        if self.mode == "split":
+            env = self._env() | {"JOBD_URL": self.endpoint.url}
+            self.worker_proc = self._popen("worker", env, self.root / "worker.log")
+
+    def _popen(self, program: str, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+        with log_path.open("wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "jobd", program],
+                env=env,
                 cwd=self.root,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -207,15 +217,16 @@ class BrokerProcess:
             raise RuntimeError(f"jobd {self.mode} exited with {self.proc.returncode}: {tail}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
-        """Signal the process; SIGKILL it if it has not exited within timeout_s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout_s)
+        """Signal the processes (worker first); SIGKILL what has not exited in timeout_s."""
+        for proc in (self.worker_proc, self.proc):
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout_s)
 
 
 @contextlib.asynccontextmanager
