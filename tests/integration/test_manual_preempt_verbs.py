@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
 from jobd.controllers import lifecycle
 from jobd.controllers.admission import create_jobs
 from jobd.controllers.checkpoints import record_checkpoint_complete
-from jobd.controllers.clock import FakeClock
-from jobd.controllers.context import Context, Settings
+from jobd.controllers.context import Context
 from jobd.controllers.lifecycle import TransitionError
 from jobd.controllers.preemption import preempt_blockers, request_preemption
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.workers import register_worker
 from jobd.store.base import Conflict
-from jobd.store.sql import open_store
+from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[Context]:
-    store = open_store(f"sqlite:///{tmp_path}/jobd.db")
-    yield Context(store, Settings(), FakeClock())
-    store.close()
 
 
 def _submit(ctx: Context, name: str, priority: int, gpus: int = 0, **spec: object) -> Job:
@@ -38,18 +27,12 @@ def _submit(ctx: Context, name: str, priority: int, gpus: int = 0, **spec: objec
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
 
-def _get(ctx: Context, job: Job) -> Job:
-    found = ctx.store.get_job(job.id)
-    assert found is not None
-    return found
-
-
 async def _running(
     ctx: Context, name: str, priority: int, gpus: int = 0, preemptible: bool = True
 ) -> Job:
     job = _submit(ctx, name, priority, gpus=gpus, preemptible=preemptible)
     await SchedulerController(ctx).reconcile("queue")
-    bound = _get(ctx, job)
+    bound = reread(ctx, job)
     assert bound.status.phase == Phase.SCHEDULED
     return lifecycle.report_started(ctx.store, bound, bound.status.worker or "", ctx)
 
@@ -81,14 +64,14 @@ async def test_preempt_refuses_a_job_that_is_not_running_and_changes_nothing(
     running = await _running(ctx, "running", 1)
     queued = _submit(ctx, "queued", 1)
     await SchedulerController(ctx).reconcile("queue")
-    for job in (_get(ctx, queued), _get(ctx, running)):
+    for job in (reread(ctx, queued), reread(ctx, running)):
         if job.id == running.id:  # already being preempted: a second request is refused
             request_preemption(ctx.store, job, ctx, "manual")
-            job = _get(ctx, job)
+            job = reread(ctx, job)
         before, seen = _revisions(ctx)
         with pytest.raises(TransitionError):
             request_preemption(ctx.store, job, ctx, "manual")
-        assert _get(ctx, job).metadata.resource_version == job.metadata.resource_version
+        assert reread(ctx, job).metadata.resource_version == job.metadata.resource_version
         assert _revisions(ctx) == (before, seen)
 
 
@@ -98,11 +81,11 @@ async def test_preempt_refuses_scheduled_and_finished_jobs(ctx: Context) -> None
     done = lifecycle.report_complete(ctx.store, done, "w", 0, None, ctx)
     scheduled = _submit(ctx, "scheduled", 1)
     await SchedulerController(ctx).reconcile("queue")
-    for job in (done, _get(ctx, scheduled)):
+    for job in (done, reread(ctx, scheduled)):
         rv = job.metadata.resource_version
         with pytest.raises(TransitionError):
             request_preemption(ctx.store, job, ctx, "manual")
-        assert _get(ctx, job).metadata.resource_version == rv
+        assert reread(ctx, job).metadata.resource_version == rv
     assert ctx.store.list_events(event="auto_preempt") == []
 
 
@@ -114,12 +97,12 @@ async def test_preempt_blockers_dry_run_returns_the_plan_and_changes_nothing(
     await _running(ctx, "high", 50)
     candidate = _submit(ctx, "candidate", 10)
     before = _revisions(ctx)
-    plan = preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=True)
+    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=True)
     assert plan.worker == "w"
     assert [v.id for v in plan.victims] == [low.id]
     assert _revisions(ctx) == before
-    assert _get(ctx, low).status.desired_phase == Phase.RUNNING
-    assert _get(ctx, candidate).status.nominated_worker is None
+    assert reread(ctx, low).status.desired_phase == Phase.RUNNING
+    assert reread(ctx, candidate).status.nominated_worker is None
 
 
 async def test_preempt_blockers_preempts_the_plan_and_nominates_the_candidate(
@@ -129,13 +112,13 @@ async def test_preempt_blockers_preempts_the_plan_and_nominates_the_candidate(
     low = await _running(ctx, "low", 1)
     high = await _running(ctx, "high", 50)
     candidate = _submit(ctx, "candidate", 10)
-    plan = preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
     assert [v.id for v in plan.victims] == [low.id]
 
-    low = _get(ctx, low)
+    low = reread(ctx, low)
     assert low.status.desired_phase == Phase.PREEMPTED
     assert low.status.signal == "preempt"
-    assert _get(ctx, high).status.desired_phase == Phase.RUNNING
+    assert reread(ctx, high).status.desired_phase == Phase.RUNNING
     [event] = ctx.store.list_events(event="auto_preempt")
     assert event.as_json() | {"ts": None} == {
         "ts": None,
@@ -147,7 +130,7 @@ async def test_preempt_blockers_preempts_the_plan_and_nominates_the_candidate(
         "priority": 1,
         "candidate_priority": 10,
     }
-    assert _get(ctx, candidate).status.nominated_worker == "w"
+    assert reread(ctx, candidate).status.nominated_worker == "w"
 
 
 async def test_preempt_blockers_ignores_the_sweepers_thresholds(ctx: Context) -> None:
@@ -155,7 +138,7 @@ async def test_preempt_blockers_ignores_the_sweepers_thresholds(ctx: Context) ->
     register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
     low = await _running(ctx, "low", 1)
     candidate = _submit(ctx, "candidate", 10)
-    plan = preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
     assert [v.id for v in plan.victims] == [low.id]
 
 
@@ -167,7 +150,7 @@ async def test_preempt_blockers_refuses_when_only_equal_or_higher_priority_block
     candidate = _submit(ctx, "candidate", 10)
     before = _revisions(ctx)
     with pytest.raises(TransitionError):
-        preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+        preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
     assert _revisions(ctx) == before
 
 
@@ -177,7 +160,7 @@ async def test_preempt_blockers_leaves_jobs_that_are_not_preemptible(ctx: Contex
     candidate = _submit(ctx, "candidate", 10)
     before = _revisions(ctx)
     with pytest.raises(TransitionError, match="preemptible"):
-        preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+        preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
     assert _revisions(ctx) == before
 
 
@@ -188,7 +171,7 @@ async def test_preempt_blockers_refuses_a_job_waiting_on_dependencies(ctx: Conte
     child = _submit(ctx, "child", 10, depends_on=["parent"])
     before = _revisions(ctx)
     with pytest.raises(TransitionError, match="dependencies"):
-        preempt_blockers(ctx.store, _get(ctx, child), ctx, dry_run=False)
+        preempt_blockers(ctx.store, reread(ctx, child), ctx, dry_run=False)
     assert _revisions(ctx) == before
 
 
@@ -205,11 +188,11 @@ async def test_checkpoint_complete_is_recorded_once_with_the_preemptions_candida
     register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
     victim = await _running(ctx, "victim", 1)
     candidate = _submit(ctx, "candidate", 10)
-    preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
-    victim = lifecycle.report_stopping(ctx.store, _get(ctx, victim), "w", ctx)
+    preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
 
     for _ in range(3):  # the worker retries until it is acknowledged
-        recorded = record_checkpoint_complete(ctx.store, _get(ctx, victim), "w")
+        recorded = record_checkpoint_complete(ctx.store, reread(ctx, victim), "w")
         assert recorded.status.preemption is not None
         assert recorded.status.preemption.checkpoint_complete is True
     with pytest.raises(Conflict):  # a racing retry on a stale read cannot write twice
@@ -222,7 +205,7 @@ async def test_checkpoint_complete_is_recorded_once_with_the_preemptions_candida
     assert checkpoint.worker == "w"
     assert checkpoint.seq > preempt.seq
 
-    victim = lifecycle.report_complete(ctx.store, _get(ctx, victim), "w", 0, None, ctx)
+    victim = lifecycle.report_complete(ctx.store, reread(ctx, victim), "w", 0, None, ctx)
     assert victim.status.phase == Phase.PREEMPTED, "exit 0 after SIGTERM is still a preemption"
 
 

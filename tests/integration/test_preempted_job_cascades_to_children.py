@@ -16,6 +16,7 @@ from jobd.controllers.preemption import request_preemption
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.workers import register_worker
 from jobd.store.sql import open_store
+from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
 
@@ -37,15 +38,9 @@ def _submit(ctx: Context, name: str, *parents: str, any_exit: bool = False) -> J
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
 
-def _get(ctx: Context, job: Job) -> Job:
-    found = ctx.store.get_job(job.id)
-    assert found is not None
-    return found
-
-
 async def _start(ctx: Context, job: Job) -> Job:
     await SchedulerController(ctx).reconcile("queue")
-    return lifecycle.report_started(ctx.store, _get(ctx, job), "w", ctx)
+    return lifecycle.report_started(ctx.store, reread(ctx, job), "w", ctx)
 
 
 async def _end(ctx: Context, job: Job, how: Phase) -> None:
@@ -62,12 +57,12 @@ async def _end(ctx: Context, job: Job, how: Phase) -> None:
         lifecycle.report_complete(
             ctx.store, job, "w", 0 if how == Phase.SUCCEEDED else 1, None, ctx
         )
-    assert _get(ctx, job).status.phase == how
+    assert reread(ctx, job).status.phase == how
 
 
 async def _reconcile(ctx: Context, job: Job) -> Job:
     await lifecycle.LifecycleController(ctx).reconcile(str(job.id))
-    return _get(ctx, job)
+    return reread(ctx, job)
 
 
 def _cancel_reasons(ctx: Context, job: Job) -> list[object]:
@@ -111,7 +106,7 @@ async def test_any_exit_child_becomes_ready_whatever_the_parent_did(
 ) -> None:
     parent = _submit(ctx, "parent")
     child = _submit(ctx, "child", "parent", any_exit=True)
-    assert _get(ctx, child).status.dependencies_met is False
+    assert reread(ctx, child).status.dependencies_met is False
     await _end(ctx, parent, how)
     child = await _reconcile(ctx, child)
     assert child.status.phase == Phase.PENDING
@@ -119,7 +114,7 @@ async def test_any_exit_child_becomes_ready_whatever_the_parent_did(
     assert ctx.store.list_events(job=child.id, event="job_cancelled") == []
 
     await SchedulerController(ctx).reconcile("queue")
-    assert _get(ctx, child).status.phase == Phase.SCHEDULED
+    assert reread(ctx, child).status.phase == Phase.SCHEDULED
 
 
 async def test_a_succeeded_parent_makes_the_child_ready(ctx: Context) -> None:

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
 from jobd.controllers import lifecycle
 from jobd.controllers.admission import create_jobs
-from jobd.controllers.clock import FakeClock
-from jobd.controllers.context import Context, Settings
+from jobd.controllers.context import Context
 from jobd.controllers.preemption import preempt_blockers
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.workers import register_worker
-from jobd.store.sql import open_store
+from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[Context]:
-    store = open_store(f"sqlite:///{tmp_path}/jobd.db")
-    yield Context(store, Settings(), FakeClock())
-    store.close()
 
 
 def _submit(ctx: Context, name: str, priority: int = 0, gpus: int = 0, **spec: object) -> Job:
@@ -35,18 +24,12 @@ def _submit(ctx: Context, name: str, priority: int = 0, gpus: int = 0, **spec: o
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
 
-def _get(ctx: Context, job: Job) -> Job:
-    found = ctx.store.get_job(job.id)
-    assert found is not None
-    return found
-
-
 async def _schedule(ctx: Context) -> None:
     await SchedulerController(ctx).reconcile("queue")
 
 
 def _run_to_end(ctx: Context, job: Job, exit_code: int = 0) -> None:
-    job = _get(ctx, job)
+    job = reread(ctx, job)
     assert job.status.worker is not None
     job = lifecycle.report_started(ctx.store, job, job.status.worker, ctx)
     lifecycle.report_complete(ctx.store, job, job.status.worker or "", exit_code, None, ctx)
@@ -88,14 +71,14 @@ async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
     cpus = [_submit(ctx, f"cpu{i}", priority=1) for i in range(3)]
     await _schedule(ctx)
 
-    two, one, starved = _get(ctx, two), _get(ctx, one), _get(ctx, starved)
+    two, one, starved = reread(ctx, two), reread(ctx, one), reread(ctx, starved)
     assert (two.status.worker, one.status.worker) == ("gpu", "gpu")
     assert len(two.status.gpus) == 2 and len(one.status.gpus) == 1
     assert sorted(two.status.gpus + one.status.gpus) == [0, 1, 2], "no GPU handed out twice"
     assert starved.status.phase == Phase.PENDING, "no GPU left for it"
 
     # gpu: 4 slots, 3 taken by GPU jobs; cpu: 1 slot. Two CPU jobs fit, the third waits.
-    cpu_jobs = [_get(ctx, j) for j in cpus]
+    cpu_jobs = [reread(ctx, j) for j in cpus]
     placed = [j for j in cpu_jobs if j.status.phase == Phase.SCHEDULED]
     assert sorted(j.status.worker or "" for j in placed) == ["cpu", "gpu"]
     assert all(j.status.gpus == [] for j in placed)
@@ -109,7 +92,7 @@ async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
     freed = one.status.gpus
     _run_to_end(ctx, one)
     await _schedule(ctx)
-    starved = _get(ctx, starved)
+    starved = reread(ctx, starved)
     assert starved.status.phase == Phase.SCHEDULED
     assert starved.status.gpus == freed
 
@@ -118,39 +101,39 @@ async def test_a_slot_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> 
     register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
     victim = _submit(ctx, "victim", priority=1, preemptible=True)
     await _schedule(ctx)
-    _ = lifecycle.report_started(ctx.store, _get(ctx, victim), "w", ctx)
+    _ = lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
     equal_first = _submit(ctx, "equal-first", priority=10)
     candidate = _submit(ctx, "candidate", priority=10)
-    preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+    preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
     higher = _submit(ctx, "higher", priority=20)
-    assert _get(ctx, candidate).status.nominated_worker == "w"
+    assert reread(ctx, candidate).status.nominated_worker == "w"
 
-    victim = lifecycle.report_stopping(ctx.store, _get(ctx, victim), "w", ctx)
+    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
     lifecycle.report_complete(ctx.store, victim, "w", None, 15, ctx)
     await _schedule(ctx)
 
-    assert _get(ctx, candidate).status.phase == Phase.SCHEDULED
-    assert _get(ctx, candidate).status.nominated_worker is None
-    assert _get(ctx, equal_first).status.phase == Phase.PENDING
-    assert _get(ctx, higher).status.phase == Phase.PENDING
+    assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
+    assert reread(ctx, candidate).status.nominated_worker is None
+    assert reread(ctx, equal_first).status.phase == Phase.PENDING
+    assert reread(ctx, higher).status.phase == Phase.PENDING
 
 
 async def test_a_gpu_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> None:
     register_worker(ctx.store, "w", WorkerSpec(slots=3, gpus=[0]), "host", "procgroup", ctx)
     victim = _submit(ctx, "victim", priority=1, gpus=1, preemptible=True)
     await _schedule(ctx)
-    lifecycle.report_started(ctx.store, _get(ctx, victim), "w", ctx)
+    lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
     candidate = _submit(ctx, "candidate", priority=10, gpus=1)
-    preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+    preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
     higher = _submit(ctx, "higher", priority=20, gpus=1)
 
-    victim = lifecycle.report_stopping(ctx.store, _get(ctx, victim), "w", ctx)
+    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
     lifecycle.report_complete(ctx.store, victim, "w", None, 15, ctx)
     await _schedule(ctx)
 
-    assert _get(ctx, candidate).status.phase == Phase.SCHEDULED
-    assert _get(ctx, candidate).status.gpus == [0]
-    assert _get(ctx, higher).status.phase == Phase.PENDING
+    assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
+    assert reread(ctx, candidate).status.gpus == [0]
+    assert reread(ctx, higher).status.phase == Phase.PENDING
 
 
 async def test_a_nominated_job_does_not_block_free_room_it_does_not_need(ctx: Context) -> None:
@@ -159,18 +142,18 @@ async def test_a_nominated_job_does_not_block_free_room_it_does_not_need(ctx: Co
     filler = _submit(ctx, "filler", priority=1)
     await _schedule(ctx)
     for job in (victim, filler):
-        lifecycle.report_started(ctx.store, _get(ctx, job), "w", ctx)
+        lifecycle.report_started(ctx.store, reread(ctx, job), "w", ctx)
     candidate = _submit(ctx, "candidate", priority=10)
-    plan = preempt_blockers(ctx.store, _get(ctx, candidate), ctx, dry_run=False)
+    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
     assert len(plan.victims) == 1
     other = _submit(ctx, "other", priority=5)
     # The filler ends on its own: its slot is not the nominated one, so `other` may use it.
-    lifecycle.report_complete(ctx.store, _get(ctx, plan.victims[0]), "w", None, 15, ctx)
+    lifecycle.report_complete(ctx.store, reread(ctx, plan.victims[0]), "w", None, 15, ctx)
     remaining = filler if plan.victims[0].id == victim.id else victim
-    lifecycle.report_complete(ctx.store, _get(ctx, remaining), "w", 0, None, ctx)
+    lifecycle.report_complete(ctx.store, reread(ctx, remaining), "w", 0, None, ctx)
     await _schedule(ctx)
-    assert _get(ctx, candidate).status.phase == Phase.SCHEDULED
-    assert _get(ctx, other).status.phase == Phase.SCHEDULED
+    assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
+    assert reread(ctx, other).status.phase == Phase.SCHEDULED
 
 
 async def test_jobs_waiting_on_dependencies_are_not_scheduled(ctx: Context) -> None:
@@ -178,18 +161,18 @@ async def test_jobs_waiting_on_dependencies_are_not_scheduled(ctx: Context) -> N
     parent = _submit(ctx, "parent", priority=1)
     child = _submit(ctx, "child", priority=99, depends_on=["parent"])
     await _schedule(ctx)
-    assert _get(ctx, parent).status.phase == Phase.SCHEDULED
-    assert _get(ctx, child).status.phase == Phase.PENDING
-    assert _get(ctx, child).status.worker is None
+    assert reread(ctx, parent).status.phase == Phase.SCHEDULED
+    assert reread(ctx, child).status.phase == Phase.PENDING
+    assert reread(ctx, child).status.worker is None
 
     _run_to_end(ctx, parent)
     await lifecycle.LifecycleController(ctx).reconcile(str(child.id))
     await _schedule(ctx)
-    assert _get(ctx, child).status.phase == Phase.SCHEDULED
+    assert reread(ctx, child).status.phase == Phase.SCHEDULED
 
 
 async def test_no_ready_worker_means_nothing_is_bound(ctx: Context) -> None:
     job = _submit(ctx, "alone")
     await _schedule(ctx)
-    assert _get(ctx, job).status.phase == Phase.PENDING
+    assert reread(ctx, job).status.phase == Phase.PENDING
     assert ctx.store.list_events(event="job_scheduled") == []

@@ -32,6 +32,7 @@ from jobd.controllers.queueing import Result
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.workers import register_worker
 from jobd.store.sql import open_store
+from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
 
@@ -59,16 +60,10 @@ def _submit(ctx: Context, name: str, priority: int, **spec: object) -> Job:
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
 
-def _get(ctx: Context, job: Job) -> Job:
-    found = ctx.store.get_job(job.id)
-    assert found is not None
-    return found
-
-
 async def _run(ctx: Context, job: Job) -> Job:
     """Schedule and start `job` now (it must be the one the scheduler picks)."""
     await SchedulerController(ctx).reconcile("queue")
-    bound = _get(ctx, job)
+    bound = reread(ctx, job)
     assert bound.status.phase == Phase.SCHEDULED
     return lifecycle.report_started(ctx.store, bound, bound.status.worker or "", ctx)
 
@@ -96,14 +91,14 @@ async def _scenario(
     await SchedulerController(ctx).reconcile("queue")
     # Whichever age is larger starts first; the other begins part-way through it.
     if ran_s >= queued_s:
-        victim = lifecycle.report_started(ctx.store, _get(ctx, victim), "w", ctx)
+        victim = lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
         _clock(ctx).advance(ran_s - queued_s)
         candidate = _submit(ctx, "candidate", candidate_priority)
         _clock(ctx).advance(queued_s)
     else:
         candidate = _submit(ctx, "candidate", candidate_priority)
         _clock(ctx).advance(queued_s - ran_s)
-        victim = lifecycle.report_started(ctx.store, _get(ctx, victim), "w", ctx)
+        victim = lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
         _clock(ctx).advance(ran_s)
     return victim, candidate
 
@@ -112,7 +107,7 @@ async def test_all_four_conditions_preempt_the_victim_for_the_candidate(ctx: Con
     victim, candidate = await _scenario(ctx)
     await _sweep(ctx)
 
-    victim = _get(ctx, victim)
+    victim = reread(ctx, victim)
     assert victim.status.desired_phase == Phase.PREEMPTED
     assert victim.status.phase == Phase.RUNNING, "the worker reports the stop, not the sweeper"
     assert victim.status.signal == "preempt"
@@ -124,27 +119,27 @@ async def test_all_four_conditions_preempt_the_victim_for_the_candidate(ctx: Con
     assert event["candidate_job"] == candidate.id
     assert event["reason"] == "sweeper"
     assert (event["priority"], event["candidate_priority"]) == (1, 10)
-    assert _get(ctx, candidate).status.nominated_worker == "w"
+    assert reread(ctx, candidate).status.nominated_worker == "w"
 
 
 async def test_the_preempted_slot_goes_to_the_candidate(ctx: Context) -> None:
     victim, candidate = await _scenario(ctx)
     intruder = _submit(ctx, "intruder", 10)  # same priority, but never waited 5 minutes
     await _sweep(ctx)
-    victim = lifecycle.report_stopping(ctx.store, _get(ctx, victim), "w", ctx)
+    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
     assert victim.status.phase == Phase.PREEMPTING
     victim = lifecycle.report_complete(ctx.store, victim, "w", None, 15, ctx)
     assert victim.status.phase == Phase.PREEMPTED
     await SchedulerController(ctx).reconcile("queue")
-    assert _get(ctx, candidate).status.phase == Phase.SCHEDULED
-    assert _get(ctx, intruder).status.phase == Phase.PENDING
+    assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
+    assert reread(ctx, intruder).status.phase == Phase.PENDING
 
 
 async def test_queued_only_299_seconds_preempts_nobody(ctx: Context) -> None:
     victim, _ = await _scenario(ctx, queued_s=299)
     result = await _sweep(ctx)
     assert _preempts(ctx) == []
-    assert _get(ctx, victim).status.desired_phase == Phase.RUNNING
+    assert reread(ctx, victim).status.desired_phase == Phase.RUNNING
     assert result.requeue_after == pytest.approx(1)
 
 
@@ -158,7 +153,7 @@ async def test_a_victim_that_is_not_preemptible_is_left_alone(ctx: Context) -> N
     victim, _ = await _scenario(ctx, preemptible=False)
     result = await _sweep(ctx)
     assert _preempts(ctx) == []
-    assert _get(ctx, victim).status.signal is None
+    assert reread(ctx, victim).status.signal is None
     assert result.requeue_after is None, "no time passing can change this"
 
 
@@ -183,7 +178,7 @@ async def test_equal_priority_is_not_strictly_lower(ctx: Context) -> None:
     victim, _ = await _scenario(ctx, victim_priority=10, candidate_priority=10)
     result = await _sweep(ctx)
     assert _preempts(ctx) == []
-    assert _get(ctx, victim).status.desired_phase == Phase.RUNNING
+    assert reread(ctx, victim).status.desired_phase == Phase.RUNNING
     assert result.requeue_after is None
 
 
@@ -197,7 +192,7 @@ async def test_a_victim_running_only_299_seconds_is_left_alone(ctx: Context) -> 
     victim, _ = await _scenario(ctx, ran_s=299)
     result = await _sweep(ctx)
     assert _preempts(ctx) == []
-    assert _get(ctx, victim).status.desired_phase == Phase.RUNNING
+    assert reread(ctx, victim).status.desired_phase == Phase.RUNNING
     assert result.requeue_after == pytest.approx(1), "the victim comes of age in one second"
 
     _clock(ctx).advance(result.requeue_after or 0)
@@ -238,8 +233,8 @@ async def test_a_job_waiting_on_a_dependency_preempts_nobody(ctx: Context) -> No
     _clock(ctx).advance(10 * FIVE_MIN)
     result = await _sweep(ctx)
     assert _preempts(ctx) == []
-    assert _get(ctx, child).status.dependencies_met is False
-    assert _get(ctx, parent).status.phase == Phase.PENDING
+    assert reread(ctx, child).status.dependencies_met is False
+    assert reread(ctx, parent).status.phase == Phase.PENDING
     assert result.requeue_after is None
 
 
@@ -253,10 +248,10 @@ async def test_the_queued_clock_starts_when_dependencies_are_met(ctx: Context) -
     filler = _submit(ctx, "filler", 0)
     _clock(ctx).advance(2 * FIVE_MIN)
 
-    lifecycle.report_complete(ctx.store, _get(ctx, parent), "w", 0, None, ctx)
+    lifecycle.report_complete(ctx.store, reread(ctx, parent), "w", 0, None, ctx)
     await _run(ctx, filler)  # takes the parent's slot before the child is ready
     await lifecycle.LifecycleController(ctx).reconcile(str(child.id))
-    assert _get(ctx, child).status.dependencies_met is True
+    assert reread(ctx, child).status.dependencies_met is True
 
     _clock(ctx).advance(FIVE_MIN - 1)
     result = await _sweep(ctx)
@@ -283,14 +278,14 @@ async def test_a_victim_already_preempting_is_counted_so_no_second_victim_falls(
     assert [e["job"] for e in _preempts(ctx)] == [newer.id], "the most recent start goes"
 
     await _sweep(ctx)
-    lifecycle.report_stopping(ctx.store, _get(ctx, newer), "w", ctx)
+    lifecycle.report_stopping(ctx.store, reread(ctx, newer), "w", ctx)
     _clock(ctx).advance(60)
     await _sweep(ctx)
     assert [e["job"] for e in _preempts(ctx)] == [newer.id]
-    assert _get(ctx, older).status.desired_phase == Phase.RUNNING
+    assert reread(ctx, older).status.desired_phase == Phase.RUNNING
 
     # Even without its nomination, the candidate is owed the slot already on its way back.
-    unnominated = _get(ctx, candidate).model_copy(deep=True)
+    unnominated = reread(ctx, candidate).model_copy(deep=True)
     unnominated.status.nominated_worker = None
     ctx.store.update_job(unnominated)
     await _sweep(ctx)
@@ -323,4 +318,4 @@ async def test_free_room_is_scheduled_not_preempted_for(ctx: Context) -> None:
     await _sweep(ctx)
     assert _preempts(ctx) == []
     assert ("scheduler", "queue") in wanted
-    assert _get(ctx, candidate).status.nominated_worker is None
+    assert reread(ctx, candidate).status.nominated_worker is None

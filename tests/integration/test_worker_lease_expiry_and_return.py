@@ -17,6 +17,7 @@ from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.workers import WorkersController, heartbeat, register_worker
 from jobd.store.base import Conflict
 from jobd.store.sql import open_store
+from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
 
@@ -49,15 +50,9 @@ def _submit(ctx: Context, name: str, gpus: int = 0, priority: int = 0) -> Job:
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
 
-def _get(ctx: Context, job: Job) -> Job:
-    found = ctx.store.get_job(job.id)
-    assert found is not None
-    return found
-
-
 async def _start(ctx: Context, job: Job) -> Job:
     await SchedulerController(ctx).reconcile("queue")
-    bound = _get(ctx, job)
+    bound = reread(ctx, job)
     return lifecycle.report_started(ctx.store, bound, bound.status.worker or "", ctx)
 
 
@@ -93,20 +88,20 @@ async def test_an_expired_lease_leaves_running_jobs_lost_and_unstarted_ones_pend
     lifecycle.report_stopping(ctx.store, preempting, "w", ctx)
     unstarted = _submit(ctx, "unstarted")
     await SchedulerController(ctx).reconcile("queue")
-    assert _get(ctx, unstarted).status.phase == Phase.SCHEDULED
+    assert reread(ctx, unstarted).status.phase == Phase.SCHEDULED
 
     await _expire(ctx)
 
     assert _worker_phase(ctx) == "Lost"
     assert [e.worker for e in ctx.store.list_events(event="worker_lost")] == ["w"]
     for job in (running, preempting):
-        lost = _get(ctx, job)
+        lost = reread(ctx, job)
         assert lost.status.phase == Phase.LOST
         assert lost.status.lost_at == _clock(ctx).now()
         assert lost.status.worker == "w", "still bound: the worker may come back with it"
-    assert _get(ctx, running).status.gpus == [0]
-    assert _get(ctx, preempting).status.desired_phase == Phase.PREEMPTED
-    back = _get(ctx, unstarted)
+    assert reread(ctx, running).status.gpus == [0]
+    assert reread(ctx, preempting).status.desired_phase == Phase.PREEMPTED
+    back = reread(ctx, unstarted)
     assert back.status.phase == Phase.PENDING
     assert (back.status.worker, back.status.gpus) == (None, [])
     assert {e.job for e in ctx.store.list_events(event="job_lost")} == {running.id, preempting.id}
@@ -124,7 +119,7 @@ async def test_nothing_is_bound_to_a_lost_worker(ctx: Context) -> None:
     await _expire(ctx)
     job = _submit(ctx, "job")
     await SchedulerController(ctx).reconcile("queue")
-    assert _get(ctx, job).status.phase == Phase.PENDING
+    assert reread(ctx, job).status.phase == Phase.PENDING
 
 
 async def test_a_returning_worker_reclaims_its_lost_job_and_is_told_to_stop_strays(
@@ -138,18 +133,18 @@ async def test_a_returning_worker_reclaims_its_lost_job_and_is_told_to_stop_stra
     elsewhere = await _start(ctx, _submit(ctx, "elsewhere"))
     assert elsewhere.status.worker != worker
     await _expire(ctx, worker)
-    assert _get(ctx, mine).status.phase == Phase.LOST
+    assert reread(ctx, mine).status.phase == Phase.LOST
 
     returned, stop = heartbeat(ctx.store, worker, [mine.id, elsewhere.id, 9999], ctx)
 
     assert returned.status.phase == "Ready"
     assert sorted(stop) == [elsewhere.id, 9999]
-    mine = _get(ctx, mine)
+    mine = reread(ctx, mine)
     assert mine.status.phase == Phase.RUNNING
     assert mine.status.lost_at is None
     assert [e.job for e in ctx.store.list_events(event="job_recovered")] == [mine.id]
     assert [e.worker for e in ctx.store.list_events(event="worker_recovered")] == [worker]
-    assert _get(ctx, elsewhere).status.phase == Phase.RUNNING, "a stray report moves nothing"
+    assert reread(ctx, elsewhere).status.phase == Phase.RUNNING, "a stray report moves nothing"
     strays = ctx.store.list_events(event="worker_unknown_job")
     assert sorted(e.job or 0 for e in strays) == [elsewhere.id, 9999]
 
@@ -163,8 +158,8 @@ async def test_a_returning_worker_that_lost_a_job_has_it_failed(ctx: Context) ->
 
     heartbeat(ctx.store, "w", [kept.id], ctx)
 
-    assert _get(ctx, kept).status.phase == Phase.RUNNING
-    gone = _get(ctx, gone)
+    assert reread(ctx, kept).status.phase == Phase.RUNNING
+    gone = reread(ctx, gone)
     assert gone.status.phase == Phase.FAILED, "the broker must not wait for a job nobody runs"
     assert gone.status.reason == "process_vanished"
 
@@ -178,11 +173,11 @@ async def test_a_job_lost_longer_than_the_timeout_fails(ctx: Context) -> None:
     _clock(ctx).advance(20)
     result = await controller.reconcile(str(job.id))
     assert result.requeue_after == pytest.approx(LOST_TIMEOUT_S - 20)
-    assert _get(ctx, job).status.phase == Phase.LOST
+    assert reread(ctx, job).status.phase == Phase.LOST
 
     _clock(ctx).advance(LOST_TIMEOUT_S - 20 + 0.001)
     assert (await controller.reconcile(str(job.id))).requeue_after is None
-    job = _get(ctx, job)
+    job = reread(ctx, job)
     assert job.status.phase == Phase.FAILED
     assert job.status.reason == "worker_lost"
     [finished] = ctx.store.list_events(job=job.id, event="job_finished")
@@ -196,7 +191,7 @@ async def test_a_lost_job_being_preempted_ends_preempted(ctx: Context) -> None:
     await _expire(ctx)
     _clock(ctx).advance(LOST_TIMEOUT_S + 1)
     await lifecycle.LifecycleController(ctx).reconcile(str(job.id))
-    assert _get(ctx, job).status.phase == Phase.PREEMPTED
+    assert reread(ctx, job).status.phase == Phase.PREEMPTED
 
 
 async def test_a_worker_returning_after_the_timeout_cannot_revive_the_job(ctx: Context) -> None:
@@ -208,7 +203,7 @@ async def test_a_worker_returning_after_the_timeout_cannot_revive_the_job(ctx: C
 
     _, stop = heartbeat(ctx.store, "w", [job.id], ctx)
     assert stop == [job.id]
-    late = lifecycle.report_complete(ctx.store, _get(ctx, job), "w", 0, None, ctx)
+    late = lifecycle.report_complete(ctx.store, reread(ctx, job), "w", 0, None, ctx)
     assert late.status.phase == Phase.FAILED, "what was decided stays decided"
 
 
@@ -234,4 +229,4 @@ async def test_expiry_interrupted_by_a_conflict_finishes_on_the_next_pass(
     monkeypatch.setattr(ctx.store, "update_job", real_update)
     await controller.reconcile("w")
 
-    assert {_get(ctx, j).status.phase for j in (first, second)} == {Phase.LOST}
+    assert {reread(ctx, j).status.phase for j in (first, second)} == {Phase.LOST}
