@@ -1,4 +1,7 @@
-"""The typed HTTP client of the broker's API, shared by the `job` CLI and the worker.
+"""The typed HTTP client of the broker's API for the `job` CLI (and the worker's token look-up).
+
+The worker agent talks to the broker through its own asynchronous client
+(`jobd/worker/reporting.py`): it needs concurrent long-polls and retried reports.
 
 Resource documents travel as plain dicts, exactly as the broker sends them, so `job get -o
 json` can print them untouched; only the envelopes around them (apply results, pages of
