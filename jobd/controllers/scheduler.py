@@ -121,6 +121,8 @@ class SchedulerController:
 
     async def reconcile(self, key: str) -> Result:
         store = self.ctx.store
+        if not store.list_jobs(phases=[Phase.PENDING], ready=True, limit=1):
+            return DONE  # most passes (a job ended, a worker changed) find nobody waiting
         view = self.ctx.view
         caps = capacity_of(view.workers.values(), view.bound.values())
         reserve_nominated(store, caps)

@@ -50,7 +50,8 @@ class Agent:
     async def run(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         timeout = httpx.Timeout(10.0, read=_WATCH_TIMEOUT_S + 10)
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+        # A small pool: httpcore looks at every pooled connection on each request.
+        limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
         async with httpx.AsyncClient(
             base_url=self.server, headers=headers, timeout=timeout, limits=limits
         ) as http:
