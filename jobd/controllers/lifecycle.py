@@ -190,12 +190,9 @@ class LifecycleController:
             job.status.message = f"parent {culprit} did not succeed"
             store.update_job(job, finish(job, Phase.CANCELLED, self.ctx, "dependency_failed"))
             return DONE
-        if len(ended) < len(parents) or (failed and not job.spec.depends_on_any_exit):
+        if len(ended) < len(parents):
             return DONE  # a parent's change will bring us back
-        if not job.spec.depends_on_any_exit and any(
-            p.status.phase != Phase.SUCCEEDED for p in ended if p
-        ):
-            return DONE
+        # Every parent ended, and each either succeeded or any exit was enough.
         job = job.evolve()
         job.status.dependencies_met = True
         job.status.queued_at = self.ctx.clock.now()
