@@ -12,13 +12,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from jobd.api.manifests import ManifestError
 from jobd.broker import routes_jobs, routes_system, routes_workers
+from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, TransitionError
@@ -29,7 +29,6 @@ from jobd.store.base import Conflict, Gone, NotFound
 __all__ = ["create_app"]
 
 log = get_logger()
-_bearer = HTTPBearer(auto_error=False)
 
 
 def _error(status: int) -> Any:
@@ -65,12 +64,6 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
             tg.cancel_scope.cancel()
         state.close()
 
-    async def authenticate(
-        creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
-    ) -> None:
-        if creds is None or creds.credentials != state.token:
-            raise _Unauthorized("a valid bearer token is required (see JOBD_TOKEN)")
-
     app = FastAPI(
         title="jobd",
         version="1",
@@ -91,25 +84,30 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         (Gone, 410),
         (AdmissionError, 422),
         (ManifestError, 422),
-        (_Unauthorized, 401),
     ):
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_middleware(TokenAuth, token=state.token)
     app.include_router(routes_system.public)
-    secured = [Depends(authenticate)]
 
-    @app.get("/openapi.json", include_in_schema=False, dependencies=secured)
+    @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:
-        return JSONResponse(app.openapi())
+        return JSONResponse(_with_bearer_scheme(app.openapi()))
 
-    app.include_router(routes_system.router, dependencies=secured)
-    app.include_router(routes_jobs.router, dependencies=secured)
-    app.include_router(routes_workers.router, dependencies=secured)
+    for router in (routes_system.router, routes_jobs.router, routes_workers.router):
+        app.include_router(router)
     return app
 
 
-class _Unauthorized(Exception):
-    pass
+def _with_bearer_scheme(document: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document says every route but the monitors' needs the bearer token."""
+    components = document.setdefault("components", {})
+    components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    document["security"] = [{"bearer": []}]
+    for path in PUBLIC_PATHS:
+        for operation in document.get("paths", {}).get(path, {}).values():
+            operation["security"] = []
+    return document
 
 
 async def _compact_forever(state: BrokerState) -> None:

@@ -38,7 +38,8 @@ class CreateBatcher:
         if not batch:
             return
         try:
-            created = create_jobs(self.ctx.store, [job for job, _ in batch], self.ctx.clock)
+            jobs = [job for job, _ in batch]
+            created = create_jobs(self.ctx.store, jobs, self.ctx.clock, self.ctx.view.projects)
         except Exception:
             for job, future in batch:
                 self._create_alone(job, future)
@@ -49,7 +50,7 @@ class CreateBatcher:
 
     def _create_alone(self, job: Job, future: asyncio.Future[Job]) -> None:
         try:
-            result = create_jobs(self.ctx.store, [job], self.ctx.clock)[0]
+            result = create_jobs(self.ctx.store, [job], self.ctx.clock, self.ctx.view.projects)[0]
         except Exception as exc:
             if not future.done():
                 future.set_exception(exc)

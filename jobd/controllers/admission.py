@@ -9,6 +9,7 @@ decides whether its dependencies are met, then the scheduler binds it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -126,19 +127,25 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     return job
 
 
-def create_jobs(store: Store, jobs: list[Job], clock: Clock) -> list[Job]:
+def create_jobs(
+    store: Store,
+    jobs: list[Job],
+    clock: Clock,
+    projects: Mapping[str, Project] | None = None,
+) -> list[Job]:
     """Admit and insert jobs in one transaction; all or nothing.
 
     A job may depend on one that comes earlier in the same batch (by name); those links
     are made once the store has given the batch its ids.
     """
     batch = _positions(jobs)
-    projects = {name: store.get_project(name) for name in {j.project for j in jobs}}
+    if projects is None:  # the broker passes its view's; others read the store
+        projects = {name: p for name in {j.project for j in jobs} if (p := store.get_project(name))}
     prepared, local_links = [], {}
     for i, job in enumerate(jobs):
         stored, local = _resolve_parents(store, job, i, batch)
         marker = [-1] if local else []  # keeps dependencies_met False until linked
-        prepared.append(prepare_new_job(job, projects[job.project], clock, stored + marker))
+        prepared.append(prepare_new_job(job, projects.get(job.project), clock, stored + marker))
         if local:
             local_links[i] = local
 

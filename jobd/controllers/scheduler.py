@@ -121,10 +121,14 @@ class SchedulerController:
 
     async def reconcile(self, key: str) -> Result:
         store = self.ctx.store
-        if not store.list_jobs(phases=[Phase.PENDING], ready=True, limit=1):
-            return DONE  # most passes (a job ended, a worker changed) find nobody waiting
         view = self.ctx.view
         caps = capacity_of(view.workers.values(), view.bound.values())
+        # Most passes end here, on memory alone or one indexed probe: no room anywhere,
+        # or (a job ended, a worker changed) nobody waiting.
+        if not any(c.free_slots > 0 for c in caps.values()):
+            return DONE
+        if not store.list_jobs(phases=[Phase.PENDING], ready=True, limit=1):
+            return DONE
         reserve_nominated(store, caps)
         after: tuple[int, int] | None = None
         scanned = 0

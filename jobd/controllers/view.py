@@ -1,4 +1,4 @@
-"""The cluster view: an in-memory index of workers and of the jobs bound to them.
+"""The cluster view: an in-memory index of workers, projects and the jobs bound to workers.
 
 Like a client-go informer, it is loaded once from the store and then kept current by
 the committed changes, so a scheduling pass reads memory instead of re-reading every
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobd.api.models import BOUND_PHASES, Job, Worker
+from jobd.api.models import BOUND_PHASES, Job, Project, Worker
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ClusterView"]
@@ -21,6 +21,7 @@ _BOUND = frozenset(p.value for p in BOUND_PHASES)
 class ClusterView:
     def __init__(self, store: Store) -> None:
         self.workers: dict[str, Worker] = {w.name: w for w in store.list_workers()}
+        self.projects: dict[str, Project] = {p.name: p for p in store.list_projects()}
         self.bound: dict[int, Job] = {}
         self._by_worker: dict[str, set[int]] = {}
         for job in store.list_jobs(phases=BOUND_PHASES):
@@ -35,6 +36,8 @@ class ClusterView:
         for change in changes:
             if change.kind == "Worker":
                 self._on_worker(change)
+            elif change.kind == "Project":
+                self._on_project(change)
             elif change.kind == "Job":
                 self._on_job(change)
 
@@ -43,6 +46,12 @@ class ClusterView:
             self.workers.pop(change.key, None)
         else:
             self.workers[change.key] = Worker.model_validate(change.body)
+
+    def _on_project(self, change: Change) -> None:
+        if change.op == "DELETED":
+            self.projects.pop(change.key, None)
+        else:
+            self.projects[change.key] = Project.model_validate(change.body)
 
     def _on_job(self, change: Change) -> None:
         self._unbind(int(change.key))
