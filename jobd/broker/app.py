@@ -7,6 +7,7 @@ watcher, change-feed compaction), authentication, and how errors become HTTP sta
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,6 +28,15 @@ from jobd.events import get_logger, redact_url
 from jobd.store.base import Conflict, Gone, NotFound
 
 __all__ = ["create_app"]
+
+# FastAPI's built-in OpenTelemetry hooks (newer releases) look up the tracer, meter and
+# logger providers — and the environment — on every request. jobd exports no traces, so
+# they are switched off where they exist.
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 log = get_logger()
 
@@ -74,6 +84,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        **_NO_TELEMETRY,
     )
     app.state.broker = state
     for exc_type, status in (

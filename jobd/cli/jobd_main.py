@@ -272,6 +272,8 @@ def _server(app: Any, host: str, port: int) -> uvicorn.Server:
         # server closes just as a worker reuses it fails that request.
         timeout_keep_alive=75,
         backlog=4096,
+        proxy_headers=False,  # no client address is logged or trusted: nothing to rewrite
+        server_header=False,
         log_config=None,  # uvicorn's own records go through configure_logging's JSON
     )
     return _QuietServer(config)
