@@ -170,7 +170,9 @@ async def _drive(ctx: BenchContext, http: httpx.AsyncClient, endpoint: Endpoint)
         async with anyio.create_task_group() as tg:
             for i, sim in enumerate(sims):
                 tg.start_soon(sim.watch_forever, tg)
-                tg.start_soon(sim.heartbeat_forever, i / workers)
+                # Phases spread over the whole interval, as agents started at different
+                # moments have: a fleet renewing in lockstep is not what a broker meets.
+                tg.start_soon(sim.heartbeat_forever, i * HEARTBEAT_S / workers)
             await anyio.sleep(1.0)  # the watches park, the first heartbeats go out
             latencies = await _submit(ctx, http, fleet, jobs)
             await anyio.sleep(max(0.0, min_s - watch.elapsed()))
