@@ -226,7 +226,7 @@ class SweeperController:
             return Result(requeue_after=0.01)
 
     def _sweep(self) -> Result:
-        store, settings, now = self.ctx.store, self.ctx.settings, self.ctx.clock.now()
+        settings, now = self.ctx.settings, self.ctx.clock.now()
         bound = list(self.ctx.view.bound.values())
         caps = capacity_of(self.ctx.view.workers.values(), bound)
         preemptible = [
@@ -239,7 +239,7 @@ class SweeperController:
         if not preemptible:
             return DONE  # a job starting to run brings us back
         floor = min(j.status.effective.priority for j in preemptible)
-        reserve_nominated(store, caps)
+        reserve_nominated(self.ctx.view, caps)
         wake: list[float] = []
         for candidate in self._candidates(floor):
             waited = (now - (candidate.status.queued_at or now)).total_seconds()

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from jobd.api.models import BOUND_PHASES, Job, Phase, Resources, Worker, set_condition
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
-from jobd.store.base import Change, Conflict, EventRecord, Store
+from jobd.controllers.view import ClusterView
+from jobd.store.base import Change, Conflict, EventRecord
 
 __all__ = [
     "Capacity",
@@ -75,12 +76,11 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     return caps
 
 
-def reserve_nominated(store: Store, caps: dict[str, Capacity]) -> None:
+def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
     """Hold the capacity freed by preemption for the queued jobs it was freed for."""
-    # By the nomination alone, which a partial index answers; only Pending jobs hold one.
-    for job in store.list_jobs(nominated=True):
+    for job in view.nominated.values():
         cap = caps.get(job.status.nominated_worker or "")
-        if cap is not None and job.status.phase == Phase.PENDING:
+        if cap is not None:
             cap.reserved[job.id] = job.spec.resources
 
 
@@ -123,13 +123,10 @@ class SchedulerController:
         store = self.ctx.store
         view = self.ctx.view
         caps = capacity_of(view.workers.values(), view.bound.values())
-        # Most passes end here, on memory alone or one indexed probe: no room anywhere,
-        # or (a job ended, a worker changed) nobody waiting.
+        # Most passes under load end here, on memory alone: no room anywhere.
         if not any(c.free_slots > 0 for c in caps.values()):
             return DONE
-        if not store.list_jobs(phases=[Phase.PENDING], ready=True, limit=1):
-            return DONE
-        reserve_nominated(store, caps)
+        reserve_nominated(view, caps)
         after: tuple[int, int] | None = None
         scanned = 0
         while scanned < _SCAN_LIMIT and (free := sum(max(0, c.free_slots) for c in caps.values())):

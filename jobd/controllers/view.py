@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobd.api.models import BOUND_PHASES, Job, Project, Worker
+from jobd.api.models import BOUND_PHASES, Job, Phase, Project, Worker
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ClusterView"]
@@ -26,6 +26,10 @@ class ClusterView:
         self._by_worker: dict[str, set[int]] = {}
         for job in store.list_jobs(phases=BOUND_PHASES):
             self._bind(job)
+        # Queued jobs that capacity is being freed for (see preemption.py).
+        self.nominated: dict[int, Job] = {
+            j.id: j for j in store.list_jobs(nominated=True) if j.status.phase == Phase.PENDING
+        }
         store.subscribe(self.on_commit)
 
     def bound_to(self, worker: str) -> list[Job]:
@@ -54,9 +58,16 @@ class ClusterView:
             self.projects[change.key] = Project.model_validate(change.body)
 
     def _on_job(self, change: Change) -> None:
-        self._unbind(int(change.key))
-        if change.op != "DELETED" and change.body.get("status", {}).get("phase") in _BOUND:
+        job_id = int(change.key)
+        self._unbind(job_id)
+        self.nominated.pop(job_id, None)
+        if change.op == "DELETED":
+            return
+        status = change.body.get("status", {})
+        if status.get("phase") in _BOUND:
             self._bind(Job.model_validate(change.body))
+        elif status.get("phase") == Phase.PENDING and status.get("nominated_worker"):
+            self.nominated[job_id] = Job.model_validate(change.body)
 
     def _bind(self, job: Job) -> None:
         self.bound[job.id] = job
