@@ -24,14 +24,13 @@ Filter = Callable[[Change], bool]
 class Notifier:
     """A broadcast wake-up: every waiter wakes on the next `notify()`.
 
-    Once `close()` is called (the broker is stopping) waits return at once, so no
-    long-poll holds up a shutdown.
+    Once closed (the broker is stopping) waits return at once, so no long-poll holds up
+    a shutdown.
     """
-
-    closed = False
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self.closed = False
 
     def notify(self) -> None:
         self._event.set()
@@ -39,16 +38,14 @@ class Notifier:
 
     async def wait(self, timeout_s: float) -> None:
         event = self._event
-        if Notifier.closed:
+        if self.closed:
             return
         with anyio.move_on_after(timeout_s):
             await event.wait()
 
-    @classmethod
-    def close_all(cls, notifiers: list[Notifier]) -> None:
-        cls.closed = True
-        for notifier in notifiers:
-            notifier.notify()
+    def close(self) -> None:
+        self.closed = True
+        self.notify()
 
 
 class ChangeFeed:
@@ -118,6 +115,6 @@ class ChangeFeed:
                 return found[-1].revision, found
             revision = max(revision, seen)
             left = deadline - anyio.current_time()
-            if left <= 0 or Notifier.closed:
+            if left <= 0 or notifier.closed:
                 return revision, []
             await notifier.wait(left)

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from jobd.api.models import Job
 from jobd.broker.batching import CreateBatcher
-from jobd.broker.feed import ChangeFeed, Notifier
+from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
@@ -75,8 +75,8 @@ class BrokerState:
 
     def release_waiters(self) -> None:
         """Answer every long-poll now: the broker is about to stop."""
-        notifiers = [*self.feed.notifiers(), *self.logs.notifiers()]
-        Notifier.close_all(notifiers)
+        for notifier in [*self.feed.notifiers(), *self.logs.notifiers()]:
+            notifier.close()
 
     def close(self) -> None:
         self.events.close()

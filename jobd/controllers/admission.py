@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from jobd.api.models import (
-    DEFAULT_PROJECT,
     Effective,
     Job,
     JobStatus,
@@ -24,7 +23,7 @@ from jobd.api.models import (
 )
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError
-from jobd.store.base import Conflict, EventRecord, NotFound, Store
+from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
     "AdmissionError",
@@ -275,15 +274,3 @@ def _fresh_project(project: Project) -> Project:
     for field in ("id", "uid", "resource_version", "created_at", "project"):
         setattr(fresh.metadata, field, None)
     return fresh
-
-
-def get_job_by_ref(store: Store, ref: str) -> Job:
-    """A job by integer id or PROJECT/NAME (or NAME in the default project)."""
-    if ref.isdigit():
-        job = store.get_job(int(ref))
-    else:
-        project, _, name = ref.rpartition("/")
-        job = store.get_job_by_name(project or DEFAULT_PROJECT, name)
-    if job is None:
-        raise NotFound(f"job {ref} not found")
-    return job
