@@ -75,7 +75,7 @@ class ChangeFeed:
             self._buffer.append(change)
             self._revs.append(change.revision)
             self.revision = change.revision
-            worker = change.body.get("status", {}).get("worker") if change.kind == "Job" else None
+            worker = change.job.status.worker if change.job is not None else None
             if worker in self._per_worker and worker not in woken:
                 woken.add(worker)
                 self._per_worker[worker].notify()

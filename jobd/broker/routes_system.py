@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from jobd.api.models import Phase
-from jobd.broker.responses import doc, json_response
+from jobd.broker.responses import RawJSON, doc, json_response
 from jobd.broker.state import state_of
 from jobd.store.base import Change, NotFound
 
@@ -68,13 +68,16 @@ async def watch(
         if kind is not None and change.kind != kind:
             return False
         if worker is not None:
-            status = change.body.get("status", {})
-            return change.kind == "Job" and status.get("worker") == worker
+            return change.job is not None and change.job.status.worker == worker
         return True
 
     feed = state_of(request).feed
     revision, changes = await feed.wait_since(since, accept, timeout, worker=worker)
-    return json_response({"revision": revision, "changes": [c.as_json() for c in changes]})
+    items = [
+        {"revision": c.revision, "kind": c.kind, "op": c.op, "object": RawJSON(c.text)}
+        for c in changes
+    ]
+    return json_response({"revision": revision, "changes": items})
 
 
 @router.get("/events", summary="The event record (events.jsonl), optionally followed")

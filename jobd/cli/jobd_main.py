@@ -7,6 +7,7 @@ CONTRACT.md §2. `jobd dev` accepts the broker's and the worker's flags together
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -289,7 +290,22 @@ def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
         import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
     except ImportError:
         uvloop = False
+    _tune_gc()
     anyio.run(main, backend_options={"use_uvloop": uvloop})
+
+
+def _tune_gc() -> None:
+    """Fewer cyclic garbage collections for a long-running server.
+
+    Each request allocates thousands of short-lived objects (pydantic models, rows,
+    dicts); at CPython's default of a young collection every 700 allocations, the
+    collector took a quarter of a create's CPU. What exists at start-up (modules, the
+    app) is frozen out of every later collection; garbage is still collected, in larger
+    and rarer young passes.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 async def _until_signalled(scope: anyio.CancelScope) -> None:

@@ -110,17 +110,16 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
             "labels": dict(job.metadata.labels),
         }
     )
-    # The spec is shared, never written to; the status is built from trusted values.
-    job = Job.model_construct(metadata=meta, spec=job.spec)
-    job.status = JobStatus.model_construct(
+    # The spec is shared, never written to. (Plain constructors, not model_construct:
+    # pydantic's model_construct inspects every default factory's signature, per call.)
+    status = JobStatus(
         effective=resolve_effective(job, project),
         parents=parents,
         dependencies_met=not parents,
         queued_at=clock.now(),
         observed_generation=1,
-        conditions=[],
-        gpus=[],
     )
+    job = Job(metadata=meta, spec=job.spec, status=status)
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
     return job

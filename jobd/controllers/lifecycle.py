@@ -144,15 +144,15 @@ class LifecycleController:
         self.resync_s = ctx.settings.sweep_interval_s
 
     def keys_for(self, change: Change) -> Iterable[str]:
-        if change.kind != "Job":
+        job = change.job
+        if job is None:
             return []
-        status = change.body.get("status", {})
-        phase = status.get("phase")
+        phase = job.status.phase
         keys = []
         # Only what this loop acts on: a job waiting for parents, a Lost one, one that
         # may resume by itself; and when a job ends or goes, its children.
-        waiting = phase == Phase.PENDING and not status.get("dependencies_met", True)
-        resumable = phase == Phase.PREEMPTED and change.body.get("spec", {}).get("auto_resume")
+        waiting = phase == Phase.PENDING and not job.status.dependencies_met
+        resumable = phase == Phase.PREEMPTED and job.spec.auto_resume
         if waiting or phase == Phase.LOST or resumable:
             keys.append(change.key)
         if phase in _TERMINAL_VALUES or change.op == "DELETED":

@@ -213,8 +213,8 @@ class SweeperController:
     def keys_for(self, change: Change) -> Iterable[str]:
         if change.kind == "Worker":
             return [SWEEP_KEY]
-        phase = change.body.get("status", {}).get("phase")
-        return [SWEEP_KEY] if change.kind == "Job" and phase in _WATCHED else []
+        job = change.job
+        return [SWEEP_KEY] if job is not None and job.status.phase in _WATCHED else []
 
     def keys_all(self) -> Iterable[str]:
         return [SWEEP_KEY]

@@ -105,15 +105,15 @@ class SchedulerController:
     def keys_for(self, change: Change) -> Iterable[str]:
         if change.kind == "Worker":
             return [QUEUE_KEY]
-        if change.kind != "Job":
+        job = change.job
+        if job is None:
             return []
-        status = change.body.get("status", {})
-        phase = status.get("phase")
+        status = job.status
         # A new ready job, or a job that gave its slot back, may let something run.
-        if phase == Phase.PENDING and status.get("dependencies_met", True):
+        if status.phase == Phase.PENDING and status.dependencies_met:
             return [QUEUE_KEY]
-        if phase not in _BOUND or change.op == "DELETED":
-            return [QUEUE_KEY] if status.get("worker") else []
+        if status.phase not in _BOUND or change.op == "DELETED":
+            return [QUEUE_KEY] if status.worker else []
         return []
 
     def keys_all(self) -> Iterable[str]:

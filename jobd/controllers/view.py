@@ -15,8 +15,6 @@ from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ClusterView"]
 
-_BOUND = frozenset(p.value for p in BOUND_PHASES)
-
 
 class ClusterView:
     def __init__(self, store: Store) -> None:
@@ -49,25 +47,25 @@ class ClusterView:
         if change.op == "DELETED":
             self.workers.pop(change.key, None)
         else:
-            self.workers[change.key] = Worker.model_validate(change.body)
+            self.workers[change.key] = Worker.model_validate_json(change.text)
 
     def _on_project(self, change: Change) -> None:
         if change.op == "DELETED":
             self.projects.pop(change.key, None)
         else:
-            self.projects[change.key] = Project.model_validate(change.body)
+            self.projects[change.key] = Project.model_validate_json(change.text)
 
     def _on_job(self, change: Change) -> None:
         job_id = int(change.key)
         self._unbind(job_id)
         self.nominated.pop(job_id, None)
-        if change.op == "DELETED":
+        if change.op == "DELETED" or (job := change.job) is None:
             return
-        status = change.body.get("status", {})
-        if status.get("phase") in _BOUND:
-            self._bind(Job.model_validate(change.body))
-        elif status.get("phase") == Phase.PENDING and status.get("nominated_worker"):
-            self.nominated[job_id] = Job.model_validate(change.body)
+        # The view keeps copies of its own: the change's object belongs to its writer.
+        if job.status.phase in BOUND_PHASES:
+            self._bind(Job.model_validate_json(change.text))
+        elif job.status.phase == Phase.PENDING and job.status.nominated_worker:
+            self.nominated[job_id] = Job.model_validate_json(change.text)
 
     def _bind(self, job: Job) -> None:
         self.bound[job.id] = job

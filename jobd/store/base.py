@@ -8,6 +8,7 @@ committed in the same transaction and handed to subscribers only after the commi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -42,14 +43,29 @@ class Gone(Exception):
 
 @dataclass(frozen=True)
 class Change:
+    """One committed write: the object after it (before it, for DELETED).
+
+    `obj` is the very object the writer committed, so a listener reads it without
+    parsing anything; it is shared, and nobody may change it (transitions write copies,
+    see Job.evolve). `text` is its JSON document as stored.
+    """
+
     revision: int
     kind: Kind
     op: Op
     key: str
-    body: dict[str, Any]  # the object's JSON form after the change (before, for DELETED)
+    obj: Job | Project | Worker
+    text: str
 
-    def as_json(self) -> dict[str, Any]:
-        return {"revision": self.revision, "kind": self.kind, "op": self.op, "object": self.body}
+    @property
+    def body(self) -> dict[str, Any]:
+        """The document as a dict, parsed on each call: for the few who need a dict."""
+        parsed: dict[str, Any] = json.loads(self.text)
+        return parsed
+
+    @property
+    def job(self) -> Job | None:
+        return self.obj if isinstance(self.obj, Job) else None
 
 
 @dataclass

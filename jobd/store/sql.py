@@ -23,7 +23,7 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from jobd.api.models import Job, Phase, Project, Worker, utcnow
+from jobd.api.models import Job, Phase, Project, Resource, Worker, utcnow
 from jobd.store import schema as t
 from jobd.store.base import (
     Change,
@@ -41,6 +41,11 @@ __all__ = ["SQLStore", "normalize_url", "open_store", "sqlite_url"]
 _Named = TypeVar("_Named", Project, Worker)
 EventsFor = Callable[[Job], Iterable[EventRecord]]
 _MIGRATIONS = Path(__file__).parent / "migrations"
+_MODELS: dict[str, type[Job] | type[Project] | type[Worker]] = {
+    "Job": Job,
+    "Project": Project,
+    "Worker": Worker,
+}
 
 
 def normalize_url(url: str) -> str:
@@ -167,8 +172,9 @@ class SQLStore:
                 _stamp_new(job, first_id + i, first_rev + i, now)
             if on_ids is not None:
                 on_ids(created)
+            rows = [_job_row(j) for j in created]
             try:
-                tx.conn.execute(t.jobs.insert(), [_job_row(j) for j in created])
+                tx.conn.execute(t.jobs.insert(), rows)
             except IntegrityError:
                 raise self._name_conflict(created) from None
             deps = [
@@ -176,7 +182,8 @@ class SQLStore:
             ]
             if deps:
                 tx.conn.execute(t.job_deps.insert(), deps)
-            tx.record_many("Job", "ADDED", created)
+            written = [(job, row["body"]) for job, row in zip(created, rows, strict=True)]
+            tx.record_many("Job", "ADDED", written)
             if events_for is not None:
                 tx.add_events([ev for job in created for ev in events_for(job)])
         return created
@@ -204,7 +211,7 @@ class SQLStore:
             result = tx.conn.execute(_UPDATE_JOB, row)
             if result.rowcount != 1:
                 raise self._stale("job", job.metadata.id, self.get_job(job.id) is not None)
-            tx.record("Job", "MODIFIED", str(job.id), job, rev)
+            tx.record("Job", "MODIFIED", job, rev, row["body"])
             tx.add_events(events)
         return job
 
@@ -227,7 +234,7 @@ class SQLStore:
         if result.rowcount != 1:
             exists = tx.conn.execute(sa.select(key).where(key == value)).first() is not None
             raise self._stale(kind.lower(), value, exists)
-        tx.record(kind, "DELETED", str(value), obj, rev)
+        tx.record(kind, "DELETED", obj, rev)
 
     @staticmethod
     def _stale(kind: str, key: object, exists: bool) -> Exception:
@@ -259,21 +266,23 @@ class SQLStore:
                 obj.metadata.uid = obj.metadata.uid or str(uuid.uuid4())
                 obj.metadata.created_at = obj.metadata.created_at or utcnow()
                 obj.metadata.generation = max(obj.metadata.generation, 1)
+                row = _named_row(obj)
                 try:
-                    tx.conn.execute(sa.insert(table).values(**_named_row(obj)))
+                    tx.conn.execute(sa.insert(table).values(**row))
                 except IntegrityError:
                     raise Conflict(f"{kind.lower()} {name} already exists") from None
                 op: Op = "ADDED"
             else:
+                row = _named_row(obj)
                 result = tx.conn.execute(
                     sa.update(table)
                     .where(table.c.name == name, table.c.resource_version == expected)
-                    .values(**_named_row(obj))
+                    .values(**row)
                 )
                 if result.rowcount != 1:
                     raise Conflict(f"{kind.lower()} {name} was changed by someone else; retry")
                 op = "MODIFIED"
-            tx.record(kind, op, name, obj, rev)
+            tx.record(kind, op, obj, rev, row["body"])
             tx.add_events(events)
         return obj
 
@@ -393,7 +402,15 @@ class SQLStore:
             .limit(limit)
         )
         return [
-            Change(int(r.revision), r.kind, r.op, r.key, json.loads(r.body)) for r in self._rows(q)
+            Change(
+                int(r.revision),
+                r.kind,
+                r.op,
+                r.key,
+                _MODELS[r.kind].model_validate_json(r.body),
+                r.body,
+            )
+            for r in self._rows(q)
         ]
 
     def compact(self, keep: int) -> int:
@@ -468,20 +485,21 @@ class _Tx:
     def next_revision(self) -> int:
         return self.reserve("revision", 1)
 
-    def record(self, kind: Kind, op: Op, key: str, obj: Job | Project | Worker, rev: int) -> None:
+    def record(self, kind: Kind, op: Op, obj: Resource, rev: int, text: str | None = None) -> None:
         assert obj.metadata.resource_version == rev or op == "DELETED"
-        self.record_many(kind, op, [obj], revision=rev)
+        self.record_many(kind, op, [(obj, text)], revision=rev)
 
     def record_many(
-        self, kind: Kind, op: Op, objs: Sequence[Job | Project | Worker], revision: int = 0
+        self, kind: Kind, op: Op, written: Sequence[tuple[Resource, str | None]], revision: int = 0
     ) -> None:
+        """Append changes; each object comes with its JSON text when the caller has it."""
         rows = []
-        for obj in objs:
-            text = obj.model_dump_json(by_alias=True, exclude_none=True)
+        for obj, known in written:
+            text = known if known is not None else _to_json(obj)
             rev = revision or obj.metadata.resource_version or 0
             key = str(obj.metadata.id) if isinstance(obj, Job) else str(obj.metadata.name)
             rows.append({"revision": rev, "kind": kind, "op": op, "key": key, "body": text})
-            self.changes.append(Change(rev, kind, op, key, json.loads(text)))
+            self.changes.append(Change(rev, kind, op, key, obj, text))
         self.conn.execute(t.changes.insert(), rows)
 
     def add_events(self, events: Iterable[EventRecord]) -> None:
@@ -525,7 +543,7 @@ def _job_row(job: Job) -> dict[str, Any]:
         "worker": job.status.worker,
         "nominated_worker": job.status.nominated_worker,
         "resource_version": job.metadata.resource_version,
-        "body": job.model_dump_json(by_alias=True, exclude_none=True),
+        "body": _to_json(job),
     }
 
 
@@ -533,8 +551,12 @@ def _named_row(obj: Project | Worker) -> dict[str, Any]:
     return {
         "name": obj.name,
         "resource_version": obj.metadata.resource_version,
-        "body": obj.model_dump_json(by_alias=True, exclude_none=True),
+        "body": _to_json(obj),
     }
+
+
+def _to_json(obj: Resource) -> str:
+    return obj.model_dump_json(by_alias=True, exclude_none=True)
 
 
 def open_store(url: str) -> SQLStore:
