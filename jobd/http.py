@@ -147,7 +147,7 @@ class ApplyResult:
     kind: str
     name: str  # "<project>/<name>" for a Job, "<name>" otherwise
     action: Literal["created", "configured", "unchanged"]
-    object: Document
+    object: Document | None  # None when asked for without objects
 
 
 @dataclass(frozen=True)
@@ -231,10 +231,18 @@ class JobdClient:
 
     # -- resources
 
-    def apply(self, documents: Sequence[Document], *, dry_run: bool = False) -> list[ApplyResult]:
-        body = self._json("POST", "/apply", json={"documents": list(documents), "dry_run": dry_run})
+    def apply(
+        self, documents: Sequence[Document], *, dry_run: bool = False, objects: bool = True
+    ) -> list[ApplyResult]:
+        """Server-side apply; `objects=False` skips sending each object back."""
+        body = self._json(
+            "POST",
+            "/apply",
+            json={"documents": list(documents), "dry_run": dry_run},
+            params={"objects": str(objects).lower()},
+        )
         return [
-            ApplyResult(r["kind"], r["name"], r["action"], r["object"]) for r in body["results"]
+            ApplyResult(r["kind"], r["name"], r["action"], r.get("object")) for r in body["results"]
         ]
 
     def create_job(self, document: Document) -> Document:

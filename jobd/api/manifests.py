@@ -165,6 +165,9 @@ def _reason(err: Any) -> str:
 
 
 def _plain(node: Any) -> Any:
+    """ruamel's positioned maps and lists as plain ones; JSON's are plain already."""
+    if type(node) is dict and not isinstance(node, _Positioned):
+        return node  # parsed from JSON (the broker's case): nothing positioned inside
     if isinstance(node, dict):
         return {str(k): _plain(v) for k, v in node.items()}
     if isinstance(node, list | tuple):

@@ -203,7 +203,9 @@ class Job(Strict):
         Transitions only ever write status, and a deep copy of the whole document is
         the largest cost of a write on the hot paths.
         """
-        return self.model_copy(update={"status": self.status.model_copy(deep=True)})
+        # Through pydantic's core and back: several times faster than copy.deepcopy.
+        status = JobStatus.model_validate(self.status.model_dump(round_trip=True))
+        return self.model_copy(update={"status": status})
 
 
 class ProjectDefaults(Strict):

@@ -139,15 +139,25 @@ def _submit_result(
 async def _apply_once(ctx: BenchContext, http: httpx.AsyncClient, prefix: str, count: int) -> float:
     docs = [job_doc(f"{prefix}-{i}", **_spec(ctx)) for i in range(count)]
     began = time.perf_counter()
-    resp = await http.post("/apply", json={"documents": docs}, timeout=600)
+    # As `job apply -f` asks: results without the objects (they are for `job diff`).
+    resp = await http.post(
+        "/apply", json={"documents": docs}, params={"objects": "false"}, timeout=600
+    )
     elapsed = time.perf_counter() - began
     results = resp.json()["results"]
     created = sum(r["action"] == "created" for r in results)
     if created != count:
         raise RuntimeError(f"apply created {created} of {count} jobs")
     if ctx.server is not None:
-        await cancel_all(http, [int(r["object"]["metadata"]["id"]) for r in results])
+        listed = await http.get("/jobs", params={"project": PROJECT})
+        ours = {f"{PROJECT}/{d['metadata']['name']}" for d in docs}
+        ids = [j["metadata"]["id"] for j in listed.json()["items"] if _ref(j) in ours]
+        await cancel_all(http, ids)
     return elapsed
+
+
+def _ref(job: dict[str, Any]) -> str:
+    return f"{job['metadata']['project']}/{job['metadata']['name']}"
 
 
 async def run_apply(ctx: BenchContext) -> Result:

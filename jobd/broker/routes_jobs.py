@@ -44,7 +44,12 @@ async def _parse(request: Request, model: type[_M]) -> _M:
     summary="Create or update each document (server-side apply)",
     openapi_extra=_json_body(ApplyRequest),
 )
-async def apply(request: Request) -> Response:
+async def apply(
+    request: Request,
+    objects: Annotated[
+        bool, Query(description="Each result carries the object; false: kind, name, action")
+    ] = True,
+) -> Response:
     state = state_of(request)
     body = await _parse(request, ApplyRequest)
     resources = [
@@ -59,14 +64,13 @@ async def apply(request: Request) -> Response:
         admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
     results = [admission.apply_project(state.store, p, body.dry_run) for p in projects]
     results += admission.apply_jobs(state.store, jobs, state.ctx.clock, body.dry_run)
-    return json_response(
-        {
-            "results": [
-                {"kind": r.kind, "name": r.name, "action": r.action, "object": doc(r.obj)}
-                for r in results
-            ]
-        }
-    )
+    items = []
+    for r in results:
+        item: dict[str, Any] = {"kind": r.kind, "name": r.name, "action": r.action}
+        if objects:
+            item["object"] = doc(r.obj)
+        items.append(item)
+    return json_response({"results": items})
 
 
 @router.post(

@@ -212,7 +212,7 @@ def apply(settings: Settings, files: tuple[str, ...], dry_run: bool) -> None:
     """Create or update the Jobs and Projects in manifests."""
     documents = _load_manifests(files)  # before connecting: a bad file sends nothing
     with settings.client() as client:
-        results = client.apply(documents, dry_run=dry_run)
+        results = client.apply(documents, dry_run=dry_run, objects=False)
     suffix = " (dry run)" if dry_run else ""
     for result in results:
         name = result.name.rpartition("/")[2]  # CONTRACT.md §4: job/<name>, project/<name>
@@ -244,6 +244,7 @@ def _diff_all(settings: Settings, files: Sequence[str]) -> str:
         return "".join(
             render.diff_text(_live(client, r.kind, r.name, r.action), r.object, r.kind, r.name)
             for r in results
+            if r.object is not None
         )
 
 
