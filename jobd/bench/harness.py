@@ -216,6 +216,14 @@ class BrokerProcess:
             tail = self.log_path.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"jobd {self.mode} exited with {self.proc.returncode}: {tail}")
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU (user + system) each of our processes has used so far; Linux only."""
+        used = {}
+        for role, proc in (("broker", self.proc), ("worker", self.worker_proc)):
+            if proc is not None and (seconds := _process_cpu_s(proc.pid)) is not None:
+                used[role] = seconds
+        return used
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
         """Signal the processes (worker first); SIGKILL what has not exited in timeout_s."""
         for proc in (self.worker_proc, self.proc):
@@ -242,3 +250,13 @@ async def running_broker(
             yield broker, http
     finally:
         broker.stop()
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """utime + stime of a process from /proc, in seconds; None where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    # After the command name: state is field 3, utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobd.api.models import WorkerSpec
+from jobd.api.models import Job, WorkerSpec
 from jobd.broker.responses import doc, json_response
-from jobd.broker.state import job_or_404, state_of
+from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import lifecycle, workers
 from jobd.controllers.checkpoints import record_checkpoint_complete
-from jobd.store.base import EventRecord
+from jobd.controllers.errors import TransitionError
+from jobd.store.base import Conflict, EventRecord, NotFound
 
 router = APIRouter(tags=["workers"])
 
@@ -83,39 +85,46 @@ async def list_workers(request: Request) -> Response:
     return json_response({"items": items})
 
 
-@router.post("/jobs/{job_id}/started", summary="Worker: the workload process started")
-async def started(request: Request, job_id: int, body: Started) -> Response:
-    state = state_of(request)
-    job = job_or_404(state, job_id)
+def _started(state: BrokerState, job_id: int, body: Started) -> Job:
+    job = reported_job_or_404(state, job_id)
     if body.checkpoint_dir and job.status.checkpoint_dir != body.checkpoint_dir:
         job = job.evolve()
         job.status.checkpoint_dir = body.checkpoint_dir
-    return json_response(doc(lifecycle.report_started(state.store, job, body.worker, state.ctx)))
+    return lifecycle.report_started(state.store, job, body.worker, state.ctx)
+
+
+def _stopping(state: BrokerState, job_id: int, body: Report) -> Job:
+    job = reported_job_or_404(state, job_id)
+    return lifecycle.report_stopping(state.store, job, body.worker, state.ctx)
+
+
+def _complete(state: BrokerState, job_id: int, body: Completion) -> Job:
+    job = reported_job_or_404(state, job_id)
+    if body.checkpoint_latest and not job.status.phase.terminal:
+        job = job.evolve()
+        job.status.checkpoint_latest = body.checkpoint_latest
+    return lifecycle.report_complete(
+        state.store, job, body.worker, body.exit_code, body.signal, state.ctx
+    )
+
+
+def _checkpoint_complete(state: BrokerState, job_id: int, body: Report) -> Job:
+    return record_checkpoint_complete(state.store, reported_job_or_404(state, job_id), body.worker)
+
+
+@router.post("/jobs/{job_id}/started", summary="Worker: the workload process started")
+async def started(request: Request, job_id: int, body: Started) -> Response:
+    return json_response(doc(_started(state_of(request), job_id, body)))
 
 
 @router.post("/jobs/{job_id}/stopping", summary="Worker: SIGTERM sent, grace running")
 async def stopping(request: Request, job_id: int, body: Report) -> Response:
-    state = state_of(request)
-    return json_response(
-        doc(
-            lifecycle.report_stopping(
-                state.store, job_or_404(state, job_id), body.worker, state.ctx
-            )
-        )
-    )
+    return json_response(doc(_stopping(state_of(request), job_id, body)))
 
 
 @router.post("/jobs/{job_id}/complete", summary="Worker: the workload exited")
 async def complete(request: Request, job_id: int, body: Completion) -> Response:
-    state = state_of(request)
-    job = job_or_404(state, job_id)
-    if body.checkpoint_latest and not job.status.phase.terminal:
-        job = job.evolve()
-        job.status.checkpoint_latest = body.checkpoint_latest
-    job = lifecycle.report_complete(
-        state.store, job, body.worker, body.exit_code, body.signal, state.ctx
-    )
-    return json_response(doc(job))
+    return json_response(doc(_complete(state_of(request), job_id, body)))
 
 
 @router.post(
@@ -123,9 +132,74 @@ async def complete(request: Request, job_id: int, body: Completion) -> Response:
     summary="Worker: the sentinel was seen during the grace window",
 )
 async def checkpoint_complete(request: Request, job_id: int, body: Report) -> Response:
+    return json_response(doc(_checkpoint_complete(state_of(request), job_id, body)))
+
+
+class BatchedReport(_Body):
+    """One of the reports above, for the batch route: the verb names which."""
+
+    job: int
+    verb: Literal["started", "stopping", "complete", "checkpoint-complete"]
+    checkpoint_dir: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    checkpoint_latest: str | None = None
+
+
+class ReportBatch(_Body):
+    reports: list[BatchedReport] = Field(default_factory=list)
+    events: list[WorkerEvent] = Field(default_factory=list)
+
+
+_REPORTS: dict[str, tuple[Callable[[BrokerState, int, Any], Job], type[Report]]] = {
+    "started": (_started, Started),
+    "stopping": (_stopping, Report),
+    "complete": (_complete, Completion),
+    "checkpoint-complete": (_checkpoint_complete, Report),
+}
+# What each refusal answers in a batch; the single routes answer the same statuses.
+_REFUSALS: tuple[tuple[type[Exception], int], ...] = (
+    (NotFound, 404),
+    (Conflict, 409),
+    (TransitionError, 409),
+)
+
+
+@router.post(
+    "/workers/{name}/reports",
+    summary="Worker: several reports and events in one request, each answered on its own",
+)
+async def report_batch(request: Request, name: str, body: ReportBatch) -> Response:
+    """Runs each report in order as its own route would; one refused does not stop the rest.
+
+    A busy worker sends what piled up while its previous request was in flight: a
+    job's `started` and `complete` reports often travel together, with its events.
+    """
     state = state_of(request)
-    job = record_checkpoint_complete(state.store, job_or_404(state, job_id), body.worker)
-    return json_response(doc(job))
+    results: list[dict[str, Any]] = []
+    for item in body.reports:
+        handler, model = _REPORTS[item.verb]
+        fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
+        report = model.model_validate({"worker": name, **fields}, strict=False)
+        try:
+            job = handler(state, item.job, report)
+        except _REFUSED as exc:
+            status = next(code for kind, code in _REFUSALS if isinstance(exc, kind))
+            results.append({"job": item.job, "status": status, "detail": str(exc)})
+        else:
+            results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
+    if body.events:
+        state.store.append_events(_records(name, body.events))
+    return json_response({"results": results, "events": len(body.events)})
+
+
+_REFUSED = tuple(kind for kind, _ in _REFUSALS)
+
+
+def _records(worker: str, events: list[WorkerEvent]) -> list[EventRecord]:
+    return [
+        EventRecord(e.event, job=e.job, worker=worker, fields=e.fields, ts=e.ts) for e in events
+    ]
 
 
 @router.post("/jobs/{job_id}/logs", summary="Worker: append output at a byte offset")
@@ -140,10 +214,7 @@ async def append_logs(
 @router.post("/events", summary="Worker: ingest structured events into the record")
 async def ingest_events(request: Request, body: WorkerEvents) -> Response:
     state = state_of(request)
-    records = [
-        EventRecord(e.event, job=e.job, worker=body.worker, fields=e.fields, ts=e.ts)
-        for e in body.events
-    ]
+    records = _records(body.worker, body.events)
     state.store.append_events(records)
     return json_response({"accepted": len(records)})
 

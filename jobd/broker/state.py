@@ -20,7 +20,14 @@ from jobd.events import EventLog
 from jobd.store.base import NotFound, Store
 from jobd.store.sql import open_store, sqlite_url
 
-__all__ = ["BrokerConfig", "BrokerState", "ensure_token", "job_or_404", "state_of"]
+__all__ = [
+    "BrokerConfig",
+    "BrokerState",
+    "ensure_token",
+    "job_or_404",
+    "reported_job_or_404",
+    "state_of",
+]
 
 
 @dataclass
@@ -93,3 +100,13 @@ def job_or_404(state: BrokerState, job_id: int) -> Job:
     if job is None:
         raise NotFound(f"job {job_id} not found")
     return job
+
+
+def reported_job_or_404(state: BrokerState, job_id: int) -> Job:
+    """The job a worker reports on: usually bound, so read from the cluster view.
+
+    The view is current with every commit, and transitions write copies (Job.evolve),
+    so its object serves as the read without a query.
+    """
+    bound = state.ctx.view.bound.get(job_id)
+    return bound if bound is not None else job_or_404(state, job_id)

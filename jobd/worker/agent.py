@@ -51,7 +51,7 @@ class Agent:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         timeout = httpx.Timeout(10.0, read=_WATCH_TIMEOUT_S + 10)
         # A small pool: httpcore looks at every pooled connection on each request.
-        limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
         async with httpx.AsyncClient(
             base_url=self.server, headers=headers, timeout=timeout, limits=limits
         ) as http:

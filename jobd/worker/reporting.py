@@ -23,11 +23,21 @@ _FINAL_STATUSES = range(400, 500)
 
 
 @dataclass
+class _Pending:
+    """A report waiting for its batch to be answered."""
+
+    item: dict[str, Any]
+    answered: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass
 class BrokerLink:
     http: httpx.AsyncClient
     worker: str
     _events: list[dict[str, Any]] = field(default_factory=list)
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
+    _reports: list[_Pending] = field(default_factory=list)
+    _in_flight: anyio.Event | None = None  # set when the batch being sent is answered
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
         """Send until the broker answers; None when it refused (4xx) for good."""
@@ -49,10 +59,57 @@ class BrokerLink:
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def report(self, job_id: int, verb: str, **body: Any) -> httpx.Response | None:
-        return await self.call(
-            "POST", f"/jobs/{job_id}/{verb}", json={"worker": self.worker, **body}
-        )
+    async def report(self, job_id: int, verb: str, **body: Any) -> None:
+        """Returns once the broker has acknowledged the report, or refused it for good.
+
+        Reports travel in batches without waiting for company: the first reporter to
+        find no request in flight sends everything pending (and the queued events) in
+        one, in its own task; reports made meanwhile go in the next. A busy worker's
+        `started` and `complete` often share a request.
+        """
+        pending = _Pending({"job": job_id, "verb": verb, **body})
+        self._reports.append(pending)
+        delay = 0.05
+        while not pending.answered.is_set():
+            if self._in_flight is not None:
+                await self._in_flight.wait()
+                continue
+            await self._send_pending()
+            if not pending.answered.is_set() and pending in self._reports:
+                await anyio.sleep(delay)  # the broker failed on it: again, after a pause
+                delay = min(delay * 2, 2.0)
+
+    async def _send_pending(self) -> None:
+        self._in_flight = anyio.Event()
+        batch, self._reports = self._reports, []
+        events, self._events = self._events, []  # they ride along
+        sent = False
+        try:
+            await self._send_batch(batch, events)
+            sent = True
+        finally:
+            if not sent:  # cancelled: whoever reports next sends these too
+                self._events = events + self._events
+            self._reports = [p for p in batch if not p.answered.is_set()] + self._reports
+            self._in_flight.set()
+            self._in_flight = None
+
+    async def _send_batch(self, batch: list[_Pending], events: list[dict[str, Any]]) -> None:
+        body = {"reports": [p.item for p in batch], "events": events}
+        resp = await self.call("POST", f"/workers/{self.worker}/reports", json=body)
+        results = resp.json()["results"] if resp is not None else []
+        for pending, result in zip(batch, results, strict=False):
+            status = int(result["status"])
+            if status >= 500:
+                continue  # unanswered: sent again
+            if status >= 300:
+                item = pending.item
+                log.warning(
+                    "report_refused", job=item["job"], verb=item["verb"], detail=result["detail"]
+                )
+            pending.answered.set()
+        for pending in batch[len(results) :]:  # the whole request was refused
+            pending.answered.set()
 
     def event(self, event: str, job: int | None = None, **fields: Any) -> None:
         """Log locally and queue for the broker's record, tagged with this worker."""
@@ -66,7 +123,8 @@ class BrokerLink:
             await self._events_ready.wait()
             self._events_ready = anyio.Event()
             batch, self._events = self._events, []
-            await self.call("POST", "/events", json={"worker": self.worker, "events": batch})
+            if batch:  # else they left with a batch of reports
+                await self.call("POST", "/events", json={"worker": self.worker, "events": batch})
             await anyio.sleep(interval_s)
 
 
