@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from jobd.api.models import Phase
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 
@@ -150,3 +151,48 @@ async def test_worker_events_are_ingested_tagged_with_the_worker(api: httpx.Asyn
     assert (await api.post("/events", json=body)).json() == {"accepted": 1}
     items = (await api.get("/events", params={"type": "process_started"})).json()["items"]
     assert items[0]["worker"] == "gpu-1" and items[0]["pid"] == 9 and items[0]["job"] == 5
+
+
+async def test_apply_without_objects_answers_kind_name_action_only(api: httpx.AsyncClient) -> None:
+    resp = await api.post("/apply", params={"objects": "false"}, json={"documents": [job("s")]})
+    assert resp.json() == {"results": [{"kind": "Job", "name": "default/s", "action": "created"}]}
+
+
+def _bind(api: httpx.AsyncClient, job_id: int, worker: str) -> None:
+    """What the scheduler would do (no controllers run here)."""
+    store = api._transport.app.state.broker.store  # type: ignore[attr-defined]
+    bound = store.get_job(job_id).evolve()
+    bound.status.phase, bound.status.worker = Phase.SCHEDULED, worker
+    store.update_job(bound)
+
+
+async def test_a_report_batch_answers_each_report_on_its_own(api: httpx.AsyncClient) -> None:
+    ours = (await api.post("/jobs", json=job("ours"))).json()["metadata"]["id"]
+    theirs = (await api.post("/jobs", json=job("theirs"))).json()["metadata"]["id"]
+    _bind(api, ours, "w1")
+    _bind(api, theirs, "w2")
+    batch = {
+        "reports": [
+            {"job": ours, "verb": "started", "checkpoint_dir": "/ckpt/ours/"},
+            {"job": theirs, "verb": "started"},  # bound to another worker: refused
+            {"job": 999_999, "verb": "complete", "exit_code": 0},  # no such job
+            {"job": ours, "verb": "complete", "exit_code": 0},
+        ],
+        "events": [{"event": "process_exited", "job": ours, "fields": {"exit_code": 0}}],
+    }
+    body = (await api.post("/workers/w1/reports", json=batch)).json()
+    assert [r["status"] for r in body["results"]] == [200, 409, 404, 200]
+    assert "not 'w1'" in body["results"][1]["detail"]
+    assert body["results"][3]["phase"] == "Succeeded" and body["events"] == 1
+    done = (await api.get(f"/jobs/{ours}")).json()["status"]
+    assert done["phase"] == "Succeeded" and done["checkpoint_dir"] == "/ckpt/ours/"
+    assert (await api.get(f"/jobs/{theirs}")).json()["status"]["phase"] == "Scheduled"
+    events = (await api.get("/events", params={"type": "process_exited"})).json()["items"]
+    assert events[0]["worker"] == "w1" and events[0]["job"] == ours
+
+
+async def test_a_report_batch_with_an_unknown_verb_is_refused_whole(
+    api: httpx.AsyncClient,
+) -> None:
+    resp = await api.post("/workers/w1/reports", json={"reports": [{"job": 1, "verb": "exploded"}]})
+    assert resp.status_code == 422 and "verb" in resp.json()["detail"]
