@@ -105,7 +105,7 @@ async def _wait_drained(
         if not (await http.get("/jobs", params=params)).json()["items"]:
             return True
         ctx.progress.step(f"draining {total} jobs, {time.monotonic() - began:.0f} s so far")
-        await anyio.sleep(0.05)
+        await anyio.sleep(0.5)
     return False
 
 

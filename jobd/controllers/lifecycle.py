@@ -155,7 +155,8 @@ class LifecycleController:
         resumable = phase == Phase.PREEMPTED and job.spec.auto_resume
         if waiting or phase == Phase.LOST or resumable:
             keys.append(change.key)
-        if phase in _TERMINAL_VALUES or change.op == "DELETED":
+        ended = phase in _TERMINAL_VALUES or change.op == "DELETED"
+        if ended and int(change.key) in self.ctx.view.parents:
             keys += [str(c) for c in self.ctx.store.children_of(int(change.key))]
         return keys
 

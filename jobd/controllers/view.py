@@ -21,6 +21,8 @@ class ClusterView:
         self.workers: dict[str, Worker] = {w.name: w for w in store.list_workers()}
         self.projects: dict[str, Project] = {p.name: p for p in store.list_projects()}
         self.bound: dict[int, Job] = {}
+        # Jobs that others depend on: only their ends need their children looked up.
+        self.parents: set[int] = store.parents()
         self._by_worker: dict[str, set[int]] = {}
         for job in store.list_jobs(phases=BOUND_PHASES):
             self._bind(job)
@@ -61,6 +63,7 @@ class ClusterView:
         self.nominated.pop(job_id, None)
         if change.op == "DELETED" or (job := change.job) is None:
             return
+        self.parents.update(job.status.parents)
         # The view keeps copies of its own: the change's object belongs to its writer.
         if job.status.phase in BOUND_PHASES:
             self._bind(Job.model_validate_json(change.text))

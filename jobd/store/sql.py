@@ -373,6 +373,9 @@ class SQLStore:
         q = sa.select(t.job_deps.c.child).where(t.job_deps.c.parent == job_id)
         return sorted(int(row.child) for row in self._rows(q))
 
+    def parents(self) -> set[int]:
+        return {int(row.parent) for row in self._rows(sa.select(t.job_deps.c.parent).distinct())}
+
     def get_project(self, name: str) -> Project | None:
         rows = self._rows(sa.select(t.projects.c.body).where(t.projects.c.name == name))
         return Project.model_validate_json(rows[0].body) if rows else None
