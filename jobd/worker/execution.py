@@ -13,7 +13,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, ClassVar
 
 import anyio
 import anyio.abc
@@ -95,10 +95,8 @@ class Execution:
     async def run(self) -> None:
         """Start, supervise and report the workload until it has ended and been reported."""
         ckpt = ensure_checkpoint_dir(self.settings.checkpoint_root, self.job_id)
-        out_path = self.settings.output_dir / f"{self.job_id}.log"
-        out_path.parent.mkdir(parents=True, exist_ok=True)
         shipper = LogShipper(self.link, self.job_id)
-        with out_path.open("ab") as local:
+        with _LocalCopy(self.settings.output_dir / f"{self.job_id}.log") as local:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(shipper.run)
@@ -117,7 +115,7 @@ class Execution:
             self.link.event("process_exited", self.job_id, exit_code=result[0], signal=result[1])
 
     async def _start_and_wait(
-        self, ckpt: Path, local: IO[bytes], shipper: LogShipper
+        self, ckpt: Path, local: _LocalCopy, shipper: LogShipper
     ) -> tuple[int | None, int | None]:
         job = self.job
         spec = LaunchSpec(
@@ -155,7 +153,7 @@ class Execution:
     async def _pump(
         self,
         stream: anyio.abc.ByteReceiveStream,
-        local: IO[bytes],
+        local: _LocalCopy,
         shipper: LogShipper,
         end: anyio.Event,
         is_stdout: bool,
@@ -163,7 +161,6 @@ class Execution:
         try:
             async for chunk in stream:
                 local.write(chunk)
-                local.flush()
                 shipper.write(chunk)
                 if is_stdout and self.armed and self.scanner.feed(chunk):
                     self._on_sentinel()
@@ -214,3 +211,33 @@ class Execution:
             result = await self.handle.stop(grace, signal.SIGTERM)
         if result.signal == signal.SIGKILL:
             self.link.event("signal_sent", self.job_id, signal="SIGKILL", reason="grace_expired")
+
+
+class _LocalCopy:
+    """The worker's own copy of a job's output, created with the first byte.
+
+    Most short jobs print nothing; creating a file for each cost more than running
+    them.
+    """
+
+    _made_dirs: ClassVar[set[Path]] = set()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._file is None:
+            if self.path.parent not in self._made_dirs:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._made_dirs.add(self.path.parent)
+            self._file = self.path.open("ab")
+        self._file.write(data)
+        self._file.flush()
+
+    def __enter__(self) -> _LocalCopy:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
