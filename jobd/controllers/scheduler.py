@@ -137,14 +137,7 @@ class SchedulerController:
                 max(c.free_slots for c in caps.values()),
                 max(len(c.free_gpus) for c in caps.values()),
             )
-            page = store.list_jobs(
-                phases=[Phase.PENDING],
-                ready=True,
-                by_priority=True,
-                limit=size,
-                after=after,
-                fits=fits,
-            )
+            page = store.queue_head(size, fits, after)
             for job in page:
                 cap = choose_worker(job, caps)
                 if cap is not None:

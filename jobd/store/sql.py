@@ -365,6 +365,29 @@ class SQLStore:
             q = q.limit(limit)
         return [Job.model_validate_json(row.body) for row in self._rows(q)]
 
+    def queue_head(
+        self, limit: int, fits: tuple[int, int], after: tuple[int, int] | None = None
+    ) -> list[Job]:
+        """Ready Pending jobs no bigger than `fits` (slots, GPUs), in the scheduler's order.
+
+        The same as list_jobs(phases=[Pending], ready=True, by_priority=True, ...) but on
+        statements compiled once: a scheduling pass runs it on every change that frees
+        room, and building the query each time cost more than running it.
+        """
+        params: dict[str, Any] = {"limit": limit, "slots": fits[0], "gpus": fits[1]}
+        statement = self._hot.queue_first
+        if after is not None:
+            statement = self._hot.queue_after
+            params["prio"], params["last_id"] = after
+        with self.engine.connect() as conn:
+            cursor = conn.connection.cursor()
+            try:
+                cursor.execute(statement.sql, statement.params(params))
+                rows = cursor.fetchall()
+            finally:
+                cursor.close()
+        return [Job.model_validate_json(row[0]) for row in rows]
+
     def count_jobs_by_phase(self) -> dict[str, int]:
         q = sa.select(t.jobs.c.phase, sa.func.count()).group_by(t.jobs.c.phase)
         return {row[0]: int(row[1]) for row in self._rows(q)}
@@ -454,6 +477,23 @@ _JOBS_BY_NAME = sa.select(t.jobs.c.body).where(
     t.jobs.c.project == sa.bindparam("project"),
     t.jobs.c.name.in_(sa.bindparam("names", expanding=True)),
 )
+_QUEUE_FIRST = (
+    sa.select(t.jobs.c.body)
+    .where(
+        t.jobs.c.phase == Phase.PENDING.value,
+        t.jobs.c.ready == sa.true(),
+        t.jobs.c.slots <= sa.bindparam("slots"),
+        t.jobs.c.gpus <= sa.bindparam("gpus"),
+    )
+    .order_by(t.jobs.c.priority.desc(), t.jobs.c.id)
+    .limit(sa.bindparam("limit"))
+)
+_QUEUE_AFTER = _QUEUE_FIRST.where(
+    sa.or_(
+        t.jobs.c.priority < sa.bindparam("prio"),
+        sa.and_(t.jobs.c.priority == sa.bindparam("prio"), t.jobs.c.id > sa.bindparam("last_id")),
+    )
+)
 _NEXT = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -487,8 +527,17 @@ class _Compiled:
         self.sql = compiled.string
         # The parameters' order for positional drivers (SQLite); None for named ones.
         self._order: Sequence[str] | None = getattr(compiled, "positiontup", None)
+        # Values the statement carries itself (literals SQLAlchemy binds, an OFFSET 0).
+        names: dict[sa.BindParameter[Any], str] = getattr(compiled, "bind_names", {})
+        self._fixed = {
+            name: bind.value
+            for bind, name in names.items()
+            if not bind.required and bind.value is not None
+        }
 
     def params(self, row: dict[str, Any]) -> Any:
+        if self._fixed:
+            row = self._fixed | row
         return row if self._order is None else tuple(row[name] for name in self._order)
 
 
@@ -508,6 +557,8 @@ class _HotStatements:
         self.insert_job = _Compiled(t.jobs.insert(), dialect)
         self.insert_change = _Compiled(t.changes.insert(), dialect)
         self.insert_event = _Compiled(t.events.insert(), dialect)
+        self.queue_first = _Compiled(_QUEUE_FIRST, dialect)
+        self.queue_after = _Compiled(_QUEUE_AFTER, dialect)
         # The driver raises its own exception, not SQLAlchemy's wrapper of it.
         dbapi = dialect.dbapi
         assert dbapi is not None
