@@ -70,6 +70,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     # FULL: an acknowledged write survives power loss, not just a crash of the broker.
     cur.execute("PRAGMA synchronous=FULL")  # each transaction may lower it, see _tx
     cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA cache_size=-32768")
     cur.close()
 
 
