@@ -12,6 +12,7 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, ClassVar
 
@@ -135,7 +136,10 @@ class Execution:
             return 127, None
         self.started.set()
         self.link.event("process_started", job.id, pid=self.handle.pid, unit=spec.unit_name)
-        await self.link.report(job.id, "started", checkpoint_dir=str(ckpt) + "/")
+        # Reported while the workload runs: reports keep their order (see BrokerLink), so
+        # `complete` still follows it, and a short job's exit is not held up by it.
+        assert self._tg is not None
+        self._tg.start_soon(partial(self.link.report, job.id, "started", checkpoint_dir=f"{ckpt}/"))
         ends = [anyio.Event(), anyio.Event()]
         async with anyio.create_task_group() as pumps:
             pumps.start_soon(self._pump, self.handle.stdout, local, shipper, ends[0], True)
