@@ -1,0 +1,257 @@
+"""The worker's reports reach a real broker in batches, in order, retried or refused.
+
+BrokerLink talks to the broker app in-process through httpx.ASGITransport, wrapped by a
+`Wire` that records every request and its answer, can hold one request open until the
+test lets it go, and can answer one request 503 itself. The broker app answers every
+request that reaches it. No controllers run (the ASGI lifespan is not started), so jobs
+are bound to the worker here, the way the scheduler would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from jobd.api.models import Phase
+from jobd.broker.app import create_app
+from jobd.broker.state import BrokerConfig
+from jobd.worker.reporting import BrokerLink
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "test-token"
+WORKER = "w1"
+REPORTS = f"/workers/{WORKER}/reports"
+
+
+@dataclass
+class Exchange:
+    """One request the link made, and what it was answered."""
+
+    method: str
+    path: str
+    body: Any
+    status: int = 0
+    answer: Any = None
+
+
+class Wire(httpx.AsyncBaseTransport):
+    """Passes requests to the broker app, recording each; can hold or fail one of them."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.exchanges: list[Exchange] = []
+        self.holding = anyio.Event()  # set once the held request has arrived
+        self._release: anyio.Event | None = None
+        self._fail_next: int | None = None
+
+    def hold_next(self) -> anyio.Event:
+        """The next request waits, unsent to the app, until the returned event is set."""
+        self._release = anyio.Event()
+        return self._release
+
+    def fail_next(self, status: int) -> None:
+        """The next request is answered `status` here, without reaching the app."""
+        self._fail_next = status
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        exchange = Exchange(
+            request.method,
+            request.url.path,
+            json.loads(request.content) if request.content else None,
+        )
+        self.exchanges.append(exchange)
+        release, self._release = self._release, None
+        if release is not None:
+            self.holding.set()
+            await release.wait()
+        if self._fail_next is not None:
+            exchange.status, self._fail_next = self._fail_next, None
+            exchange.answer = {"detail": "the broker is restarting"}
+            return httpx.Response(exchange.status, json=exchange.answer, request=request)
+        response = await self.inner.handle_async_request(request)
+        await response.aread()
+        exchange.status = response.status_code
+        exchange.answer = json.loads(response.content) if response.content else None
+        return response
+
+    @property
+    def report_posts(self) -> list[Exchange]:
+        return [e for e in self.exchanges if e.method == "POST" and e.path == REPORTS]
+
+
+@dataclass
+class Broker:
+    api: httpx.AsyncClient  # the test's own view of the broker, unrecorded
+    wire: Wire
+    link: BrokerLink
+    jobs: dict[str, int] = field(default_factory=dict)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
+    app = create_app(config)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    wire = Wire(httpx.ASGITransport(app=app))
+    async with (
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://jobd", headers=headers
+        ) as api,
+        httpx.AsyncClient(transport=wire, base_url="http://jobd", headers=headers) as http,
+    ):
+        yield Broker(api, wire, BrokerLink(http=http, worker=WORKER))
+    app.state.broker.close()
+
+
+def job(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobd/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"command": ["true"], **spec},
+    }
+
+
+def _bind(api: httpx.AsyncClient, job_id: int, worker: str) -> None:
+    """What the scheduler would do (no controllers run here)."""
+    store = api._transport.app.state.broker.store  # type: ignore[attr-defined]
+    bound = store.get_job(job_id).evolve()
+    bound.status.phase, bound.status.worker = Phase.SCHEDULED, worker
+    store.update_job(bound)
+
+
+async def bound_job(api: httpx.AsyncClient, name: str, worker: str = WORKER) -> int:
+    job_id = int((await api.post("/jobs", json=job(name))).json()["metadata"]["id"])
+    _bind(api, job_id, worker)
+    return job_id
+
+
+async def phase(api: httpx.AsyncClient, job_id: int) -> str:
+    return str((await api.get(f"/jobs/{job_id}")).json()["status"]["phase"])
+
+
+async def test_reports_made_while_a_request_is_in_flight_go_together_in_the_next(
+    broker: Broker,
+) -> None:
+    api, wire, link = broker.api, broker.wire, broker.link
+    a, b = await bound_job(api, "a"), await bound_job(api, "b")
+    release = wire.hold_next()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(link.report, a, "started")
+            await wire.holding.wait()
+            tg.start_soon(partial(link.report, a, "complete", exit_code=0))
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(link.report, b, "started")
+            await anyio.wait_all_tasks_blocked()
+            assert len(wire.exchanges) == 1  # both wait for the request in flight
+            release.set()
+    first, second = wire.report_posts
+    assert len(wire.exchanges) == 2
+    assert first.body == {"reports": [{"job": a, "verb": "started"}], "events": []}
+    assert second.body == {
+        "reports": [
+            {"job": a, "verb": "complete", "exit_code": 0},
+            {"job": b, "verb": "started"},
+        ],
+        "events": [],
+    }
+    assert [r["status"] for r in first.answer["results"] + second.answer["results"]] == [200] * 3
+    assert await phase(api, a) == "Succeeded"
+    assert await phase(api, b) == "Running"
+
+
+async def test_queued_events_ride_along_with_the_next_report_batch_once(broker: Broker) -> None:
+    api, wire, link = broker.api, broker.wire, broker.link
+    a = await bound_job(api, "a")
+    link.event("process_spawned", a, pid=4242)
+    with anyio.fail_after(5):
+        await link.report(a, "started")
+    link.event("process_exited", a, exit_code=0)
+    with anyio.fail_after(5):
+        await link.report(a, "complete", exit_code=0)
+    first, second = wire.report_posts
+    assert len(wire.exchanges) == 2  # no request of their own
+    assert [(e["event"], e["job"], e["fields"]) for e in first.body["events"]] == [
+        ("process_spawned", a, {"pid": 4242})
+    ]
+    assert [(e["event"], e["fields"]) for e in second.body["events"]] == [
+        ("process_exited", {"exit_code": 0})
+    ]
+    assert first.answer["events"] == 1 and second.answer["events"] == 1
+    spawned = (await api.get("/events", params={"type": "process_spawned"})).json()["items"]
+    assert len(spawned) == 1
+    assert spawned[0]["worker"] == WORKER and spawned[0]["job"] == a
+    assert spawned[0]["pid"] == 4242
+    exited = (await api.get("/events", params={"type": "process_exited"})).json()["items"]
+    assert [(e["worker"], e["job"], e["exit_code"]) for e in exited] == [(WORKER, a, 0)]
+    assert await phase(api, a) == "Succeeded"
+
+
+async def test_refused_reports_return_without_retry_and_the_rest_of_the_batch_applies(
+    broker: Broker,
+) -> None:
+    api, wire, link = broker.api, broker.wire, broker.link
+    ours = await bound_job(api, "ours")
+    theirs = await bound_job(api, "theirs", worker="w2")
+    missing = 999_999
+    release = wire.hold_next()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(link.report, ours, "started")
+            await wire.holding.wait()
+            for call in (
+                partial(link.report, theirs, "started"),  # bound to another worker
+                partial(link.report, missing, "complete", exit_code=1),  # no such job
+                partial(link.report, ours, "complete", exit_code=0),
+            ):
+                tg.start_soon(call)
+                await anyio.wait_all_tasks_blocked()
+            release.set()
+    first, second = wire.report_posts
+    assert len(wire.exchanges) == 2  # nothing was sent again
+    assert first.body["reports"] == [{"job": ours, "verb": "started"}]
+    assert [(r["job"], r["verb"]) for r in second.body["reports"]] == [
+        (theirs, "started"),
+        (missing, "complete"),
+        (ours, "complete"),
+    ]
+    assert [r["status"] for r in second.answer["results"]] == [409, 404, 200]
+    assert await phase(api, ours) == "Succeeded"
+    assert await phase(api, theirs) == "Scheduled"
+
+    with anyio.fail_after(5):
+        await link.report(theirs, "complete", exit_code=0)  # refused alone
+    assert len(wire.exchanges) == 3
+    assert wire.exchanges[-1].answer["results"][0]["status"] == 409
+    assert await phase(api, theirs) == "Scheduled"
+
+
+async def test_a_report_the_broker_failed_on_is_sent_again_until_acknowledged(
+    broker: Broker,
+) -> None:
+    api, wire, link = broker.api, broker.wire, broker.link
+    a = await bound_job(api, "a")
+    wire.fail_next(503)
+    with anyio.fail_after(5):
+        await link.report(a, "started", checkpoint_dir="/ckpt/a/")
+    failed, sent_again = wire.report_posts
+    assert len(wire.exchanges) == 2
+    assert failed.status == 503 and sent_again.status == 200
+    assert failed.body == sent_again.body
+    assert sent_again.body["reports"] == [
+        {"job": a, "verb": "started", "checkpoint_dir": "/ckpt/a/"}
+    ]
+    assert sent_again.answer["results"] == [{"job": a, "status": 200, "phase": "Running"}]
+    status = (await api.get(f"/jobs/{a}")).json()["status"]
+    assert status["phase"] == "Running" and status["checkpoint_dir"] == "/ckpt/a/"
