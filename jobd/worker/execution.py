@@ -12,7 +12,6 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import IO, ClassVar
 
@@ -30,6 +29,9 @@ __all__ = ["Execution", "WorkerSettings", "workload_env"]
 # Never inherited by a workload: the token, the store URL (it may hold a password) and
 # every other setting of jobd's own; the workload's JOBD_* variables are set below.
 _PRIVATE_PREFIX = "JOBD_"
+# How long `started` waits to be told together with `complete`: a job that is over by
+# then costs the broker one report, and its slot comes back a round trip sooner.
+STARTED_REPORT_DELAY_S = 0.005
 
 
 @dataclass
@@ -86,6 +88,9 @@ class Execution:
         self.stopping = False
         self.exited = False
         self.started = anyio.Event()
+        self._started_told = False
+        self._started_reported = anyio.Event()  # told, or left to go with `complete`
+        self._report_started_now = anyio.Event()  # ends STARTED_REPORT_DELAY_S early
         self._checkpoint_reported: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -106,13 +111,15 @@ class Execution:
             if self._checkpoint_reported is not None:
                 await self._checkpoint_reported.wait()
             latest = find_resume_target(ckpt)
-            await self.link.report(
-                self.job_id,
-                "complete",
-                exit_code=result[0],
-                signal=result[1],
-                checkpoint_latest=str(latest) if latest != ckpt else str(ckpt) + "/",
-            )
+            complete = {
+                "exit_code": result[0],
+                "signal": result[1],
+                "checkpoint_latest": str(latest) if latest != ckpt else str(ckpt) + "/",
+            }
+            reports = [("complete", complete)]
+            if self.handle is not None and not self._started_told:
+                reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
+            await self.link.report_many(self.job_id, reports)
             self.link.event("process_exited", self.job_id, exit_code=result[0], signal=result[1])
 
     async def _start_and_wait(
@@ -136,16 +143,15 @@ class Execution:
             return 127, None
         self.started.set()
         self.link.event("process_started", job.id, pid=self.handle.pid, unit=spec.unit_name)
-        # Reported while the workload runs: reports keep their order (see BrokerLink), so
-        # `complete` still follows it, and a short job's exit is not held up by it.
         assert self._tg is not None
-        self._tg.start_soon(partial(self.link.report, job.id, "started", checkpoint_dir=f"{ckpt}/"))
+        self._tg.start_soon(self._report_started, ckpt)
         ends = [anyio.Event(), anyio.Event()]
         async with anyio.create_task_group() as pumps:
             pumps.start_soon(self._pump, self.handle.stdout, local, shipper, ends[0], True)
             pumps.start_soon(self._pump, self.handle.stderr, local, shipper, ends[1], False)
             result = await self.handle.wait()
             self.exited = True
+            self._report_started_now.set()
             # The rest of the group was killed with it, so the pipes reach EOF promptly;
             # the bound only guards against a process that escaped the group.
             with anyio.move_on_after(2):
@@ -185,6 +191,19 @@ class Execution:
         assert self._tg is not None
         self._tg.start_soon(report)
 
+    async def _report_started(self, ckpt: Path) -> None:
+        """Tell the broker the workload runs, unless it is over within a few ms.
+
+        Then `started` goes with `complete` in one request instead (see run). Reports
+        keep their order, so `complete` never overtakes a `started` sent here.
+        """
+        with anyio.move_on_after(STARTED_REPORT_DELAY_S):
+            await self._report_started_now.wait()
+        if not self.exited:
+            self._started_told = True
+            await self.link.report(self.job_id, "started", checkpoint_dir=f"{ckpt}/")
+        self._started_reported.set()
+
     async def kill_if_running(self, report_within_s: float = 3.0) -> None:
         """SIGKILL the whole job unless its main process was already seen to exit.
 
@@ -206,6 +225,8 @@ class Execution:
         await self.started.wait()
         if self.handle is None:
             return
+        self._report_started_now.set()  # the broker hears `started` before `stopping`
+        await self._started_reported.wait()
         grace = effective_grace(self.job, self.settings)
         self.armed = reason == "preempt"
         self.scanner.reset()

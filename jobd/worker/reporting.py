@@ -67,16 +67,20 @@ class BrokerLink:
         one, in its own task; reports made meanwhile go in the next. A busy worker's
         `started` and `complete` often share a request.
         """
-        pending = _Pending({"job": job_id, "verb": verb, **body})
-        self._reports.append(pending)
+        await self.report_many(job_id, [(verb, body)])
+
+    async def report_many(self, job_id: int, reports: list[tuple[str, dict[str, Any]]]) -> None:
+        """Several reports on one job, in this order, in one request when none is in flight."""
+        pendings = [_Pending({"job": job_id, "verb": verb, **body}) for verb, body in reports]
+        self._reports.extend(pendings)
         delay = 0.05
-        while not pending.answered.is_set():
+        while not all(p.answered.is_set() for p in pendings):
             if self._in_flight is not None:
                 await self._in_flight.wait()
                 continue
             await self._send_pending()
-            if not pending.answered.is_set() and pending in self._reports:
-                await anyio.sleep(delay)  # the broker failed on it: again, after a pause
+            if any(not p.answered.is_set() and p in self._reports for p in pendings):
+                await anyio.sleep(delay)  # the broker failed on one: again, after a pause
                 delay = min(delay * 2, 2.0)
 
     async def _send_pending(self) -> None:
