@@ -85,21 +85,18 @@ async def list_workers(request: Request) -> Response:
     return json_response({"items": items})
 
 
-def _started(state: BrokerState, job_id: int, body: Started) -> Job:
-    job = reported_job_or_404(state, job_id)
+def _started(state: BrokerState, job: Job, body: Started) -> Job:
     if body.checkpoint_dir and job.status.checkpoint_dir != body.checkpoint_dir:
         job = job.evolve()
         job.status.checkpoint_dir = body.checkpoint_dir
     return lifecycle.report_started(state.store, job, body.worker, state.ctx)
 
 
-def _stopping(state: BrokerState, job_id: int, body: Report) -> Job:
-    job = reported_job_or_404(state, job_id)
+def _stopping(state: BrokerState, job: Job, body: Report) -> Job:
     return lifecycle.report_stopping(state.store, job, body.worker, state.ctx)
 
 
-def _complete(state: BrokerState, job_id: int, body: Completion) -> Job:
-    job = reported_job_or_404(state, job_id)
+def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
     if body.checkpoint_latest and not job.status.phase.terminal:
         job = job.evolve()
         job.status.checkpoint_latest = body.checkpoint_latest
@@ -108,23 +105,26 @@ def _complete(state: BrokerState, job_id: int, body: Completion) -> Job:
     )
 
 
-def _checkpoint_complete(state: BrokerState, job_id: int, body: Report) -> Job:
-    return record_checkpoint_complete(state.store, reported_job_or_404(state, job_id), body.worker)
+def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
+    return record_checkpoint_complete(state.store, job, body.worker)
 
 
 @router.post("/jobs/{job_id}/started", summary="Worker: the workload process started")
 async def started(request: Request, job_id: int, body: Started) -> Response:
-    return json_response(doc(_started(state_of(request), job_id, body)))
+    state = state_of(request)
+    return json_response(doc(_started(state, reported_job_or_404(state, job_id), body)))
 
 
 @router.post("/jobs/{job_id}/stopping", summary="Worker: SIGTERM sent, grace running")
 async def stopping(request: Request, job_id: int, body: Report) -> Response:
-    return json_response(doc(_stopping(state_of(request), job_id, body)))
+    state = state_of(request)
+    return json_response(doc(_stopping(state, reported_job_or_404(state, job_id), body)))
 
 
 @router.post("/jobs/{job_id}/complete", summary="Worker: the workload exited")
 async def complete(request: Request, job_id: int, body: Completion) -> Response:
-    return json_response(doc(_complete(state_of(request), job_id, body)))
+    state = state_of(request)
+    return json_response(doc(_complete(state, reported_job_or_404(state, job_id), body)))
 
 
 @router.post(
@@ -132,7 +132,9 @@ async def complete(request: Request, job_id: int, body: Completion) -> Response:
     summary="Worker: the sentinel was seen during the grace window",
 )
 async def checkpoint_complete(request: Request, job_id: int, body: Report) -> Response:
-    return json_response(doc(_checkpoint_complete(state_of(request), job_id, body)))
+    state = state_of(request)
+    job = reported_job_or_404(state, job_id)
+    return json_response(doc(_checkpoint_complete(state, job, body)))
 
 
 class BatchedReport(_Body):
@@ -151,7 +153,7 @@ class ReportBatch(_Body):
     events: list[WorkerEvent] = Field(default_factory=list)
 
 
-_REPORTS: dict[str, tuple[Callable[[BrokerState, int, Any], Job], type[Report]]] = {
+_REPORTS: dict[str, tuple[Callable[[BrokerState, Job, Any], Job], type[Report]]] = {
     "started": (_started, Started),
     "stopping": (_stopping, Report),
     "complete": (_complete, Completion),
@@ -173,23 +175,27 @@ async def report_batch(request: Request, name: str, body: ReportBatch) -> Respon
     """Runs each report in order as its own route would; one refused does not stop the rest.
 
     A busy worker sends what piled up while its previous request was in flight: a
-    job's `started` and `complete` reports often travel together, with its events.
+    job's `started` and `complete` reports often travel together, with its events. All
+    of a batch is written in one transaction, with one commit.
     """
     state = state_of(request)
     results: list[dict[str, Any]] = []
-    for item in body.reports:
-        handler, model = _REPORTS[item.verb]
-        fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
-        report = model.model_validate({"worker": name, **fields}, strict=False)
-        try:
-            job = handler(state, item.job, report)
-        except _REFUSED as exc:
-            status = next(code for kind, code in _REFUSALS if isinstance(exc, kind))
-            results.append({"job": item.job, "status": status, "detail": str(exc)})
-        else:
-            results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
-    if body.events:
-        state.store.append_events(_records(name, body.events))
+    written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
+    with state.store.batch():
+        for item in body.reports:
+            handler, model = _REPORTS[item.verb]
+            fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
+            report = model.model_validate({"worker": name, **fields}, strict=False)
+            try:
+                job = written.get(item.job) or reported_job_or_404(state, item.job)
+                written[item.job] = job = handler(state, job, report)
+            except _REFUSED as exc:
+                status = next(code for kind, code in _REFUSALS if isinstance(exc, kind))
+                results.append({"job": item.job, "status": status, "detail": str(exc)})
+            else:
+                results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
+        if body.events:
+            state.store.append_events(_records(name, body.events))
     return json_response({"results": results, "events": len(body.events)})
 
 

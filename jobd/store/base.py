@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -129,6 +130,7 @@ class Store(Protocol):
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]: ...
+    def batch(self, durable: bool = False) -> AbstractContextManager[None]: ...
     def queue_head(
         self, limit: int, fits: tuple[int, int], after: tuple[int, int] | None = None
     ) -> list[Job]: ...

@@ -84,6 +84,8 @@ class SQLStore:
         self._lock = threading.RLock()  # one writer at a time keeps CAS and revisions simple
         self._sqlite = self.url.startswith("sqlite")
         self._hot = _HotStatements(self.engine.dialect)
+        self._batch: _Tx | None = None  # the open transaction of batch(), if any
+        self._batch_durable = False
 
     @staticmethod
     def _make_engine(url: str) -> Engine:
@@ -138,6 +140,11 @@ class SQLStore:
         job — is always durable.
         """
         with self._lock:
+            if self._batch is not None:  # inside batch(): its transaction, its commit
+                if durable and not self._batch_durable:
+                    raise RuntimeError("a durable write inside a batch that is not durable")
+                yield self._batch
+                return
             with self.engine.begin() as conn:
                 if self._sqlite:
                     _set_synchronous(conn, "FULL" if durable else "NORMAL")
@@ -146,6 +153,24 @@ class SQLStore:
             # Committed: now, and only now, may anyone hear of it.
             for listener in self._listeners:
                 listener(tx.changes, tx.events)
+
+    @contextmanager
+    def batch(self, durable: bool = False) -> Iterator[None]:
+        """The writes made inside share one transaction and one commit.
+
+        Listeners hear them all after that commit. A write refused inside (a stale
+        resource_version) changes nothing and the batch goes on; anything else that
+        escapes rolls the whole batch back. Reads see only what is committed, so a
+        caller that writes one object twice passes the returned copy along itself. No
+        await inside: another task's writes would join the batch (the lock is the
+        thread's, and tasks share the thread).
+        """
+        with self._lock, self._tx(durable) as tx:
+            self._batch, self._batch_durable = tx, durable
+            try:
+                yield
+            finally:
+                self._batch = None
 
     def create_jobs(
         self,

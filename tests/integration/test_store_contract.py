@@ -391,6 +391,52 @@ def test_list_events_filters(store: SQLStore) -> None:
     assert store.list_events(after_seq=every[-1].seq) == []
 
 
+def test_a_batch_commits_once_and_a_refused_write_inside_changes_nothing(
+    store: SQLStore,
+) -> None:
+    a, b = store.create_jobs([make_job("a"), make_job("b")])
+    heard = Recorder(store)
+    store.subscribe(heard)
+    with store.batch():
+        running = a.evolve()
+        running.status.phase = Phase.RUNNING
+        running = store.update_job(running, [EventRecord("started", job=a.id)])
+        assert store.get_job(a.id) == a  # not committed yet: others still read the old one
+        stale = b.evolve()
+        stale.metadata = stale.metadata.model_copy(update={"resource_version": 1})
+        with pytest.raises(Conflict):
+            store.update_job(stale)
+        done = running.evolve()
+        done.status.phase = Phase.SUCCEEDED
+        done = store.update_job(done, [EventRecord("finished", job=a.id)])
+        store.append_events([EventRecord("shipped", worker="w1")])
+    assert len(heard.calls) == 1  # one commit, heard once, after it landed
+    changes, events = heard.calls[0]
+    assert [c.revision for c in changes] == [
+        running.metadata.resource_version,
+        done.metadata.resource_version,
+    ]
+    assert [e.event for e in events] == ["started", "finished", "shipped"]
+    assert heard.seen_versions == [done.metadata.resource_version] * 2
+    assert store.get_job(b.id) == b
+
+
+def test_a_batch_that_fails_rolls_back_whole(store: SQLStore) -> None:
+    (a,) = store.create_jobs([make_job("a")])
+    before = store.revision()
+    with pytest.raises(RuntimeError, match="boom"), store.batch():
+        running = a.evolve()
+        running.status.phase = Phase.RUNNING
+        store.update_job(running, [EventRecord("started", job=a.id)])
+        raise RuntimeError("boom")
+    assert store.get_job(a.id) == a
+    assert store.revision() == before
+    assert [e.event for e in store.list_events(job=a.id)] == []
+    running = a.evolve()  # and the store takes writes again, outside any batch
+    running.status.phase = Phase.RUNNING
+    assert store.update_job(running).status.phase == Phase.RUNNING
+
+
 def test_listeners_hear_each_commit_after_it_lands(store: SQLStore) -> None:
     heard = Recorder(store)
     store.subscribe(heard)
