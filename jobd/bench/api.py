@@ -43,6 +43,7 @@ class _Creates:
     first_error: str = ""
     missing: int | None = None  # acknowledged but not found after a kill
     client_cpu_pct: float = 0.0
+    broker_cpu_ms: float | None = None  # broker CPU per acknowledged create
 
     def failed(self, exc: Exception) -> None:
         self.errors += 1
@@ -100,7 +101,11 @@ async def run_submit(ctx: BenchContext) -> Result:
     runs = _Creates(ctx.sized(300, 5_000, 20_000))
     durable: bool | None = None
     async with ctx.broker("submit") as (http, broker):
+        cpu_before = broker.cpu_seconds() if broker is not None else {}
         elapsed = await _create_concurrently(ctx, ctx.endpoint(broker), runs)
+        if broker is not None and runs.acked:
+            used = broker.cpu_seconds().get("broker", 0.0) - cpu_before.get("broker", 0.0)
+            runs.broker_cpu_ms = round(used / len(runs.acked) * 1000, 3)
         if not runs.acked:
             raise RuntimeError(f"no create was acknowledged; first error: {runs.first_error}")
         if broker is None:
@@ -122,6 +127,7 @@ def _submit_result(
     result.extra = {
         "concurrency": ctx.concurrency,
         "client_cpu_pct": runs.client_cpu_pct,
+        "broker_cpu_ms_per_job": runs.broker_cpu_ms,
         "errors": runs.errors,
         "durable": durable,
         "missing": runs.missing,
@@ -133,6 +139,8 @@ def _submit_result(
         result.notes = f"{ctx.concurrency} clients, no worker; durable = SIGKILL, reopen the store"
         result.details = [f"durable: {durable} ({runs.missing} missing), {runs.errors} errors"]
     result.details.append(f"bench client CPU {runs.client_cpu_pct}% (near 100: client-bound)")
+    if runs.broker_cpu_ms is not None:
+        result.details.append(f"broker CPU per create: {runs.broker_cpu_ms} ms")
     return result
 
 
@@ -164,17 +172,25 @@ async def run_apply(ctx: BenchContext) -> Result:
     count, reps = ctx.sized((300, 2), (5_000, 3), (10_000, 3))
     stamp = int(time.time())
     latencies: list[float] = []
-    async with ctx.broker("apply") as (http, _broker):
+    cpu_ms: list[float] = []
+    async with ctx.broker("apply") as (http, broker):
         for rep in range(reps):
             if ctx.time_left() <= 0:
                 break
             ctx.progress.step("applying", rep, reps)
+            before = broker.cpu_seconds().get("broker", 0.0) if broker is not None else 0.0
             latencies.append(await _apply_once(ctx, http, f"apply-{stamp}-{rep}", count))
+            if broker is not None:
+                used = broker.cpu_seconds().get("broker", 0.0) - before
+                cpu_ms.append(used / count * 1000)
     median = statistics.median(latencies)
     result = Result("apply", n=count, per_s=rate(count, median))
     result.latencies(latencies)
     result.target = f">= {APPLY_TARGET_PER_S:.0f} docs/s"
     result.met = (result.per_s or 0) >= APPLY_TARGET_PER_S
     result.extra = {"requests": len(latencies)}
+    if cpu_ms:
+        result.extra["broker_cpu_ms_per_doc"] = round(statistics.median(cpu_ms), 3)
+        result.details = [f"broker CPU per document: {result.extra['broker_cpu_ms_per_doc']} ms"]
     result.notes = f"one POST /apply of n jobs, {len(latencies)} times; per_s from the median"
     return result
