@@ -17,15 +17,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from jobd.api.manifests import ManifestError
 from jobd.broker import routes_jobs, routes_system, routes_workers
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
+from jobd.broker.fastpath import FastCreate
+from jobd.broker.responses import ERROR_STATUSES, validation_detail
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.controllers.clock import Clock
-from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.projects import watch_projects_file
 from jobd.events import get_logger, redact_url
-from jobd.store.base import Conflict, Gone, NotFound
 
 __all__ = ["create_app"]
 
@@ -50,11 +49,7 @@ def _error(status: int) -> Any:
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    err = exc.errors()[0]
-    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
-    reason = "unknown field" if err.get("type") == "extra_forbidden" else err.get("msg", "invalid")
-    reason = str(reason).removeprefix("Value error, ")
-    return JSONResponse({"detail": f"{'.'.join(loc) or 'body'}: {reason}"}, status_code=422)
+    return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
 
 
 def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
@@ -87,26 +82,20 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         **_NO_TELEMETRY,
     )
     app.state.broker = state
-    for exc_type, status in (
-        (NotFound, 404),
-        (LookupError, 404),
-        (Conflict, 409),
-        (TransitionError, 409),
-        (Gone, 410),
-        (AdmissionError, 422),
-        (ManifestError, 422),
-    ):
+    for exc_type, status in ERROR_STATUSES:
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_middleware(FastCreate, state=state)  # inside TokenAuth: added first
     app.add_middleware(TokenAuth, token=state.token)
+    # Routes are matched in order: the busiest (creates, reports, watches) first.
+    for router in (routes_jobs.router, routes_workers.router, routes_system.router):
+        app.include_router(router)
     app.include_router(routes_system.public)
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:
         return JSONResponse(_with_bearer_scheme(app.openapi()))
 
-    for router in (routes_system.router, routes_jobs.router, routes_workers.router):
-        app.include_router(router)
     return app
 
 

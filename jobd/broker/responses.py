@@ -8,12 +8,42 @@ Routes here build a Response whose body embeds each document's own JSON text.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import Response
 from pydantic import BaseModel
 
-__all__ = ["RawJSON", "doc", "json_response"]
+from jobd.api.manifests import ManifestError
+from jobd.controllers.errors import AdmissionError, TransitionError
+from jobd.store.base import Conflict, Gone, NotFound
+
+__all__ = ["ERROR_STATUSES", "RawJSON", "doc", "json_response", "status_for", "validation_detail"]
+
+# How the exceptions of the layers below become HTTP statuses, for every route.
+ERROR_STATUSES: tuple[tuple[type[Exception], int], ...] = (
+    (NotFound, 404),
+    (LookupError, 404),
+    (Conflict, 409),
+    (TransitionError, 409),
+    (Gone, 410),
+    (AdmissionError, 422),
+    (ManifestError, 422),
+)
+
+
+def status_for(exc: Exception) -> int | None:
+    """The status for an exception of the layers below; None for anything else (a bug)."""
+    return next((status for kind, status in ERROR_STATUSES if isinstance(exc, kind)), None)
+
+
+def validation_detail(errors: Sequence[Any]) -> str:
+    """`field.path: reason` for the first of pydantic's errors, as every route answers."""
+    err = errors[0]
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+    reason = "unknown field" if err.get("type") == "extra_forbidden" else err.get("msg", "invalid")
+    reason = str(reason).removeprefix("Value error, ")
+    return f"{'.'.join(loc) or 'body'}: {reason}"
 
 
 class RawJSON(str):

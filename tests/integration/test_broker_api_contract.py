@@ -196,3 +196,17 @@ async def test_a_report_batch_with_an_unknown_verb_is_refused_whole(
 ) -> None:
     resp = await api.post("/workers/w1/reports", json={"reports": [{"job": 1, "verb": "exploded"}]})
     assert resp.status_code == 422 and "verb" in resp.json()["detail"]
+
+
+async def test_create_answers_like_every_route_on_its_fast_path(api: httpx.AsyncClient) -> None:
+    created = await api.post("/jobs", json=job("fast"))
+    assert created.status_code == 201 and created.json()["metadata"]["name"] == "fast"
+    again = await api.post("/jobs", json=job("fast"))
+    assert again.status_code == 409 and "already exists" in again.json()["detail"]
+    bad = await api.post("/jobs", json={**job("typo"), "spce": {}})
+    assert bad.status_code == 422 and bad.json() == {"detail": "spce: unknown field"}
+    huge = await api.post("/jobs", content=b"{" + b" " * (2 * 1024 * 1024) + b"}")
+    assert huge.status_code == 413
+    anonymous = await api.post("/jobs", json=job("x"), headers={"Authorization": ""})
+    assert anonymous.status_code == 401
+    assert [j["metadata"]["name"] for j in (await api.get("/jobs")).json()["items"]] == ["fast"]
