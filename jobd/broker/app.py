@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 
 from jobd.broker import routes_jobs, routes_system, routes_workers
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
-from jobd.broker.fastpath import FastCreate
+from jobd.broker.fastpath import FastRoutes
 from jobd.broker.responses import ERROR_STATUSES, validation_detail
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.controllers.clock import Clock
@@ -85,7 +85,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     for exc_type, status in ERROR_STATUSES:
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_middleware(FastCreate, state=state)  # inside TokenAuth: added first
+    app.add_middleware(FastRoutes, state=state)  # inside TokenAuth: added first
     app.add_middleware(TokenAuth, token=state.token)
     # Routes are matched in order: the busiest (creates, reports, watches) first.
     for router in (routes_jobs.router, routes_workers.router, routes_system.router):

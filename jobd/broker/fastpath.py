@@ -1,54 +1,85 @@
-"""`POST /jobs` as a plain ASGI middleware, ahead of FastAPI's routing.
+"""The two busiest routes as a plain ASGI middleware, ahead of FastAPI's routing.
 
-A storm of submits is the broker's busiest moment, and FastAPI's routing, dependency
-and response machinery took more CPU per create than validating and storing the job.
-This answers that one route exactly as the FastAPI route declared in routes_jobs
-(which documents it in the OpenAPI schema) would: same body, same statuses, same
-errors. Everything else passes through untouched.
+`POST /jobs` (a storm of submits) and `POST /workers/{name}/reports` (every job's
+start and end): FastAPI's routing, dependency and response machinery took more CPU
+per request than validating and storing what they carry. These are answered exactly
+as the FastAPI routes declared in routes_jobs and routes_workers (which document them
+in the OpenAPI schema) would: same bodies, same statuses, same errors. Everything
+else passes through untouched.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from functools import partial
+from urllib.parse import unquote
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobd.api.models import Job
 from jobd.broker.responses import doc, status_for, validation_detail
+from jobd.broker.routes_workers import ReportBatch, run_report_batch
 from jobd.broker.state import BrokerState
 
-__all__ = ["FastCreate"]
+__all__ = ["FastRoutes"]
 
 MAX_BODY = 1024 * 1024  # one job's document; an apply of many goes to /apply
 _JSON = [(b"content-type", b"application/json")]
 
 
-class FastCreate:
+class FastRoutes:
     def __init__(self, app: ASGIApp, state: BrokerState) -> None:
         self.app = app
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/jobs" or scope["method"] != "POST":
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
-            return
+        elif path == "/jobs":
+            await self._answer(receive, send, self._create)
+        elif (name := _reporting_worker(path)) is not None:
+            await self._answer(receive, send, partial(self._reports, name))
+        else:
+            await self.app(scope, receive, send)
+
+    async def _answer(
+        self, receive: Receive, send: Send, handle: Callable[[bytes], Awaitable[tuple[int, str]]]
+    ) -> None:
         body = await _read_body(receive)
         if body is None:
             await _respond(send, 413, {"detail": f"body: larger than {MAX_BODY} bytes"})
             return
         try:
-            job = Job.model_validate_json(body)
-            created = await self.state.creates.create(job)
+            status, text = await handle(body)
         except ValidationError as exc:
             await _respond(send, 422, {"detail": validation_detail(exc.errors())})
         except Exception as exc:
-            status = status_for(exc)
-            if status is None:
+            refused = status_for(exc)
+            if refused is None:
                 raise  # a bug: the server's error handling takes it from here
-            await _respond(send, status, {"detail": str(exc)})
+            await _respond(send, refused, {"detail": str(exc)})
         else:
-            await _send(send, 201, doc(created).encode())
+            await _send(send, status, text.encode())
+
+    async def _create(self, body: bytes) -> tuple[int, str]:
+        created = await self.state.creates.create(Job.model_validate_json(body))
+        return 201, doc(created)
+
+    async def _reports(self, worker: str, body: bytes) -> tuple[int, str]:
+        batch = ReportBatch.model_validate_json(body)
+        return 200, json.dumps(run_report_batch(self.state, worker, batch))
+
+
+def _reporting_worker(path: str) -> str | None:
+    """The worker's name in `/workers/{name}/reports`, else None."""
+    head, _, name_and_tail = path.partition("/workers/")
+    name, slash, tail = name_and_tail.partition("/")
+    if head or not name or not slash or tail != "reports":
+        return None
+    return unquote(name)
 
 
 async def _read_body(receive: Receive) -> bytes | None:

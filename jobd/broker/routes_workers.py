@@ -176,9 +176,13 @@ async def report_batch(request: Request, name: str, body: ReportBatch) -> Respon
 
     A busy worker sends what piled up while its previous request was in flight: a
     job's `started` and `complete` reports often travel together, with its events. All
-    of a batch is written in one transaction, with one commit.
+    of a batch is written in one transaction, with one commit. (Served by FastRoutes,
+    see fastpath.py; declared here for the OpenAPI document.)
     """
-    state = state_of(request)
+    return json_response(run_report_batch(state_of(request), name, body))
+
+
+def run_report_batch(state: BrokerState, name: str, body: ReportBatch) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
     with state.store.batch():
@@ -196,7 +200,7 @@ async def report_batch(request: Request, name: str, body: ReportBatch) -> Respon
                 results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
         if body.events:
             state.store.append_events(_records(name, body.events))
-    return json_response({"results": results, "events": len(body.events)})
+    return {"results": results, "events": len(body.events)}
 
 
 _REFUSED = tuple(kind for kind, _ in _REFUSALS)
