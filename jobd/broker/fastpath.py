@@ -1,11 +1,12 @@
-"""The two busiest routes as a plain ASGI middleware, ahead of FastAPI's routing.
+"""The busiest routes as a plain ASGI middleware, ahead of FastAPI's routing.
 
-`POST /jobs` (a storm of submits) and `POST /workers/{name}/reports` (every job's
-start and end): FastAPI's routing, dependency and response machinery took more CPU
-per request than validating and storing what they carry. These are answered exactly
-as the FastAPI routes declared in routes_jobs and routes_workers (which document them
-in the OpenAPI schema) would: same bodies, same statuses, same errors. Everything
-else passes through untouched.
+`POST /jobs` (a storm of submits), and what every worker sends all the time:
+`GET /watch`, `POST /workers/{name}/reports` and `POST /workers/{name}/heartbeat`.
+FastAPI's routing, dependency and response machinery took more CPU per request than
+the work these carry. They are answered exactly as the FastAPI routes declared in
+routes_jobs, routes_system and routes_workers (which document them in the OpenAPI
+schema) would: same parameters and bodies, same statuses, same errors, by the same
+functions. Everything else passes through untouched.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from functools import partial
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobd.api.models import Job
-from jobd.broker.responses import doc, status_for, validation_detail
-from jobd.broker.routes_workers import ReportBatch, run_report_batch
+from jobd.broker.responses import doc, encode_json, status_for, validation_detail
+from jobd.broker.routes_system import WatchQuery, run_watch
+from jobd.broker.routes_workers import Heartbeat, ReportBatch, run_heartbeat, run_report_batch
 from jobd.broker.state import BrokerState
 
 __all__ = ["FastRoutes"]
@@ -36,14 +38,32 @@ class FastRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
-        if scope["type"] != "http" or scope["method"] != "POST":
+        method = scope.get("method")
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+        elif method == "GET" and path == "/watch":
+            await self._watch(scope, send)
+        elif method != "POST":
             await self.app(scope, receive, send)
         elif path == "/jobs":
             await self._answer(receive, send, self._create)
-        elif (name := _reporting_worker(path)) is not None:
+        elif (name := _worker_verb(path, "reports")) is not None:
             await self._answer(receive, send, partial(self._reports, name))
+        elif (name := _worker_verb(path, "heartbeat")) is not None:
+            await self._answer(receive, send, partial(self._heartbeat, name))
         else:
             await self.app(scope, receive, send)
+
+    async def _watch(self, scope: Scope, send: Send) -> None:
+        # The last of repeated parameters counts, as in FastAPI's own parsing.
+        params = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        try:
+            query = WatchQuery.model_validate(params)
+        except ValidationError as exc:
+            await _respond(send, 422, {"detail": validation_detail(exc.errors())})
+            return
+        answer = await run_watch(self.state, query)
+        await _send(send, 200, encode_json(answer).encode())
 
     async def _answer(
         self, receive: Receive, send: Send, handle: Callable[[bytes], Awaitable[tuple[int, str]]]
@@ -70,14 +90,18 @@ class FastRoutes:
 
     async def _reports(self, worker: str, body: bytes) -> tuple[int, str]:
         batch = ReportBatch.model_validate_json(body)
-        return 200, json.dumps(run_report_batch(self.state, worker, batch))
+        return 200, encode_json(run_report_batch(self.state, worker, batch))
+
+    async def _heartbeat(self, worker: str, body: bytes) -> tuple[int, str]:
+        beat = Heartbeat.model_validate_json(body)
+        return 200, encode_json(run_heartbeat(self.state, worker, beat))
 
 
-def _reporting_worker(path: str) -> str | None:
-    """The worker's name in `/workers/{name}/reports`, else None."""
+def _worker_verb(path: str, verb: str) -> str | None:
+    """The worker's name in `/workers/{name}/{verb}`, else None."""
     head, _, name_and_tail = path.partition("/workers/")
     name, slash, tail = name_and_tail.partition("/")
-    if head or not name or not slash or tail != "reports":
+    if head or not name or not slash or tail != verb:
         return None
     return unquote(name)
 

@@ -18,7 +18,15 @@ from jobd.api.manifests import ManifestError
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.store.base import Conflict, Gone, NotFound
 
-__all__ = ["ERROR_STATUSES", "RawJSON", "doc", "json_response", "status_for", "validation_detail"]
+__all__ = [
+    "ERROR_STATUSES",
+    "RawJSON",
+    "doc",
+    "encode_json",
+    "json_response",
+    "status_for",
+    "validation_detail",
+]
 
 # How the exceptions of the layers below become HTTP statuses, for every route.
 ERROR_STATUSES: tuple[tuple[type[Exception], int], ...] = (
@@ -53,6 +61,11 @@ class RawJSON(str):
 def doc(obj: BaseModel) -> RawJSON:
     """A resource's document, as users see it (CONTRACT.md §3)."""
     return RawJSON(obj.model_dump_json(by_alias=True, exclude_none=True))
+
+
+def encode_json(value: Any) -> str:
+    """JSON text of plain values and RawJSON documents, the latter embedded as they are."""
+    return _encode(value)
 
 
 def _encode(value: Any) -> str:

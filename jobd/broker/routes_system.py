@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
+from pydantic import BaseModel, Field
 
 from jobd.api.models import Phase
 from jobd.broker.responses import RawJSON, doc, json_response
-from jobd.broker.state import state_of
+from jobd.broker.state import BrokerState, state_of
 from jobd.store.base import Change, NotFound
 
 public = APIRouter(tags=["system"])
@@ -56,14 +57,23 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
+class WatchQuery(BaseModel):
+    """The watch's query parameters (also parsed by FastRoutes, see fastpath.py)."""
+
+    since: int = Field(default=0, ge=0)
+    kind: str | None = None
+    worker: str | None = None
+    timeout: float = Field(default=30.0, ge=0, le=300)
+
+
 @router.get("/watch", summary="Changes after a revision; held until one arrives")
-async def watch(
-    request: Request,
-    since: Annotated[int, Query(ge=0)] = 0,
-    kind: str | None = None,
-    worker: str | None = None,
-    timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
-) -> Response:
+async def watch(request: Request, query: Annotated[WatchQuery, Query()]) -> Response:
+    return json_response(await run_watch(state_of(request), query))
+
+
+async def run_watch(state: BrokerState, query: WatchQuery) -> dict[str, Any]:
+    kind, worker = query.kind, query.worker
+
     def accept(change: Change) -> bool:
         if kind is not None and change.kind != kind:
             return False
@@ -71,13 +81,14 @@ async def watch(
             return change.job is not None and change.job.status.worker == worker
         return True
 
-    feed = state_of(request).feed
-    revision, changes = await feed.wait_since(since, accept, timeout, worker=worker)
+    revision, changes = await state.feed.wait_since(
+        query.since, accept, query.timeout, worker=worker
+    )
     items = [
         {"revision": c.revision, "kind": c.kind, "op": c.op, "object": RawJSON(c.text)}
         for c in changes
     ]
-    return json_response({"revision": revision, "changes": items})
+    return {"revision": revision, "changes": items}
 
 
 @router.get("/events", summary="The event record (events.jsonl), optionally followed")

@@ -70,9 +70,13 @@ async def register(request: Request, name: str, body: Registration) -> Response:
 
 @router.post("/workers/{name}/heartbeat", summary="Renew the lease; reconcile jobs both ways")
 async def heartbeat(request: Request, name: str, body: Heartbeat) -> Response:
-    state = state_of(request)
+    return json_response(run_heartbeat(state_of(request), name, body))
+
+
+def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, Any]:
+    """(Served by FastRoutes, see fastpath.py; the route above documents it.)"""
     worker, stop = workers.heartbeat(state.store, name, body.running, state.ctx)
-    return json_response({"worker": doc(worker), "stop": stop})
+    return {"worker": doc(worker), "stop": stop}
 
 
 @router.get("/workers", summary="List workers")

@@ -210,3 +210,13 @@ async def test_create_answers_like_every_route_on_its_fast_path(api: httpx.Async
     anonymous = await api.post("/jobs", json=job("x"), headers={"Authorization": ""})
     assert anonymous.status_code == 401
     assert [j["metadata"]["name"] for j in (await api.get("/jobs")).json()["items"]] == ["fast"]
+
+
+async def test_watch_parameters_are_checked_like_every_route(api: httpx.AsyncClient) -> None:
+    negative = await api.get("/watch", params={"since": -1})
+    assert negative.status_code == 422
+    assert negative.json()["detail"] == "since: Input should be greater than or equal to 0"
+    word = await api.get("/watch", params={"timeout": "soon"})
+    assert word.status_code == 422 and word.json()["detail"].startswith("timeout: ")
+    schema = (await api.get("/openapi.json")).json()["paths"]["/watch"]["get"]
+    assert {p["name"] for p in schema["parameters"]} == {"since", "kind", "worker", "timeout"}
