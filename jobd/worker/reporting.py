@@ -73,15 +73,11 @@ class BrokerLink:
         """Several reports on one job, in this order, in one request when none is in flight."""
         pendings = [_Pending({"job": job_id, "verb": verb, **body}) for verb, body in reports]
         self._reports.extend(pendings)
-        delay = 0.05
         while not all(p.answered.is_set() for p in pendings):
             if self._in_flight is not None:
-                await self._in_flight.wait()
-                continue
-            await self._send_pending()
-            if any(not p.answered.is_set() and p in self._reports for p in pendings):
-                await anyio.sleep(delay)  # the broker failed on one: again, after a pause
-                delay = min(delay * 2, 2.0)
+                await self._in_flight.wait()  # then ours may be answered, or ours to send
+            else:
+                await self._send_pending()
 
     async def _send_pending(self) -> None:
         self._in_flight = anyio.Event()
@@ -102,17 +98,16 @@ class BrokerLink:
         body = {"reports": [p.item for p in batch], "events": events}
         resp = await self.call("POST", f"/workers/{self.worker}/reports", json=body)
         results = resp.json()["results"] if resp is not None else []
+        # Each report is answered on its own; an error of the broker's fails the whole
+        # request, which call() sends again until it is answered.
         for pending, result in zip(batch, results, strict=False):
-            status = int(result["status"])
-            if status >= 500:
-                continue  # unanswered: sent again
-            if status >= 300:
+            if int(result["status"]) >= 300:
                 item = pending.item
                 log.warning(
                     "report_refused", job=item["job"], verb=item["verb"], detail=result["detail"]
                 )
             pending.answered.set()
-        for pending in batch[len(results) :]:  # the whole request was refused
+        for pending in batch[len(results) :]:  # the whole request was refused (4xx)
             pending.answered.set()
 
     def event(self, event: str, job: int | None = None, **fields: Any) -> None:
