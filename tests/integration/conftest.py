@@ -1,13 +1,16 @@
-"""Fixtures shared by the controller tests: a real SQLite store and an injected clock."""
+"""Fixtures and helpers shared by the integration tests: a real SQLite store, an injected
+clock, and job documents for the broker's API."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from jobd.api.models import Job
+from jobd.api.models import Job, Phase
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.store.sql import open_store
@@ -31,3 +34,24 @@ def reread(ctx: Context, job: Job) -> Job:
     found = ctx.store.get_job(job.id)
     assert found is not None
     return found
+
+
+def job_document(name: str, **spec: Any) -> dict[str, Any]:
+    """A Job document running `true`; keywords go into its spec."""
+    return {
+        "apiVersion": "jobd/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"command": ["true"], **spec},
+    }
+
+
+def bind(api: httpx.AsyncClient, job_id: int, worker: str) -> None:
+    """Bind a job to a worker as the scheduler would, for an app whose loops do not run.
+
+    `api` is a client on httpx.ASGITransport; the job is written through its app's store.
+    """
+    store = api._transport.app.state.broker.store  # type: ignore[attr-defined]
+    bound = store.get_job(job_id).evolve()
+    bound.status.phase, bound.status.worker = Phase.SCHEDULED, worker
+    store.update_job(bound)

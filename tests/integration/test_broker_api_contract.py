@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from jobd.api.models import Phase
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
+from tests.integration.conftest import bind, job_document
 
 pytestmark = pytest.mark.anyio
 
@@ -31,15 +30,6 @@ async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
         yield c
     app.state.broker.close()
-
-
-def job(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "jobd/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"command": ["true"], **spec},
-    }
 
 
 async def test_requests_without_the_token_get_401_except_health_and_metrics(
@@ -66,24 +56,24 @@ async def test_openapi_document_lists_the_seed_paths(api: httpx.AsyncClient) -> 
 
 
 async def test_invalid_body_gets_422_naming_the_field(api: httpx.AsyncClient) -> None:
-    resp = await api.post("/jobs", json=job("neg", priority=-1))
+    resp = await api.post("/jobs", json=job_document("neg", priority=-1))
     assert resp.status_code == 422
     assert resp.json()["detail"].startswith("spec.priority:")
-    resp = await api.post("/jobs", json=job("typo", comand=["x"]))
+    resp = await api.post("/jobs", json=job_document("typo", comand=["x"]))
     assert resp.status_code == 422 and "spec.comand: unknown field" in resp.json()["detail"]
-    resp = await api.post("/jobs", json=job("grace", checkpoint_grace_s=301))
+    resp = await api.post("/jobs", json=job_document("grace", checkpoint_grace_s=301))
     assert resp.status_code == 422 and "300 s cap" in resp.json()["detail"]
     assert (await api.get("/jobs")).json()["items"] == []
 
 
 async def test_apply_decides_created_configured_unchanged(api: httpx.AsyncClient) -> None:
-    docs = [job("a"), job("b", depends_on=["a"])]
+    docs = [job_document("a"), job_document("b", depends_on=["a"])]
     first = (await api.post("/apply", json={"documents": docs})).json()["results"]
     assert [r["action"] for r in first] == ["created", "created"]
     assert first[1]["object"]["status"]["parents"] == [first[0]["object"]["metadata"]["id"]]
     again = (await api.post("/apply", json={"documents": docs})).json()["results"]
     assert [r["action"] for r in again] == ["unchanged", "unchanged"]
-    changed = [job("a", priority=7), job("b", depends_on=["a"])]
+    changed = [job_document("a", priority=7), job_document("b", depends_on=["a"])]
     dry = (await api.post("/apply", json={"documents": changed, "dry_run": True})).json()
     assert [r["action"] for r in dry["results"]] == ["configured", "unchanged"]
     live = (await api.get("/jobs", params={"name": "a"})).json()["items"][0]
@@ -91,16 +81,16 @@ async def test_apply_decides_created_configured_unchanged(api: httpx.AsyncClient
 
 
 async def test_a_refused_apply_leaves_every_job_untouched(api: httpx.AsyncClient) -> None:
-    await api.post("/apply", json={"documents": [job("keep")]})
+    await api.post("/apply", json={"documents": [job_document("keep")]})
     before = (await api.get("/jobs")).json()["items"]
-    bad = [job("new-one"), job("orphan", depends_on=["missing"])]
+    bad = [job_document("new-one"), job_document("orphan", depends_on=["missing"])]
     resp = await api.post("/apply", json={"documents": bad})
     assert resp.status_code == 422 and "missing" in resp.json()["detail"]
     assert (await api.get("/jobs")).json()["items"] == before
 
 
 async def test_verbs_that_do_not_apply_get_409_and_change_nothing(api: httpx.AsyncClient) -> None:
-    created = (await api.post("/jobs", json=job("p"))).json()
+    created = (await api.post("/jobs", json=job_document("p"))).json()
     job_id = created["metadata"]["id"]
     resp = await api.post(f"/jobs/{job_id}/preempt")
     assert resp.status_code == 409 and "only a Running job" in resp.json()["detail"]
@@ -114,8 +104,8 @@ async def test_verbs_that_do_not_apply_get_409_and_change_nothing(api: httpx.Asy
 
 
 async def test_a_stale_resource_version_on_apply_gets_409(api: httpx.AsyncClient) -> None:
-    created = (await api.post("/jobs", json=job("cas"))).json()
-    stale = job("cas", priority=3)
+    created = (await api.post("/jobs", json=job_document("cas"))).json()
+    stale = job_document("cas", priority=3)
     stale["metadata"]["resource_version"] = created["metadata"]["resource_version"] - 1
     resp = await api.post("/apply", json={"documents": [stale]})
     assert resp.status_code == 409
@@ -123,7 +113,7 @@ async def test_a_stale_resource_version_on_apply_gets_409(api: httpx.AsyncClient
 
 async def test_watch_returns_changes_after_a_revision(api: httpx.AsyncClient) -> None:
     start = (await api.get("/jobs")).json()["revision"]
-    await api.post("/jobs", json=job("w1"))
+    await api.post("/jobs", json=job_document("w1"))
     body = (await api.get("/watch", params={"since": start, "timeout": 1})).json()
     assert [c["op"] for c in body["changes"]] == ["ADDED"]
     assert body["changes"][0]["object"]["metadata"]["name"] == "w1"
@@ -132,7 +122,7 @@ async def test_watch_returns_changes_after_a_revision(api: httpx.AsyncClient) ->
 
 
 async def test_logs_are_appended_at_offsets_and_read_back(api: httpx.AsyncClient) -> None:
-    job_id = (await api.post("/jobs", json=job("l"))).json()["metadata"]["id"]
+    job_id = (await api.post("/jobs", json=job_document("l"))).json()["metadata"]["id"]
     await api.post(f"/jobs/{job_id}/logs", params={"offset": 0}, content=b"hello ")
     await api.post(f"/jobs/{job_id}/logs", params={"offset": 0}, content=b"hello ")  # a retry
     await api.post(f"/jobs/{job_id}/logs", params={"offset": 6}, content=b"world\n")
@@ -154,23 +144,17 @@ async def test_worker_events_are_ingested_tagged_with_the_worker(api: httpx.Asyn
 
 
 async def test_apply_without_objects_answers_kind_name_action_only(api: httpx.AsyncClient) -> None:
-    resp = await api.post("/apply", params={"objects": "false"}, json={"documents": [job("s")]})
+    resp = await api.post(
+        "/apply", params={"objects": "false"}, json={"documents": [job_document("s")]}
+    )
     assert resp.json() == {"results": [{"kind": "Job", "name": "default/s", "action": "created"}]}
 
 
-def _bind(api: httpx.AsyncClient, job_id: int, worker: str) -> None:
-    """What the scheduler would do (no controllers run here)."""
-    store = api._transport.app.state.broker.store  # type: ignore[attr-defined]
-    bound = store.get_job(job_id).evolve()
-    bound.status.phase, bound.status.worker = Phase.SCHEDULED, worker
-    store.update_job(bound)
-
-
 async def test_a_report_batch_answers_each_report_on_its_own(api: httpx.AsyncClient) -> None:
-    ours = (await api.post("/jobs", json=job("ours"))).json()["metadata"]["id"]
-    theirs = (await api.post("/jobs", json=job("theirs"))).json()["metadata"]["id"]
-    _bind(api, ours, "w1")
-    _bind(api, theirs, "w2")
+    ours = (await api.post("/jobs", json=job_document("ours"))).json()["metadata"]["id"]
+    theirs = (await api.post("/jobs", json=job_document("theirs"))).json()["metadata"]["id"]
+    bind(api, ours, "w1")
+    bind(api, theirs, "w2")
     batch = {
         "reports": [
             {"job": ours, "verb": "started", "checkpoint_dir": "/ckpt/ours/"},
@@ -199,15 +183,15 @@ async def test_a_report_batch_with_an_unknown_verb_is_refused_whole(
 
 
 async def test_create_answers_like_every_route_on_its_fast_path(api: httpx.AsyncClient) -> None:
-    created = await api.post("/jobs", json=job("fast"))
+    created = await api.post("/jobs", json=job_document("fast"))
     assert created.status_code == 201 and created.json()["metadata"]["name"] == "fast"
-    again = await api.post("/jobs", json=job("fast"))
+    again = await api.post("/jobs", json=job_document("fast"))
     assert again.status_code == 409 and "already exists" in again.json()["detail"]
-    bad = await api.post("/jobs", json={**job("typo"), "spce": {}})
+    bad = await api.post("/jobs", json={**job_document("typo"), "spce": {}})
     assert bad.status_code == 422 and bad.json() == {"detail": "spce: unknown field"}
     huge = await api.post("/jobs", content=b"{" + b" " * (2 * 1024 * 1024) + b"}")
     assert huge.status_code == 413
-    anonymous = await api.post("/jobs", json=job("x"), headers={"Authorization": ""})
+    anonymous = await api.post("/jobs", json=job_document("x"), headers={"Authorization": ""})
     assert anonymous.status_code == 401
     assert [j["metadata"]["name"] for j in (await api.get("/jobs")).json()["items"]] == ["fast"]
 

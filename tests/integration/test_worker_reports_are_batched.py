@@ -20,10 +20,10 @@ import anyio
 import httpx
 import pytest
 
-from jobd.api.models import Phase
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.worker.reporting import BrokerLink
+from tests.integration.conftest import bind, job_document
 
 pytestmark = pytest.mark.anyio
 
@@ -113,26 +113,9 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
     app.state.broker.close()
 
 
-def job(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "jobd/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {"command": ["true"], **spec},
-    }
-
-
-def _bind(api: httpx.AsyncClient, job_id: int, worker: str) -> None:
-    """What the scheduler would do (no controllers run here)."""
-    store = api._transport.app.state.broker.store  # type: ignore[attr-defined]
-    bound = store.get_job(job_id).evolve()
-    bound.status.phase, bound.status.worker = Phase.SCHEDULED, worker
-    store.update_job(bound)
-
-
 async def bound_job(api: httpx.AsyncClient, name: str, worker: str = WORKER) -> int:
-    job_id = int((await api.post("/jobs", json=job(name))).json()["metadata"]["id"])
-    _bind(api, job_id, worker)
+    job_id = int((await api.post("/jobs", json=job_document(name))).json()["metadata"]["id"])
+    bind(api, job_id, worker)
     return job_id
 
 
