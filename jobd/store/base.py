@@ -125,8 +125,6 @@ class Store(Protocol):
         ready: bool | None = None,
         nominated: bool | None = None,
         after_id: int = 0,
-        after: tuple[int, int] | None = None,
-        fits: tuple[int, int] | None = None,
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]: ...

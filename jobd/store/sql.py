@@ -355,8 +355,6 @@ class SQLStore:
         ready: bool | None = None,
         nominated: bool | None = None,
         after_id: int = 0,
-        after: tuple[int, int] | None = None,
-        fits: tuple[int, int] | None = None,
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]:
@@ -376,12 +374,6 @@ class SQLStore:
             q = q.where(t.jobs.c.ready == ready)
         if after_id:
             q = q.where(t.jobs.c.id > after_id)
-        if fits is not None:  # no bigger than the most any worker has free
-            q = q.where(t.jobs.c.slots <= fits[0], t.jobs.c.gpus <= fits[1])
-        if after is not None:  # keyset paging in (priority desc, id) order
-            prio, last_id = after
-            c = t.jobs.c
-            q = q.where(sa.or_(c.priority < prio, sa.and_(c.priority == prio, c.id > last_id)))
         q = (
             q.order_by(t.jobs.c.priority.desc(), t.jobs.c.id)
             if by_priority
@@ -396,8 +388,8 @@ class SQLStore:
     ) -> list[Job]:
         """Ready Pending jobs no bigger than `fits` (slots, GPUs), in the scheduler's order.
 
-        The same as list_jobs(phases=[Pending], ready=True, by_priority=True, ...) but on
-        statements compiled once: a scheduling pass runs it on every change that frees
+        `after` pages by keyset: the (priority, id) of the last job of the page before.
+        Statements compiled once: a scheduling pass runs this on every change that frees
         room, and building the query each time cost more than running it.
         """
         params: dict[str, Any] = {"limit": limit, "slots": fits[0], "gpus": fits[1]}

@@ -284,21 +284,22 @@ def test_list_jobs_filters(store: SQLStore) -> None:
     assert store.list_jobs(limit=2) == [pending, waiting]
 
 
-def test_list_jobs_by_priority_pages_by_keyset(store: SQLStore) -> None:
+def test_the_queue_head_pages_by_keyset_in_priority_order(store: SQLStore) -> None:
     jobs = store.create_jobs(
         [make_job(f"p{i}", priority=prio) for i, prio in enumerate([5, 10, 5, 1, 10, 5])]
     )
     expected = sorted(jobs, key=lambda j: (-j.status.effective.priority, j.id))
+    fits = (1, 0)  # every job here asks for one slot and no GPU
 
     assert store.list_jobs(by_priority=True) == expected
     pages: list[list[Job]] = []
     after: tuple[int, int] | None = None
-    while page := store.list_jobs(by_priority=True, after=after, limit=4 if not pages else 2):
+    while page := store.queue_head(4 if not pages else 2, fits, after):
         pages.append(page)
         after = (page[-1].status.effective.priority, page[-1].id)
     assert [len(page) for page in pages] == [4, 2]
     assert [job for page in pages for job in page] == expected
-    assert store.list_jobs(by_priority=True, after=(5, jobs[2].id)) == expected[4:]
+    assert store.queue_head(10, fits, after=(5, jobs[2].id)) == expected[4:]
 
 
 def test_children_come_from_status_parents(store: SQLStore) -> None:
