@@ -9,7 +9,6 @@ that database file, and its RSS and CPU% over a few idle seconds are read from /
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -158,12 +157,6 @@ async def _cpu_of(scheduler: SchedulerController) -> float:
     return time.process_time() - began
 
 
-def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -182,9 +175,9 @@ async def _broker_at_rest(ctx: BenchContext, root: Path, figures: Figures) -> No
             await broker.wait_ready(http)
         figures.broker_ready_s = time.monotonic() - began
         await anyio.sleep(settle_s)
-        cpu0, wall0 = _proc_cpu_s(broker.pid), time.monotonic()
+        cpu0, wall0 = broker.cpu_seconds()["broker"], time.monotonic()
         await anyio.sleep(window_s)
-        cpu1, wall1 = _proc_cpu_s(broker.pid), time.monotonic()
+        cpu1, wall1 = broker.cpu_seconds()["broker"], time.monotonic()
         figures.idle_cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
         figures.rss_mb = _rss_mb(broker.pid)
     finally:

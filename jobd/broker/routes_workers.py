@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobd.api.models import Job, WorkerSpec
-from jobd.broker.responses import doc, json_response
+from jobd.broker.responses import doc, json_response, status_for
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import lifecycle, workers
 from jobd.controllers.checkpoints import record_checkpoint_complete
@@ -163,12 +163,9 @@ _REPORTS: dict[str, tuple[Callable[[BrokerState, Job, Any], Job], type[Report]]]
     "complete": (_complete, Completion),
     "checkpoint-complete": (_checkpoint_complete, Report),
 }
-# What each refusal answers in a batch; the single routes answer the same statuses.
-_REFUSALS: tuple[tuple[type[Exception], int], ...] = (
-    (NotFound, 404),
-    (Conflict, 409),
-    (TransitionError, 409),
-)
+# What refuses one report of a batch and not the others; answered with the status every
+# route gives it (ERROR_STATUSES). Anything else fails the whole request.
+_REFUSED: tuple[type[Exception], ...] = (NotFound, Conflict, TransitionError)
 
 
 @router.post(
@@ -198,16 +195,13 @@ def run_report_batch(state: BrokerState, name: str, body: ReportBatch) -> dict[s
                 job = written.get(item.job) or reported_job_or_404(state, item.job)
                 written[item.job] = job = handler(state, job, report)
             except _REFUSED as exc:
-                status = next(code for kind, code in _REFUSALS if isinstance(exc, kind))
+                status = status_for(exc)
                 results.append({"job": item.job, "status": status, "detail": str(exc)})
             else:
                 results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
         if body.events:
             state.store.append_events(_records(name, body.events))
     return {"results": results, "events": len(body.events)}
-
-
-_REFUSED = tuple(kind for kind, _ in _REFUSALS)
 
 
 def _records(worker: str, events: list[WorkerEvent]) -> list[EventRecord]:

@@ -6,14 +6,12 @@ CONTRACT.md §2. `jobd dev` accepts the broker's and the worker's flags together
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import os
 import signal
 import socket
 import sys
-import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -285,34 +283,16 @@ def _server(app: Any, host: str, port: int) -> uvicorn.Server:
 def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
     """Run the program's loop; the broker alone may use uvloop.
 
-    uvloop serves HTTP faster, but it starts subprocesses several times slower than
-    asyncio does, so a program that runs workloads (worker, dev) stays on asyncio.
+    uvloop serves HTTP faster. The programs that run workloads (worker, dev) stay on
+    asyncio's loop: workloads once started several times slower under uvloop. They now
+    start with a plain Popen (runner/base.py), so that reason is worth measuring again.
     """
     try:
         import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
     except ImportError:
         uvloop = False
     _tune_gc()
-    if not uvloop:
-        _watch_children_by_pidfd()
     anyio.run(main, backend_options={"use_uvloop": uvloop})
-
-
-def _watch_children_by_pidfd() -> None:
-    """Python 3.11's asyncio waits for each child in a thread of its own; a pidfd instead.
-
-    Starting that thread cost more than starting the workload. Python 3.12 and later
-    choose pidfds by themselves; a kernel without them (before 5.3) keeps the threads.
-    """
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
 
 
 def _tune_gc() -> None:
