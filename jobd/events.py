@@ -22,6 +22,10 @@ from jobd.store.base import Change, EventRecord
 __all__ = ["EventLog", "configure_logging", "get_logger", "redact_url"]
 
 
+# One encoder for every line: json.dumps with arguments builds a new encoder per call.
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 class EventLog:
     """Appends committed events to `<log dir>/events.jsonl`, one JSON object a line."""
 
@@ -32,7 +36,7 @@ class EventLog:
 
     def on_commit(self, _changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
         if events:
-            lines = "".join(json.dumps(ev.as_json(), separators=(",", ":")) + "\n" for ev in events)
+            lines = "".join(_compact(ev.as_json()) + "\n" for ev in events)
             # The store already holds these durably; the file is a derived, greppable copy.
             self._file.write(lines)
             self._file.flush()

@@ -68,12 +68,24 @@ def encode_json(value: Any) -> str:
     return _encode(value)
 
 
+_SCALARS = (int, float, type(None))  # bool is an int
+
+
+def _flat(mapping: dict[Any, Any]) -> bool:
+    """Only plain strings and numbers inside: json.dumps may write it in one call."""
+    return all(type(v) is str or isinstance(v, _SCALARS) for v in mapping.values())
+
+
 def _encode(value: Any) -> str:
     if isinstance(value, RawJSON):
         return str(value)
     if isinstance(value, dict):
+        if _flat(value):  # e.g. the many small results of an apply
+            return json.dumps(value)
         return "{" + ",".join(f"{json.dumps(str(k))}:{_encode(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
+        if all(type(v) is dict and _flat(v) for v in value):
+            return json.dumps(value)
         return "[" + ",".join(_encode(v) for v in value) + "]"
     return json.dumps(value)
 

@@ -44,13 +44,16 @@ class Manager:
         self.queues[controller].add(key)
 
     def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
-        for change in changes:
-            for name, controller in self.controllers.items():
-                # A controller whose decisions run on minutes may gather a burst of
-                # changes into one pass instead of one pass per change.
-                coalesce = getattr(controller, "coalesce_s", 0.0)
-                for key in controller.keys_for(change):
-                    self.queues[name].add_after(key, coalesce)
+        for name, controller in self.controllers.items():
+            # A commit of many changes (an apply) names the same few keys again and
+            # again (the scheduler's `queue`): each is handed to the queue once.
+            keys = dict.fromkeys(key for change in changes for key in controller.keys_for(change))
+            # A controller whose decisions run on minutes may gather a burst of
+            # changes into one pass instead of one pass per change.
+            coalesce = getattr(controller, "coalesce_s", 0.0)
+            queue = self.queues[name]
+            for key in keys:
+                queue.add_after(key, coalesce)
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:

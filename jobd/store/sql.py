@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ClauseElement
 
-from jobd.api.models import Job, Phase, Project, Resource, Worker, utcnow
+from jobd.api.models import Job, ObjectMeta, Phase, Project, Resource, Worker, utcnow
 from jobd.store import schema as t
 from jobd.store.base import (
     Change,
@@ -185,6 +185,10 @@ class SQLStore:
 
         Ids and revisions are reserved as one block and rows go in as one executemany,
         so a batch costs a handful of statements and one commit, however large it is.
+
+        The jobs handed in become the stored objects: their metadata is stamped in place
+        (a copy per job cost more than the job's rows). Callers pass jobs of their own
+        making, as admission's prepare_new_job does, and drop them if this raises.
         """
         if not jobs:
             return []
@@ -192,11 +196,9 @@ class SQLStore:
             first_rev = tx.reserve("revision", len(jobs))
             first_id = tx.reserve("job_id", len(jobs))
             now = utcnow()
-            # Copies with stamped metadata: the caller's jobs stay as they were. Status
-            # is written only by the caller's own on_ids.
-            created = [
-                _stamped(job, first_id + i, first_rev + i, now) for i, job in enumerate(jobs)
-            ]
+            created = list(jobs)
+            for i, job in enumerate(created):
+                _stamp(job.metadata, first_id + i, first_rev + i, now)
             if on_ids is not None:
                 on_ids(created)
             rows = [_job_row(j) for j in created]
@@ -520,18 +522,13 @@ _NEXT = (
 )
 
 
-def _stamped(job: Job, job_id: int, rev: int, now: datetime) -> Job:
-    """A copy of a new job with the server's metadata; spec and status are shared."""
-    meta = job.metadata
-    stamp = {
-        "id": job_id,
-        "resource_version": rev,
-        "uid": meta.uid or str(uuid.uuid4()),
-        "created_at": meta.created_at or now,
-        "generation": max(meta.generation, 1),
-        "name": meta.name or f"job-{job_id}",
-    }
-    return job.model_copy(update={"metadata": meta.model_copy(update=stamp)})
+def _stamp(meta: ObjectMeta, job_id: int, rev: int, now: datetime) -> None:
+    """The server's fields of a new job, written into its metadata."""
+    meta.id, meta.resource_version = job_id, rev
+    meta.uid = meta.uid or str(uuid.uuid4())
+    meta.created_at = meta.created_at or now
+    meta.generation = max(meta.generation, 1)
+    meta.name = meta.name or f"job-{job_id}"
 
 
 class _Compiled:

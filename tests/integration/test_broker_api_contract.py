@@ -150,6 +150,37 @@ async def test_apply_without_objects_answers_kind_name_action_only(api: httpx.As
     assert resp.json() == {"results": [{"kind": "Job", "name": "default/s", "action": "created"}]}
 
 
+async def test_apply_names_the_document_and_field_whichever_path_parses_it(
+    api: httpx.AsyncClient,
+) -> None:
+    """Jobs that all say `kind: Job` take a one-pass parse; the rest, one at a time."""
+    no_kind = job_document("nk")
+    del no_kind["kind"]
+    project = {"apiVersion": "jobd/v1", "kind": "Project", "metadata": {"name": "pj"}}
+    cases = [
+        (
+            [job_document("ok"), job_document("typo", comand=["x"])],
+            "2:1: spec.comand: unknown field",
+        ),
+        ([job_document("ok"), no_kind], "document 2:1: kind: expected one of"),
+        ([job_document("ok"), {"kind": "Worker", "metadata": {"name": "w"}}], "written by workers"),
+        ([job_document("g", checkpoint_grace_s=301)], "300 s cap"),
+    ]
+    for docs, detail in cases:
+        resp = await api.post("/apply", json={"documents": docs})
+        assert resp.status_code == 422 and detail in resp.json()["detail"], resp.text
+    assert (await api.get("/jobs")).json()["items"] == []
+    mixed = [project, {**job_document("in-pj"), "metadata": {"name": "in-pj", "project": "pj"}}]
+    results = (await api.post("/apply", json={"documents": mixed})).json()["results"]
+    assert [(r["kind"], r["action"]) for r in results] == [
+        ("Project", "created"),
+        ("Job", "created"),
+    ]
+    dry = await api.post("/apply", json={"documents": [job_document("d")], "dry_run": True})
+    assert dry.json()["results"][0]["action"] == "created"
+    assert (await api.get("/jobs", params={"name": "d"})).json()["items"] == []
+
+
 async def test_a_report_batch_answers_each_report_on_its_own(api: httpx.AsyncClient) -> None:
     ours = (await api.post("/jobs", json=job_document("ours"))).json()["metadata"]["id"]
     theirs = (await api.post("/jobs", json=job_document("theirs"))).json()["metadata"]["id"]
