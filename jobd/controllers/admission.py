@@ -72,6 +72,8 @@ def _resolve_parents(
     store: Store, job: Job, position: int, batch: dict[str, int]
 ) -> tuple[list[int], list[int]]:
     """Parents already stored (ids) and parents earlier in the same batch (positions)."""
+    if not job.spec.depends_on:
+        return [], []
     stored: list[int] = []
     local: list[int] = []
     for ref in job.spec.depends_on:
@@ -94,6 +96,9 @@ def _resolve_parents(
 
 
 def _positions(jobs: list[Job]) -> dict[str, int]:
+    """Where each named job stands in a batch, for the parents named in it; {} if none."""
+    if not any(j.spec.depends_on for j in jobs):
+        return {}
     return {j.ref: i for i, j in enumerate(jobs) if j.metadata.name}
 
 
