@@ -8,7 +8,6 @@ one event each, with `ts`, `level`, `event` and `component` (schema in docs/even
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -22,10 +21,6 @@ from jobd.store.base import Change, EventRecord
 __all__ = ["EventLog", "configure_logging", "get_logger", "redact_url"]
 
 
-# One encoder for every line: json.dumps with arguments builds a new encoder per call.
-_compact = json.JSONEncoder(separators=(",", ":")).encode
-
-
 class EventLog:
     """Appends committed events to `<log dir>/events.jsonl`, one JSON object a line."""
 
@@ -36,7 +31,7 @@ class EventLog:
 
     def on_commit(self, _changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
         if events:
-            lines = "".join(_compact(ev.as_json()) + "\n" for ev in events)
+            lines = "".join(ev.line() + "\n" for ev in events)
             # The store already holds these durably; the file is a derived, greppable copy.
             self._file.write(lines)
             self._file.flush()

@@ -7,12 +7,12 @@ Routes here build a Response whose body embeds each document's own JSON text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import Response
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from jobd.api.manifests import ManifestError
 from jobd.controllers.errors import AdmissionError, TransitionError
@@ -71,8 +71,13 @@ def encode_json(value: Any) -> str:
 _SCALARS = (int, float, type(None))  # bool is an int
 
 
+def _dumps(value: Any) -> str:
+    # pydantic's encoder, in Rust: json.dumps costs microseconds of Python per small dict.
+    return to_json(value).decode()
+
+
 def _flat(mapping: dict[Any, Any]) -> bool:
-    """Only plain strings and numbers inside: json.dumps may write it in one call."""
+    """Only plain strings and numbers inside: encoded in one call."""
     return all(type(v) is str or isinstance(v, _SCALARS) for v in mapping.values())
 
 
@@ -81,13 +86,13 @@ def _encode(value: Any) -> str:
         return str(value)
     if isinstance(value, dict):
         if _flat(value):  # e.g. the many small results of an apply
-            return json.dumps(value)
-        return "{" + ",".join(f"{json.dumps(str(k))}:{_encode(v)}" for k, v in value.items()) + "}"
+            return _dumps(value)
+        return "{" + ",".join(f"{_dumps(str(k))}:{_encode(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         if all(type(v) is dict and _flat(v) for v in value):
-            return json.dumps(value)
+            return _dumps(value)
         return "[" + ",".join(_encode(v) for v in value) + "]"
-    return json.dumps(value)
+    return _dumps(value)
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:

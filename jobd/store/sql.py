@@ -9,6 +9,7 @@ events.jsonl) ever reports a write that could still roll back.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -549,11 +550,25 @@ class _Compiled:
             for bind, name in names.items()
             if not bind.required and bind.value is not None
         }
+        # A row's values in that order, picked in C; itemgetter of one name gives no tuple.
+        order = self._order
+        self._pick: Callable[[dict[str, Any]], Any] | None = None
+        if order is not None and len(order) > 1:
+            self._pick = operator.itemgetter(*order)
 
     def params(self, row: dict[str, Any]) -> Any:
         if self._fixed:
             row = self._fixed | row
-        return row if self._order is None else tuple(row[name] for name in self._order)
+        if self._order is None:
+            return row
+        if self._pick is not None:
+            return self._pick(row)
+        return tuple(row[name] for name in self._order)
+
+    def params_many(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
+        if self._fixed or self._pick is None:
+            return [self.params(row) for row in rows]
+        return list(map(self._pick, rows))
 
 
 class _HotStatements:
@@ -603,7 +618,7 @@ class _Tx:
             return
         if self._cursor is None:
             self._cursor = self.conn.connection.cursor()
-        self._cursor.executemany(statement.sql, [statement.params(r) for r in rows])
+        self._cursor.executemany(statement.sql, statement.params_many(rows))
 
     def reserve(self, counter: str, n: int) -> int:
         """Take n consecutive values of a counter; returns the first."""
@@ -646,7 +661,7 @@ class _Tx:
                     "event": ev.event,
                     "job": ev.job,
                     "worker": ev.worker,
-                    "body": json.dumps(ev.fields),
+                    "body": ev.fields_json(),
                 }
             )
         self.run_many(self.hot.insert_event, rows)
