@@ -189,10 +189,25 @@ class SQLStore:
 
         The jobs handed in become the stored objects: their metadata is stamped in place
         (a copy per job cost more than the job's rows). Callers pass jobs of their own
-        making, as admission's prepare_new_job does, and drop them if this raises.
+        making, as admission's prepare_new_job does. If this raises, a name it generated
+        is taken back, so the same jobs may be handed in again.
         """
         if not jobs:
             return []
+        unnamed = [job.metadata for job in jobs if job.metadata.name is None]
+        try:
+            return self._insert_jobs(jobs, events_for, on_ids)
+        except BaseException:
+            for meta in unnamed:
+                meta.name = None
+            raise
+
+    def _insert_jobs(
+        self,
+        jobs: Sequence[Job],
+        events_for: EventsFor | None,
+        on_ids: Callable[[list[Job]], None] | None,
+    ) -> list[Job]:
         with self._tx(durable=True) as tx:
             first_rev = tx.reserve("revision", len(jobs))
             first_id = tx.reserve("job_id", len(jobs))

@@ -144,6 +144,18 @@ def test_name_is_unique_per_project(store: SQLStore) -> None:
     assert len(store.list_jobs()) == 2
 
 
+def test_a_refused_batch_takes_back_the_names_it_made(store: SQLStore) -> None:
+    create(store, make_job("dup"))
+    unnamed, dup = make_job(), make_job("dup")
+
+    with pytest.raises(Conflict):
+        store.create_jobs([unnamed, dup])
+    assert unnamed.metadata.name is None  # not job-<an id that was never committed>
+
+    (again,) = store.create_jobs([unnamed])
+    assert again.metadata.name == f"job-{again.id}"
+
+
 # -- update_job / delete_job -------------------------------------------------------------
 
 
