@@ -22,7 +22,7 @@ jobs = sa.Table(
     "jobs",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("uid", sa.String(36), nullable=False, unique=True),
+    sa.Column("uid", sa.String(36), nullable=False),
     sa.Column("project", sa.String(63), nullable=False),
     sa.Column("name", sa.String(63), nullable=False),
     sa.Column("phase", sa.String(16), nullable=False),

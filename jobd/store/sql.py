@@ -101,12 +101,13 @@ class SQLStore:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def migrate(self) -> None:
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema up to `revision` (the newest unless told)."""
         cfg = Config()
         cfg.set_main_option("script_location", str(_MIGRATIONS))
         with self.engine.begin() as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, revision)
 
     def close(self) -> None:
         self.engine.dispose()

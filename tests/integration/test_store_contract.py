@@ -562,6 +562,37 @@ def test_migrate_is_idempotent(store: SQLStore, store_url: str) -> None:
         again.close()
 
 
+def _indexes(store: SQLStore) -> set[str]:
+    """How each index of the jobs table is defined, as the database itself says."""
+    if store.url.startswith("sqlite"):
+        query = "SELECT sql FROM sqlite_master WHERE tbl_name = 'jobs' AND sql IS NOT NULL"
+    else:
+        query = "SELECT indexdef FROM pg_indexes WHERE tablename = 'jobs'"
+    with store.engine.connect() as conn:
+        return {row[0] for row in conn.exec_driver_sql(query) if "INDEX" in row[0]}
+
+
+def test_an_older_store_migrates_to_the_schema_of_a_new_one(
+    store: SQLStore, store_url: str
+) -> None:
+    """The store of the first release, with jobs in it, upgraded in place."""
+    fresh = _indexes(store)
+    assert any("priority DESC" in ix for ix in fresh)  # the queue's order, read off the index
+    with store.engine.begin() as conn:  # back to an empty database
+        conn.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
+        t.metadata.drop_all(conn)
+    old = SQLStore(store_url)
+    try:
+        old.migrate("0001")
+        jobs = old.create_jobs([make_job("a"), make_job("b", nominated="w")])
+        old.migrate()
+        assert _indexes(old) == fresh
+        assert [old.get_job(job.id) for job in jobs] == jobs
+        assert create(old, make_job("c")).id == jobs[-1].id + 1
+    finally:
+        old.close()
+
+
 # -- crash safety (SQLite: the file is the whole database) -------------------------------
 
 BATCH = 10
