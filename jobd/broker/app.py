@@ -60,6 +60,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         async with anyio.create_task_group() as tg:
             tg.start_soon(state.manager.run)
             tg.start_soon(_compact_forever, state)
+            tg.start_soon(_checkpoint_forever, state)
             if config.projects_file is not None:
                 tg.start_soon(watch_projects_file, state.ctx, config.projects_file)
             log.info(
@@ -116,3 +117,13 @@ async def _compact_forever(state: BrokerState) -> None:
         removed = state.store.compact(state.config.compact_keep)
         if removed:
             log.info("changes_compacted", removed=removed)
+
+
+async def _checkpoint_forever(state: BrokerState, interval_s: float = 1.0) -> None:
+    """The store's log copied back in a thread, once a second when something was written."""
+    written = -1
+    while True:
+        await anyio.sleep(interval_s)
+        if state.feed.revision != written:
+            written = state.feed.revision
+            await anyio.to_thread.run_sync(state.store.checkpoint)

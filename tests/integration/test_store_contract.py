@@ -593,6 +593,31 @@ def test_an_older_store_migrates_to_the_schema_of_a_new_one(
         old.close()
 
 
+def test_checkpoints_from_another_thread_lose_no_write(store: SQLStore) -> None:
+    """The broker copies SQLite's log back from a thread while its loop goes on writing."""
+    stop = threading.Event()
+
+    def checkpoint_until_stopped() -> None:
+        while not stop.wait(0.002):
+            store.checkpoint()
+
+    thread = threading.Thread(target=checkpoint_until_stopped)
+    thread.start()
+    try:
+        created = [store.create_jobs([make_job(f"j{i}-{k}") for k in range(20)]) for i in range(30)]
+    finally:
+        stop.set()
+        thread.join()
+    store.checkpoint()
+
+    assert len(store.list_jobs()) == 600 == sum(len(batch) for batch in created)
+    if store.url.startswith("sqlite"):
+        with store.engine.connect() as conn:
+            busy, logged, copied = conn.exec_driver_sql("PRAGMA wal_checkpoint").one()
+            assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+        assert busy == 0 and logged == copied  # everything written is in the file
+
+
 # -- crash safety (SQLite: the file is the whole database) -------------------------------
 
 BATCH = 10
