@@ -19,6 +19,7 @@ from jobd.api.models import (
     JobStatus,
     Phase,
     Project,
+    assign,
     set_condition,
 )
 from jobd.controllers.clock import Clock
@@ -108,20 +109,27 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     The job is the caller's own, freshly parsed or built (a copy per job cost more than
     the job's rows). Preparing it again, as a create retried alone does, gives the same.
     """
-    meta = job.metadata
-    meta.project = job.project
-    meta.id = meta.uid = meta.resource_version = meta.created_at = None
-    meta.generation = 1
+    assign(
+        job.metadata,
+        project=job.project,
+        id=None,
+        uid=None,
+        resource_version=None,
+        created_at=None,
+        generation=1,
+    )
     if "status" in job.model_fields_set:  # a status the user sent is not the server's
         job.status = JobStatus()
-    status = job.status
-    status.effective = resolve_effective(job, project)
-    status.parents = parents
-    status.dependencies_met = not parents
-    status.queued_at = clock.now()
-    status.observed_generation = 1
+    assign(
+        job.status,
+        effective=resolve_effective(job, project),
+        parents=parents,
+        dependencies_met=not parents,
+        queued_at=clock.now(),
+        observed_generation=1,
+    )
     if parents:
-        set_condition(status, "DependenciesMet", False, "Waiting", "waiting for parents")
+        set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
     return job
 
 

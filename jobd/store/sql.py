@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ClauseElement
 
-from jobd.api.models import Job, ObjectMeta, Phase, Project, Resource, Worker, utcnow
+from jobd.api.models import Job, ObjectMeta, Phase, Project, Resource, Worker, assign, utcnow
 from jobd.store import schema as t
 from jobd.store.base import (
     Change,
@@ -555,11 +555,15 @@ _NEXT = (
 
 def _stamp(meta: ObjectMeta, job_id: int, rev: int, now: datetime) -> None:
     """The server's fields of a new job, written into its metadata."""
-    meta.id, meta.resource_version = job_id, rev
-    meta.uid = meta.uid or str(uuid.uuid4())
-    meta.created_at = meta.created_at or now
-    meta.generation = max(meta.generation, 1)
-    meta.name = meta.name or f"job-{job_id}"
+    assign(
+        meta,
+        id=job_id,
+        resource_version=rev,
+        uid=meta.uid or str(uuid.uuid4()),
+        created_at=meta.created_at or now,
+        generation=max(meta.generation, 1),
+        name=meta.name or f"job-{job_id}",
+    )
 
 
 class _Compiled:
