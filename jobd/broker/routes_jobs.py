@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
@@ -62,24 +59,6 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
     return resources, body.dry_run
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while an apply's documents are admitted.
-
-    Everything an apply builds lives until its commit, so every young collection on the
-    way walks and keeps all of it: a tenth of an apply's CPU went there. Nothing here
-    makes cycles; what dies is freed by reference counting as usual. The apply runs
-    without an await, so no other request runs with the collector paused.
-    """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
 def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     """OpenAPI for a body the route parses itself (pydantic's JSON parser, in Rust)."""
     schema = {"schema": model.model_json_schema(by_alias=True)}
@@ -105,17 +84,15 @@ async def apply(
     ] = True,
 ) -> Response:
     state = state_of(request)
-    body = await request.body()
-    with _collector_paused():
-        resources, dry_run = _apply_body(body)
-        projects = [r for r in resources if isinstance(r, Project)]
-        jobs = [r for r in resources if isinstance(r, Job)]
-        if len(jobs) + len(projects) != len(resources):
-            raise AdmissionError("kind: Worker documents are written by workers only")
-        if projects:  # refuse before writing anything: a bad job must not leave its projects
-            admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
-        results = [admission.apply_project(state.store, p, dry_run) for p in projects]
-        results += admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run)
+    resources, dry_run = _apply_body(await request.body())
+    projects = [r for r in resources if isinstance(r, Project)]
+    jobs = [r for r in resources if isinstance(r, Job)]
+    if len(jobs) + len(projects) != len(resources):
+        raise AdmissionError("kind: Worker documents are written by workers only")
+    if projects:  # refuse before writing anything: a bad job must not leave its projects
+        admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
+    results = [admission.apply_project(state.store, p, dry_run) for p in projects]
+    results += admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run)
     items = []
     for r in results:
         item: dict[str, Any] = {"kind": r.kind, "name": r.name, "action": r.action}
