@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
+from jobd.api.models import Job
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ChangeFeed", "Notifier"]
@@ -70,17 +71,21 @@ class ChangeFeed:
         return [self.changed, self.events_added, *self._per_worker.values()]
 
     def on_commit(self, changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
-        woken: set[str] = set()
-        for change in changes:
-            self._buffer.append(change)
-            self._revs.append(change.revision)
-            self.revision = change.revision
-            worker = change.job.status.worker if change.job is not None else None
-            if worker in self._per_worker and worker not in woken:
-                woken.add(worker)
-                self._per_worker[worker].notify()
-        if changes:
-            self.changed.notify()
+        if not changes:
+            if events:
+                self.events_added.notify()
+            return
+        self._buffer.extend(changes)
+        self._revs.extend(change.revision for change in changes)
+        self.revision = changes[-1].revision
+        workers = {
+            worker
+            for change in changes
+            if isinstance(change.obj, Job) and (worker := change.obj.status.worker)
+        }
+        for worker in workers & self._per_worker.keys():
+            self._per_worker[worker].notify()
+        self.changed.notify()
         if events:
             self.events_added.notify()
 

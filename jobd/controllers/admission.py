@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from jobd.api.models import (
     Effective,
@@ -47,6 +47,10 @@ class ApplyResult:
 
 def resolve_effective(job: Job, project: Project | None) -> Effective:
     """Job's own value > project default > global default, field by field."""
+    return Effective(**_effective_values(job, project))
+
+
+def _effective_values(job: Job, project: Project | None) -> dict[str, Any]:
     spec = job.spec
     defaults = project.spec.defaults if project else None
     priority = (
@@ -58,7 +62,7 @@ def resolve_effective(job: Job, project: Project | None) -> Effective:
     grace = spec.checkpoint_grace_s
     if grace is None and defaults is not None:
         grace = defaults.checkpoint_grace_s
-    return Effective(priority=priority, preemptible=preemptible, checkpoint_grace_s=grace)
+    return {"priority": priority, "preemptible": preemptible, "checkpoint_grace_s": grace}
 
 
 def _find_parent(store: Store, project: str, ref: int | str) -> int | None:
@@ -120,9 +124,9 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     )
     if "status" in job.model_fields_set:  # a status the user sent is not the server's
         job.status = JobStatus()
+    assign(job.status.effective, **_effective_values(job, project))
     assign(
         job.status,
-        effective=resolve_effective(job, project),
         parents=parents,
         dependencies_met=not parents,
         queued_at=clock.now(),
@@ -189,26 +193,28 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
             raise AdmissionError(
                 "metadata.name: required to apply a Job (job submit generates one)"
             )
-        if job.ref in seen:
-            raise AdmissionError(f"metadata.name: {job.ref} appears twice in one apply")
-        seen.add(job.ref)
-        live = live_jobs.get(job.ref)
+        ref = job.ref
+        if ref in seen:
+            raise AdmissionError(f"metadata.name: {ref} appears twice in one apply")
+        seen.add(ref)
+        live = live_jobs.get(ref)
         if live is None:
             new.append(job)
-            results.append(ApplyResult("Job", job.ref, "created", job))
+            results.append(ApplyResult("Job", ref, "created", job))
             continue
         merged = _merge_into_live(live, job, store.get_project(job.project))
         action: Action = "unchanged" if merged is live else "configured"
-        results.append(ApplyResult("Job", job.ref, action, merged))
+        results.append(ApplyResult("Job", ref, action, merged))
         if merged is not live:
             updates.append(merged)
     _check_parents(store, new)
     if dry_run:
         return results
-    created = {j.ref: j for j in create_jobs(store, new, clock)} if new else {}
+    if new:  # created in place: a created result's object is already the stored job
+        create_jobs(store, new, clock)
     stored = {j.ref: store.update_job(j, durable=True) for j in updates}
     for res in results:
-        res.obj = created.get(res.name) or stored.get(res.name) or res.obj
+        res.obj = stored.get(res.name, res.obj)
     return results
 
 
