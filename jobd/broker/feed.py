@@ -4,6 +4,11 @@ The store's `changes` table is the durable feed; this keeps its newest entries i
 memory so that a thousand watching workers cost one list scan each per change, not
 one query. A watcher that fell behind the buffer is served from the store, and one
 behind the store's compaction gets 410 Gone and lists again.
+
+The tail keeps what a watch needs of each change — its JSON text and the worker of a
+job — not the committed objects: tens of thousands of jobs' models (two dozen objects
+each), kept alive only here, were most of the memory and of what the garbage collector
+walked.
 """
 
 from __future__ import annotations
@@ -11,15 +16,33 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import anyio
 
 from jobd.api.models import Job
 from jobd.store.base import Change, EventRecord, Store
 
-__all__ = ["ChangeFeed", "Notifier"]
+__all__ = ["ChangeFeed", "FeedEntry", "Notifier"]
 
-Filter = Callable[[Change], bool]
+
+class FeedEntry(NamedTuple):
+    """One change as a watch answers it: plain strings and numbers, one object a change."""
+
+    revision: int
+    kind: str
+    op: str
+    text: str
+    worker: str | None  # the worker a job is bound to; None for anything else
+
+    @classmethod
+    def of(cls, change: Change) -> FeedEntry:
+        job = change.obj if isinstance(change.obj, Job) else None
+        worker = job.status.worker if job is not None else None
+        return cls(change.revision, change.kind, change.op, change.text, worker)
+
+
+Filter = Callable[[FeedEntry], bool]
 
 
 class Notifier:
@@ -53,7 +76,7 @@ class ChangeFeed:
     def __init__(self, store: Store, size: int = 20_000) -> None:
         self.store = store
         self.revision = store.revision()
-        self._buffer: deque[Change] = deque(maxlen=size)
+        self._buffer: deque[FeedEntry] = deque(maxlen=size)
         self._revs: deque[int] = deque(maxlen=size)
         self.changed = Notifier()
         self.events_added = Notifier()
@@ -75,21 +98,18 @@ class ChangeFeed:
             if events:
                 self.events_added.notify()
             return
-        self._buffer.extend(changes)
-        self._revs.extend(change.revision for change in changes)
-        self.revision = changes[-1].revision
-        workers = {
-            worker
-            for change in changes
-            if isinstance(change.obj, Job) and (worker := change.obj.status.worker)
-        }
+        entries = [FeedEntry.of(change) for change in changes]
+        self._buffer.extend(entries)
+        self._revs.extend(entry.revision for entry in entries)
+        self.revision = entries[-1].revision
+        workers = {entry.worker for entry in entries if entry.worker is not None}
         for worker in workers & self._per_worker.keys():
             self._per_worker[worker].notify()
         self.changed.notify()
         if events:
             self.events_added.notify()
 
-    def since(self, revision: int, accept: Filter, limit: int = 1000) -> list[Change]:
+    def since(self, revision: int, accept: Filter, limit: int = 1000) -> list[FeedEntry]:
         if self._revs and revision + 1 >= self._revs[0]:
             start = bisect.bisect_right(self._revs, revision)
             picked = []
@@ -101,11 +121,12 @@ class ChangeFeed:
             return picked
         if revision >= self.revision:
             return []
-        return [c for c in self.store.changes_since(revision, limit) if accept(c)]
+        stored = map(FeedEntry.of, self.store.changes_since(revision, limit))
+        return [entry for entry in stored if accept(entry)]
 
     async def wait_since(
         self, revision: int, accept: Filter, timeout_s: float, worker: str | None = None
-    ) -> tuple[int, list[Change]]:
+    ) -> tuple[int, list[FeedEntry]]:
         """Changes after `revision` that pass `accept`, waiting up to timeout_s for one.
 
         With `worker`, `accept` must pass only that worker's jobs: the wait wakes for

@@ -10,9 +10,10 @@ from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from jobd.api.models import Phase
+from jobd.broker.feed import FeedEntry
 from jobd.broker.responses import RawJSON, doc, json_response
 from jobd.broker.state import BrokerState, state_of
-from jobd.store.base import Change, NotFound
+from jobd.store.base import NotFound
 
 public = APIRouter(tags=["system"])
 router = APIRouter(tags=["system"])
@@ -74,12 +75,10 @@ async def watch(request: Request, query: Annotated[WatchQuery, Query()]) -> Resp
 async def run_watch(state: BrokerState, query: WatchQuery) -> dict[str, Any]:
     kind, worker = query.kind, query.worker
 
-    def accept(change: Change) -> bool:
-        if kind is not None and change.kind != kind:
+    def accept(entry: FeedEntry) -> bool:
+        if kind is not None and entry.kind != kind:
             return False
-        if worker is not None:
-            return change.job is not None and change.job.status.worker == worker
-        return True
+        return worker is None or entry.worker == worker
 
     revision, changes = await state.feed.wait_since(
         query.since, accept, query.timeout, worker=worker
