@@ -8,6 +8,7 @@ its keys sequentially (one object handled at a time); another resyncs it periodi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import anyio
 
@@ -47,7 +48,7 @@ class Manager:
         for name, controller in self.controllers.items():
             # A commit of many changes (an apply) names the same few keys again and
             # again (the scheduler's `queue`): each is handed to the queue once.
-            keys = dict.fromkeys(key for change in changes for key in controller.keys_for(change))
+            keys = dict.fromkeys(chain.from_iterable(map(controller.keys_for, changes)))
             # A controller whose decisions run on minutes may gather a burst of
             # changes into one pass instead of one pass per change.
             coalesce = getattr(controller, "coalesce_s", 0.0)

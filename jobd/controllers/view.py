@@ -59,8 +59,9 @@ class ClusterView:
 
     def _on_job(self, change: Change) -> None:
         job_id = int(change.key)
-        self._unbind(job_id)
-        self.nominated.pop(job_id, None)
+        if change.op != "ADDED":  # a new job was neither bound nor nominated before
+            self._unbind(job_id)
+            self.nominated.pop(job_id, None)
         if change.op == "DELETED" or (job := change.job) is None:
             return
         self.parents.update(job.status.parents)
