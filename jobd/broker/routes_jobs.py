@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
@@ -10,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobd.api.manifests import Document, parse_resource
 from jobd.api.models import Job, Phase, Project, Resource
-from jobd.broker.responses import doc, json_response
-from jobd.broker.state import job_or_404, state_of
+from jobd.broker.responses import doc, encode_json, json_response
+from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.controllers import admission, lifecycle, preemption
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.resume import resume_job
@@ -83,8 +86,15 @@ async def apply(
         bool, Query(description="Each result carries the object; false: kind, name, action")
     ] = True,
 ) -> Response:
-    state = state_of(request)
-    resources, dry_run = _apply_body(await request.body())
+    body = await request.body()
+    with _collector_paused():
+        text = _apply(state_of(request), body, objects)
+    return Response(text, media_type="application/json")
+
+
+def _apply(state: BrokerState, raw: bytes, objects: bool) -> str:
+    """The apply's answer, as JSON text. Everything else it made is gone when it returns."""
+    resources, dry_run = _apply_body(raw)
     projects = [r for r in resources if isinstance(r, Project)]
     jobs = [r for r in resources if isinstance(r, Job)]
     if len(jobs) + len(projects) != len(resources):
@@ -99,7 +109,26 @@ async def apply(
         if objects:
             item["object"] = doc(r.obj)
         items.append(item)
-    return json_response({"results": items})
+    return encode_json({"results": items})
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while an apply runs.
+
+    An apply's documents, rows and results live until it answers, so every young
+    collection on the way walked all of them again (7 % of the broker's time under a
+    stream of applies). They make no reference cycles and die by reference counting when
+    `_apply` returns, before collection resumes: then nobody walks them at all. No await
+    inside, so no other request runs while the collector rests.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @router.post(

@@ -6,6 +6,7 @@ what the API itself answers: auth, validation, conflicts, apply, watch, logs, me
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -87,6 +88,17 @@ async def test_a_refused_apply_leaves_every_job_untouched(api: httpx.AsyncClient
     resp = await api.post("/apply", json={"documents": bad})
     assert resp.status_code == 422 and "missing" in resp.json()["detail"]
     assert (await api.get("/jobs")).json()["items"] == before
+
+
+async def test_the_collector_runs_again_after_an_apply_that_landed_or_was_refused(
+    api: httpx.AsyncClient,
+) -> None:
+    """An apply pauses cyclic garbage collection while it runs, never longer."""
+    assert gc.isenabled()
+    landed = await api.post("/apply", json={"documents": [job_document("gc-a")]})
+    assert landed.status_code == 200 and gc.isenabled()
+    refused = await api.post("/apply", json={"documents": [job_document("x", depends_on=["no"])]})
+    assert refused.status_code == 422 and gc.isenabled()
 
 
 async def test_verbs_that_do_not_apply_get_409_and_change_nothing(api: httpx.AsyncClient) -> None:
