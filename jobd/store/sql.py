@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -228,8 +229,9 @@ class SQLStore:
             first_id = tx.reserve("job_id", len(jobs))
             now = utcnow()
             created = list(jobs)
+            uids = random_uuids(len(created))
             for i, job in enumerate(created):
-                _stamp(job.metadata, first_id + i, first_rev + i, now)
+                _stamp(job.metadata, first_id + i, first_rev + i, now, uids[i])
             if on_ids is not None:
                 on_ids(created)
             rows = [_job_row(j) for j in created]
@@ -553,17 +555,33 @@ _NEXT = (
 )
 
 
-def _stamp(meta: ObjectMeta, job_id: int, rev: int, now: datetime) -> None:
+def _stamp(meta: ObjectMeta, job_id: int, rev: int, now: datetime, uid: str) -> None:
     """The server's fields of a new job, written into its metadata."""
     assign(
         meta,
         id=job_id,
         resource_version=rev,
-        uid=meta.uid or str(uuid.uuid4()),
+        uid=meta.uid or uid,
         created_at=meta.created_at or now,
         generation=max(meta.generation, 1),
         name=meta.name or f"job-{job_id}",
     )
+
+
+# The bits that make a random 128-bit number a version-4, RFC 4122 UUID (as uuid.uuid4).
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def random_uuids(n: int) -> list[str]:
+    """n version-4 UUIDs as text, like str(uuid.uuid4()), from one read of the OS's
+    randomness: at a job's insert, uuid4's object and formatting cost 3 % of an apply."""
+    raw = os.urandom(16 * n)
+    out = []
+    for i in range(0, 16 * n, 16):
+        text = f"{int.from_bytes(raw[i : i + 16]) & _UUID4_CLEAR | _UUID4_SET:032x}"
+        out.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
+    return out
 
 
 class _Compiled:
