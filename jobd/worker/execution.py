@@ -223,8 +223,8 @@ class Execution:
             return
         self.stopping = True
         await self.started.wait()
-        if self.handle is None:
-            return
+        if self.handle is None or self.exited:
+            return  # over already (a job whose end the broker heard first): nothing to stop
         self._report_started_now.set()  # the broker hears `started` before `stopping`
         await self._started_reported.wait()
         grace = effective_grace(self.job, self.settings)

@@ -20,9 +20,12 @@ import anyio
 import httpx
 import pytest
 
+from jobd.api.models import Job
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
+from jobd.worker.execution import Execution, WorkerSettings
 from jobd.worker.reporting import BrokerLink
+from jobd.worker.runner.procgroup import ProcessGroupRunner
 from tests.integration.conftest import bind, job_document
 
 pytestmark = pytest.mark.anyio
@@ -238,3 +241,31 @@ async def test_a_report_the_broker_failed_on_is_sent_again_until_acknowledged(
     assert sent_again.answer["results"] == [{"job": a, "status": 200, "phase": "Running"}]
     status = (await api.get(f"/jobs/{a}")).json()["status"]
     assert status["phase"] == "Running" and status["checkpoint_dir"] == "/ckpt/a/"
+
+
+async def test_a_job_that_ended_is_not_signalled_when_the_broker_says_it_is_over(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The broker may hear a job's end before the worker forgets it; the watch then shows
+    the job terminal, and the agent stops it as unbound: there is nothing left to stop."""
+    api, wire = broker.api, broker.wire
+    job_id = await bound_job(api, "short")
+    job = Job.model_validate((await api.get(f"/jobs/{job_id}")).json())
+    settings = WorkerSettings(
+        name=WORKER,
+        slots=1,
+        gpus=[],
+        checkpoint_root=tmp_path / "ckpt",
+        default_grace_s=5,
+        output_dir=tmp_path / "out",
+    )
+    execution = Execution(job, settings, ProcessGroupRunner(), broker.link)
+    with anyio.fail_after(10):
+        await execution.run()
+        assert await phase(api, job_id) == "Succeeded"
+        await execution.stop("unbound")
+        await broker.link.report(job_id, "complete", exit_code=0)  # sends any queued events
+    verbs = [r["verb"] for post in wire.report_posts for r in post.body["reports"]]
+    events = [e["event"] for post in wire.report_posts for e in post.body.get("events", [])]
+    assert "stopping" not in verbs and "signal_sent" not in events
+    assert "process_started" in events
