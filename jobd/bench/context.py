@@ -17,7 +17,9 @@ from typing import Literal, TypeVar
 import httpx
 
 from jobd.bench.harness import BrokerProcess, Endpoint, Mode, client, running_broker
+from jobd.bench.history import fill_store
 from jobd.bench.progress import Progress
+from jobd.store import open_store, sqlite_url
 
 __all__ = ["BenchContext", "Size", "Skipped"]
 
@@ -39,6 +41,7 @@ class BenchContext:
     progress: Progress
     concurrency: int = 32
     server: Endpoint | None = None
+    stored: int = 0  # jobs of history in each store before its broker starts (--stored)
     started: float = 0.0
 
     def sized(self, tiny: T, small: T, full: T) -> T:
@@ -83,5 +86,15 @@ class BenchContext:
                 yield http, None
             return
         root = self.scratch(name)
+        if self.stored:
+            self._fill(root)
         async with running_broker(root, mode, slots, connections=connections) as (b, http):
             yield http, b
+
+    def _fill(self, root: Path) -> None:
+        """The store the broker will open, with `stored` jobs of history in it already."""
+        store = open_store(sqlite_url(root / "data"))
+        try:
+            fill_store(store, self.stored, self.progress)
+        finally:
+            store.close()

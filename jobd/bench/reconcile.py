@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +19,26 @@ import anyio
 from jobd.api.models import (
     Job,
     JobSpec,
-    JobStatus,
     ObjectMeta,
     Phase,
-    Resources,
     WorkerSpec,
-    utcnow,
 )
 from jobd.bench.calls import PROJECT, TRUE
 from jobd.bench.context import BenchContext
 from jobd.bench.harness import BrokerProcess, client
+from jobd.bench.history import fill_store
 from jobd.bench.stats import Result, ms, percentile, rounded
 from jobd.controllers import admission
 from jobd.controllers.context import Context
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.workers import register_worker
-from jobd.store import SQLStore, open_store, sqlite_url
+from jobd.store import open_store, sqlite_url
 
 __all__ = ["run_reconcile"]
 
 TARGET_SCHEDULE_CPU_MS = 1.0
 TARGET_IDLE_CPU_PCT = 1.0
 TARGET_RSS_MB = 500.0
-_BATCH = 2_000
 _WORKER = "bench-sim"
 
 
@@ -78,57 +74,6 @@ class Figures:
             "idle_cpu_pct": rounded(self.idle_cpu_pct, 2),
             "met": self.met,
         }
-
-
-def _history_job(i: int, base: datetime) -> Job:
-    """A job that ran and succeeded long ago: what most of a busy store holds."""
-    started = base + timedelta(seconds=i)
-    status = JobStatus(
-        phase=Phase.SUCCEEDED,
-        desired_phase=Phase.SUCCEEDED,
-        worker="gone-worker",
-        exit_code=0,
-        observed_generation=1,
-        queued_at=started,
-        scheduled_at=started,
-        started_at=started,
-        finished_at=started + timedelta(seconds=1),
-    )
-    return Job(
-        metadata=ObjectMeta(name=f"old-{i}", project=PROJECT),
-        spec=JobSpec(command=[TRUE]),
-        status=status,
-    )
-
-
-def _pending_job(name: str, gpus: int = 0, parent: int | None = None) -> Job:
-    status = JobStatus(
-        queued_at=utcnow(),
-        observed_generation=1,
-        parents=[parent] if parent is not None else [],
-        dependencies_met=parent is None,
-    )
-    return Job(
-        metadata=ObjectMeta(name=name, project=PROJECT),
-        spec=JobSpec(command=[TRUE], resources=Resources(gpus=gpus)),
-        status=status,
-    )
-
-
-def _fill(store: SQLStore, total: int, ctx: BenchContext) -> None:
-    """`total` jobs: 99% Succeeded, then the Pending ones that cannot be scheduled."""
-    pending = max(2, total // 100)
-    history = total - pending
-    base = utcnow() - timedelta(days=30)
-    for start in range(0, history, _BATCH):
-        store.create_jobs(
-            [_history_job(i, base) for i in range(start, min(history, start + _BATCH))]
-        )
-        ctx.progress.step(f"filling a store of {total} jobs", start, total)
-    unfit = store.create_jobs([_pending_job(f"gpu-{i}", gpus=1) for i in range(pending // 2)])
-    parent = unfit[0].id
-    waiting = pending - len(unfit)
-    store.create_jobs([_pending_job(f"child-{i}", parent=parent) for i in range(waiting)])
 
 
 async def _schedule_cpu(ctx: Context, reps: int) -> tuple[list[float], list[float]]:
@@ -189,7 +134,7 @@ async def _measure(ctx: BenchContext, total: int, reps: int) -> Figures:
     store = open_store(sqlite_url(root))
     try:
         began = time.monotonic()
-        _fill(store, total, ctx)
+        fill_store(store, total, ctx.progress)
         build_s = time.monotonic() - began
         ctx.progress.step(f"scheduling against {total} jobs")
         binding, idle = await _schedule_cpu(Context(store), reps)

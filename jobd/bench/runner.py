@@ -55,6 +55,7 @@ def run_bench(
     scenarios: list[str],
     size: str,
     concurrency: int = 32,
+    stored: int = 0,
 ) -> int:
     """Run the scenarios (all when none are named); the process exit code."""
     names = scenarios or list(SCENARIOS)
@@ -65,11 +66,17 @@ def run_bench(
             file=sys.stderr,
         )
         return 2
+    if server and stored:
+        print(
+            "jobd bench: --stored fills the stores of brokers it starts, not --server's",
+            file=sys.stderr,
+        )
+        return 2
     endpoint = _endpoint(server) if server else None
     if server and endpoint is None:
         print("jobd bench: no token for --server: set JOBD_TOKEN", file=sys.stderr)
         return 2
-    results = _run_all(names, cast(Size, size), concurrency, endpoint, as_json)
+    results = _run_all(names, cast(Size, size), concurrency, endpoint, as_json, stored)
     out = sys.stderr if as_json else sys.stdout
     _render(Console(file=out, width=None if out.isatty() else 120), results)
     return 1 if any(r.error for r in results) else 0
@@ -83,13 +90,20 @@ def _endpoint(server: str) -> Endpoint | None:
 
 
 def _run_all(
-    names: list[str], size: Size, concurrency: int, endpoint: Endpoint | None, as_json: bool
+    names: list[str],
+    size: Size,
+    concurrency: int,
+    endpoint: Endpoint | None,
+    as_json: bool,
+    stored: int = 0,
 ) -> list[Result]:
     results = []
     with tempfile.TemporaryDirectory(prefix="jobd-bench-") as tmp, Progress() as progress:
         for name in names:
-            ctx = BenchContext(size, Path(tmp) / name, progress, concurrency, endpoint)
+            ctx = BenchContext(size, Path(tmp) / name, progress, concurrency, endpoint, stored)
             result = _run_one(name, ctx)
+            if stored and name != "reconcile":  # reconcile fills its stores itself
+                result.extra["stored"] = stored
             results.append(result)
             if as_json:
                 print(json.dumps(result.as_json()), flush=True)

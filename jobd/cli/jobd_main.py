@@ -451,13 +451,28 @@ def _say_where(
     show_default=True,
     help="Concurrent clients of the submit scenario.",
 )
+@click.option(
+    "--stored",
+    type=click.IntRange(0, 10_000_000),
+    default=0,
+    show_default=True,
+    help="Start each broker on a store already holding this many jobs (99% finished, "
+    "1% queued that cannot run): the figures with a long history.",
+)
 def bench(
-    server: str | None, as_json: bool, scenarios: tuple[str, ...], size: str, concurrency: int
+    server: str | None,
+    as_json: bool,
+    scenarios: tuple[str, ...],
+    size: str,
+    concurrency: int,
+    stored: int,
 ) -> None:
     """Built-in benchmarks against a broker it starts itself (or --server)."""
     from jobd.bench.runner import run_bench
 
-    sys.exit(run_bench(server, as_json, list(scenarios), size, concurrency=concurrency))
+    sys.exit(
+        run_bench(server, as_json, list(scenarios), size, concurrency=concurrency, stored=stored)
+    )
 
 
 def main() -> None:

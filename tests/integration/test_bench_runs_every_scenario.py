@@ -71,3 +71,30 @@ def test_submitted_jobs_survive_a_killed_broker(
 ) -> None:
     (line,) = [x for x in _lines(bench_run) if x["scenario"] == "submit"]
     assert line["durable"] is True
+
+
+def test_scenarios_run_on_a_store_with_a_history(tmp_path: Any) -> None:
+    """`--stored N`: each broker starts on a store already holding N jobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBD_")}
+    env |= {"HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, "-m", "jobd", "bench", "--size", "tiny", "--json"]
+    run = subprocess.run(
+        [*argv, "--stored", "2000", "--scenario", "submit", "--scenario", "apply"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = _lines(run)
+    assert [line["scenario"] for line in lines] == ["submit", "apply"]
+    assert all("error" not in line and line["stored"] == 2000 for line in lines), lines
+    assert lines[0]["durable"] is True  # the history does not hide a lost create
+    refused = subprocess.run(
+        [*argv, "--stored", "5", "--server", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert refused.returncode == 2 and "--stored" in refused.stderr
