@@ -131,7 +131,9 @@ class SchedulerController:
         scanned = 0
         while scanned < _SCAN_LIMIT and (free := sum(max(0, c.free_slots) for c in caps.values())):
             # Read about as many queued jobs as could start: a pass costs what it binds.
-            size = min(_SCAN_LIMIT - scanned, max(8, 2 * free))
+            # (Twice that; a page whose jobs all go unbound is followed by the next one.
+            # A floor of 8 parsed six bodies more than a one-slot pass binds.)
+            size = min(_SCAN_LIMIT - scanned, 2 * free)
             # Jobs too big for every worker's free room stay in the index, unread.
             fits = (
                 max(c.free_slots for c in caps.values()),
