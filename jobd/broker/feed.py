@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import anyio
 
-from jobd.api.models import Job
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ChangeFeed", "FeedEntry", "Notifier"]
@@ -37,7 +36,7 @@ class FeedEntry(NamedTuple):
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
-        job = change.obj if isinstance(change.obj, Job) else None
+        job = change.job
         worker = job.status.worker if job is not None else None
         return cls(change.revision, change.kind, change.op, change.text, worker)
 
@@ -94,18 +93,15 @@ class ChangeFeed:
         return [self.changed, self.events_added, *self._per_worker.values()]
 
     def on_commit(self, changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
-        if not changes:
-            if events:
-                self.events_added.notify()
-            return
-        entries = [FeedEntry.of(change) for change in changes]
-        self._buffer.extend(entries)
-        self._revs.extend(entry.revision for entry in entries)
-        self.revision = entries[-1].revision
-        workers = {entry.worker for entry in entries if entry.worker is not None}
-        for worker in workers & self._per_worker.keys():
-            self._per_worker[worker].notify()
-        self.changed.notify()
+        if changes:
+            entries = [FeedEntry.of(change) for change in changes]
+            self._buffer.extend(entries)
+            self._revs.extend(entry.revision for entry in entries)
+            self.revision = entries[-1].revision
+            workers = {entry.worker for entry in entries if entry.worker is not None}
+            for worker in workers & self._per_worker.keys():
+                self._per_worker[worker].notify()
+            self.changed.notify()
         if events:
             self.events_added.notify()
 
