@@ -24,7 +24,7 @@ from jobd.broker.responses import ERROR_STATUSES, validation_detail
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.controllers.clock import Clock
 from jobd.controllers.projects import watch_projects_file
-from jobd.events import get_logger, redact_url
+from jobd.logconfig import get_logger, redact_url
 
 __all__ = ["create_app"]
 

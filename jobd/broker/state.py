@@ -11,12 +11,12 @@ from starlette.requests import Request
 
 from jobd.api.models import Job
 from jobd.broker.batching import CreateBatcher
+from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.manager import Manager
-from jobd.events import EventLog
 from jobd.store.base import NotFound, Store
 from jobd.store.sql import open_store, sqlite_url
 

@@ -23,7 +23,7 @@ import uvicorn
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
-from jobd.events import configure_logging, get_logger, redact_url
+from jobd.logconfig import configure_logging, get_logger, redact_url
 from jobd.worker.agent import Agent
 from jobd.worker.checkpoints import checkpoint_root
 from jobd.worker.execution import WorkerSettings

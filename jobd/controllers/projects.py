@@ -19,7 +19,7 @@ from jobd.api.models import TERMINAL_PHASES, Phase, Project
 from jobd.controllers.admission import apply_project, resolve_effective
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
-from jobd.events import get_logger
+from jobd.logconfig import get_logger
 from jobd.store.base import Change, Conflict
 
 __all__ = ["ProjectsController", "load_projects_file", "watch_projects_file"]

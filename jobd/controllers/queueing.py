@@ -21,7 +21,7 @@ from typing import Protocol
 
 import anyio
 
-from jobd.events import get_logger
+from jobd.logconfig import get_logger
 from jobd.store.base import Change
 
 __all__ = ["Reconciler", "Result", "WorkQueue", "run_controller"]

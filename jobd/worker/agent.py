@@ -18,7 +18,7 @@ import anyio.abc
 import httpx
 
 from jobd.api.models import Job, Phase, WorkerSpec
-from jobd.events import get_logger
+from jobd.logconfig import get_logger
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.execution import Execution, WorkerSettings
 from jobd.worker.reporting import BrokerLink

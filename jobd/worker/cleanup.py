@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from jobd.api.models import TERMINAL_PHASES, Phase
-from jobd.events import get_logger
+from jobd.logconfig import get_logger
 from jobd.worker.checkpoints import remove_stale_checkpoints
 from jobd.worker.reporting import BrokerLink
 

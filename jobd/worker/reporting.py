@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import httpx
 
-from jobd.events import get_logger
+from jobd.logconfig import get_logger
 
 __all__ = ["BrokerLink", "LogShipper"]
 

@@ -1,43 +1,19 @@
-"""events.jsonl and the structured logs of the broker and the worker.
+"""The structured logs of the broker and the worker: structlog JSON lines on stderr.
 
-events.jsonl is the durable, greppable record of what happened (CONTRACT.md §7). The
-store commits an event together with the change that justifies it; EventLog appends the
-line only after that commit. The programs' own logs are structlog JSON lines on stderr,
-one event each, with `ts`, `level`, `event` and `component` (schema in docs/events.md).
+One event a line, with `ts`, `level`, `event` and `component` (schema in docs/events.md).
+This module imports nothing of jobd's, so the worker and the CLI can log without loading
+the store; the broker's record of events (events.jsonl) is `broker/eventlog.py`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
 
-from jobd.store.base import Change, EventRecord
-
-__all__ = ["EventLog", "configure_logging", "get_logger", "redact_url"]
-
-
-class EventLog:
-    """Appends committed events to `<log dir>/events.jsonl`, one JSON object a line."""
-
-    def __init__(self, log_dir: Path) -> None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.path = log_dir / "events.jsonl"
-        self._file: TextIO = self.path.open("a", buffering=1, encoding="utf-8")
-
-    def on_commit(self, _changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
-        if events:
-            lines = "".join(ev.line() + "\n" for ev in events)
-            # The store already holds these durably; the file is a derived, greppable copy.
-            self._file.write(lines)
-            self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
+__all__ = ["configure_logging", "get_logger", "redact_url"]
 
 
 def configure_logging(component: str, level: str = "info", stream: TextIO | None = None) -> None:
