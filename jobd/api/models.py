@@ -14,6 +14,37 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+__all__ = [
+    "API_VERSION",
+    "BOUND_PHASES",
+    "DEFAULT_PROJECT",
+    "MAX_GRACE_S",
+    "TERMINAL_PHASES",
+    "Condition",
+    "Effective",
+    "Grace",
+    "Job",
+    "JobSpec",
+    "JobStatus",
+    "ObjectMeta",
+    "Phase",
+    "PreemptionStatus",
+    "Project",
+    "ProjectDefaults",
+    "ProjectSpec",
+    "Resource",
+    "Resources",
+    "Strict",
+    "Worker",
+    "WorkerSpec",
+    "WorkerStatus",
+    "assign",
+    "check_name",
+    "dump",
+    "set_condition",
+    "utcnow",
+]
+
 API_VERSION = "jobd/v1"
 MAX_GRACE_S = 300
 DEFAULT_PROJECT = "default"

@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+__all__ = [
+    "changes",
+    "events",
+    "job_deps",
+    "jobs",
+    "meta",
+    "metadata",
+    "projects",
+    "workers",
+]
+
 metadata = sa.MetaData()
 
 meta = sa.Table(

@@ -19,6 +19,25 @@ from typing import IO, Protocol
 import anyio
 import anyio.abc
 
+__all__ = [
+    "POLL_INTERVAL_S",
+    "AdoptedProcess",
+    "Child",
+    "EmptyByteStream",
+    "ExitResult",
+    "Handle",
+    "HandleBase",
+    "LaunchSpec",
+    "MainProcess",
+    "PipeStream",
+    "ProcessIdentity",
+    "Runner",
+    "SpawnedProcess",
+    "parse_state",
+    "read_proc_stat",
+    "spawn",
+]
+
 # How often to look for the main process's exit. asyncio's Process.wait() also waits
 # for the pipes to close, which a grandchild holding stdout open can delay forever.
 POLL_INTERVAL_S = 0.05

@@ -21,6 +21,11 @@ from jobd.worker.runner.base import (
     spawn,
 )
 
+__all__ = [
+    "ProcessGroupHandle",
+    "ProcessGroupRunner",
+]
+
 
 class ProcessGroupHandle(HandleBase):
     @property

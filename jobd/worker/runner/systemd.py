@@ -27,6 +27,12 @@ from jobd.worker.runner.base import (
 )
 from jobd.worker.runner.procgroup import ProcessGroupRunner
 
+__all__ = [
+    "SystemdScopeHandle",
+    "SystemdScopeRunner",
+    "detect_runner",
+]
+
 _SYSTEMCTL_TIMEOUT_S = 5.0
 _DETECT_TIMEOUT_S = 3.0
 
