@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
-from jobd.api.models import API_VERSION, Job, Project, Resource, Worker
+from jobd.api.models import ADMISSION, API_VERSION, Job, Project, Resource, Worker
 
 __all__ = [
     "Document",
@@ -146,7 +146,7 @@ def parse_resource(doc: Document) -> Resource:
             f"expected {API_VERSION!r}, got {data.get('apiVersion')!r}"
         )
     try:
-        return _KINDS[kind].model_validate(_plain(data))  # type: ignore[return-value]
+        return _KINDS[kind].model_validate(_plain(data), context=ADMISSION)  # type: ignore[return-value]
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [p for p in err["loc"] if not isinstance(p, str) or not p.startswith("function-")]

@@ -12,9 +12,18 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 __all__ = [
+    "ADMISSION",
+    "ADMISSION_KEY",
     "API_VERSION",
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
@@ -38,6 +47,7 @@ __all__ = [
     "Worker",
     "WorkerSpec",
     "WorkerStatus",
+    "admitting",
     "assign",
     "check_name",
     "dump",
@@ -48,8 +58,13 @@ __all__ = [
 API_VERSION = "jobd/v1"
 MAX_GRACE_S = 300
 DEFAULT_PROJECT = "default"
+ADMISSION_KEY = "admission"
+# The validation context of what is submitted (see `admitting`).
+ADMISSION: dict[str, bool] = {ADMISSION_KEY: True}
 
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+# Characters no label should hold: they break terminals, logs and selectors.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Phase(enum.StrEnum):
@@ -80,8 +95,20 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def check_name(value: str) -> str:
-    if not _NAME_RE.match(value):
+def admitting(info: ValidationInfo) -> bool:
+    """Rules a request must meet, which documents read back from the store are spared.
+
+    A store may hold what an older broker accepted: reading such a job must not fail
+    (it would stop every list and every loop that meets it), so rules added since are
+    checked only under the ADMISSION context, which admission's parsers pass.
+    """
+    context = info.context
+    return isinstance(context, dict) and bool(context.get(ADMISSION_KEY))
+
+
+def check_name(value: str, strict: bool = True) -> str:
+    # fullmatch: `$` would also match before a trailing newline, once accepted.
+    if not (_NAME_RE.fullmatch(value) if strict else _NAME_RE.match(value)):
         raise ValueError(
             "must be 1-63 lowercase letters, digits, '.', '_' or '-', "
             "starting and ending with a letter or digit"
@@ -124,8 +151,18 @@ class ObjectMeta(Strict):
 
     @field_validator("name", "project")
     @classmethod
-    def _valid_name(cls, value: str | None) -> str | None:
-        return None if value is None else check_name(value)
+    def _valid_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_name(value, strict=admitting(info))
+
+    @field_validator("labels")
+    @classmethod
+    def _printable_labels(cls, labels: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if not admitting(info):
+            return labels
+        for key, value in labels.items():
+            if not key or _CONTROL_RE.search(key) or _CONTROL_RE.search(value):
+                raise ValueError(f"label {key!r}: keys must be non-empty; no control characters")
+        return labels
 
 
 def _grace_cap(value: Any) -> Any:
@@ -167,12 +204,41 @@ class JobSpec(Strict):
     # completed (see docs/preemption.md).
     auto_resume: bool = False
 
+    # What no OS can execute is refused here, at admission, rather than crash the agent
+    # that tries: argv, cwd and the environment are C strings (no NUL), and an
+    # environment entry is KEY=VALUE (a key cannot hold `=`).
     @field_validator("command")
     @classmethod
-    def _command_words(cls, value: list[str]) -> list[str]:
+    def _command_words(cls, value: list[str], info: ValidationInfo) -> list[str]:
         if not value[0].strip():
             raise ValueError("the program (first word) must not be empty")
+        if not admitting(info):
+            return value
+        for i, word in enumerate(value):
+            if "\x00" in word:
+                raise ValueError(f"word {i} holds a NUL byte, which no program can be given")
         return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd_is_a_path(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and admitting(info) and "\x00" in value:
+            raise ValueError("holds a NUL byte, which no path can")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_entries(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if not admitting(info):
+            return env
+        for key, value in env.items():
+            if not key or "=" in key or "\x00" in key:
+                raise ValueError(
+                    f"{key!r}: a variable's name must be non-empty, without '=' or NUL"
+                )
+            if "\x00" in value:
+                raise ValueError(f"{key}: the value holds a NUL byte, which no environment can")
+        return env
 
 
 class Effective(Strict):

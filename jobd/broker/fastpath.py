@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, unquote
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobd.api.models import Job
+from jobd.api.models import ADMISSION, Job
 from jobd.broker.responses import doc, encode_json, status_for, validation_detail
 from jobd.broker.routes_system import WatchQuery, run_watch
 from jobd.broker.routes_workers import Heartbeat, ReportBatch, run_heartbeat, run_report_batch
@@ -85,7 +85,8 @@ class FastRoutes:
             await _send(send, status, text.encode())
 
     async def _create(self, body: bytes) -> tuple[int, str]:
-        created = await self.state.creates.create(Job.model_validate_json(body))
+        job = Job.model_validate_json(body, context=ADMISSION)
+        created = await self.state.creates.create(job)
         return 201, doc(created)
 
     async def _reports(self, worker: str, body: bytes) -> tuple[int, str]:

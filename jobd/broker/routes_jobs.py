@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobd.api.manifests import Document, parse_resource
-from jobd.api.models import Job, Phase, Project, Resource
+from jobd.api.models import ADMISSION, Job, Phase, Project, Resource
 from jobd.broker.responses import doc, encode_json, json_response
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.controllers import admission, lifecycle, preemption
@@ -45,7 +45,7 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
     document and field of the first error.
     """
     try:
-        jobs = _ApplyJobs.model_validate_json(raw)
+        jobs = _ApplyJobs.model_validate_json(raw, context=ADMISSION)
     except ValidationError:
         pass
     else:
@@ -70,7 +70,7 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
 
 async def _parse(request: Request, model: type[_M]) -> _M:
     try:
-        return model.model_validate_json(await request.body())
+        return model.model_validate_json(await request.body(), context=ADMISSION)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
 

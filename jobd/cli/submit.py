@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jobd.api.models import API_VERSION, MAX_GRACE_S, Job
+from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job
 
 __all__ = ["SubmitError", "build_submit_job"]
 
@@ -94,7 +94,7 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
 def _validate_submit(document: Document) -> None:
     """Refuse here what the broker would refuse, naming the flag rather than the field."""
     try:
-        Job.model_validate(document)
+        Job.model_validate(document, context=ADMISSION)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(str(p) for p in err["loc"])
