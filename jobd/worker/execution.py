@@ -58,10 +58,11 @@ def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str
             "JOBD_PROJECT": job.project,
             "JOBD_CHECKPOINT_GRACE_S": _fmt(effective_grace(job, settings)),
             "JOBD_CHECKPOINT_DIR": str(ckpt_dir) + "/",
+            # Exactly the GPUs assigned, whatever the worker inherited or the job asked
+            # for: set and empty hides every GPU from a job that asked for none.
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in job.status.gpus),
         }
     )
-    if job.spec.resources.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.status.gpus)
     return env
 
 

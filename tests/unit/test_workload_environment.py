@@ -59,13 +59,24 @@ def test_resume_from_and_env_come_from_the_spec() -> None:
     assert env["RESUME_FROM"] == "/ckpt/7/latest.pt"
 
 
-def test_cuda_visible_devices_only_when_the_job_asks_for_gpus() -> None:
-    assert workload_env(_job(gpus=1), _settings(), Path("/c"))["CUDA_VISIBLE_DEVICES"] == "1"
-    assert "CUDA_VISIBLE_DEVICES" not in workload_env(_job(), _settings(), Path("/c"))
-
-
 def test_grace_falls_back_to_the_worker_default() -> None:
     assert effective_grace(_job(), _settings(default_grace=45)) == 45
     assert effective_grace(_job(grace=0), _settings(default_grace=45)) == 0
     env = workload_env(_job(grace=2.5), _settings(), Path("/c"))
     assert env["JOBD_CHECKPOINT_GRACE_S"] == "2.5"
+
+
+def test_a_job_sees_exactly_the_gpus_it_was_assigned() -> None:
+    inherited = {**WORKER_ENV, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    settings = _settings()
+    settings.base_env = inherited
+    assert workload_env(_job(gpus=1), settings, Path("/c"))["CUDA_VISIBLE_DEVICES"] == "1"
+    # Set and empty: a job that asked for no GPU sees none, not the worker's.
+    assert workload_env(_job(), settings, Path("/c"))["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_the_jobs_own_env_cannot_widen_its_gpus_or_change_its_identity() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "JOBD_JOB_ID": "7", "JOBD_CHECKPOINT_DIR": "/x"}
+    got = workload_env(_job(env=env), _settings(), Path("/ckpt/42"))
+    assert got["CUDA_VISIBLE_DEVICES"] == ""
+    assert got["JOBD_JOB_ID"] == "42" and got["JOBD_CHECKPOINT_DIR"] == "/ckpt/42/"
