@@ -5,7 +5,8 @@ Every phase write in the broker comes through here. A verb, a worker report or a
 reconcile loop reads the job, calls one function below with its input and the time,
 and gets back the new job and the events that move justifies; the caller then writes
 both with one compare-and-swap (`store.update_job`). Nothing here reads the store or
-the clock, so the whole machine is tested in memory (tests/unit/test_job_state_machine.py).
+the clock, so the whole machine is tested in memory
+(tests/unit/test_verbs_move_jobs_only_as_the_table_says.py).
 A function that has nothing to change returns the very job it was given, with no events:
 the caller then writes nothing (a retried report, a `complete` on a finished job).
 
