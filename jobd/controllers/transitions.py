@@ -1,35 +1,31 @@
-"""The job state machine: one table of which verb may move a job from which phase to
-which, and the pure functions that make each move.
+"""The job state machine's moves: pure functions, one per verb, report or loop decision.
 
 Every phase write in the broker comes through here. A verb, a worker report or a
 reconcile loop reads the job, calls one function below with its input and the time,
 and gets back the new job and the events that move justifies; the caller then writes
-both with one compare-and-swap (`store.update_job`). Nothing here reads the store or
-the clock, so the whole machine is tested in memory
-(tests/unit/test_verbs_move_jobs_only_as_the_table_says.py).
-A function that has nothing to change returns the very job it was given, with no events:
-the caller then writes nothing (a retried report, a `complete` on a finished job).
+both with one compare-and-swap (`store.update_job`). Each function first asks the table
+(transition_table.py) whether its verb applies to the job's phase. Nothing here reads
+the store or the clock, so the whole machine is tested in memory
+(tests/unit/test_verbs_move_jobs_only_as_the_table_says.py). A function that has nothing
+to change returns the very job it was given, with no events: the caller then writes
+nothing (a retried report, a `complete` on a finished job).
 
-Adding a phase: add it to `Phase` (api/models.py), then say in `TABLE` what each verb
-does from it; the unit test walks every phase against every verb. Adding a verb: a
-`Verb`, its `Rule` in `TABLE`, and a function here that asks `allowed()` first.
+Adding a verb: a `Verb` and its `Rule` in the table, and a function here that asks
+`allowed()` first.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from jobd.api.models import TERMINAL_PHASES, Job, Phase, PreemptionStatus, set_condition
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refusal
 from jobd.store.base import EventRecord
 
 __all__ = [
     "TABLE",
-    "Rule",
     "Verb",
     "allowed",
     "bind",
@@ -52,120 +48,8 @@ __all__ = [
 
 Events = list[EventRecord]
 PreemptReason = Literal["sweeper", "manual", "blockers"]
-
-
-class Verb(enum.StrEnum):
-    # What users ask for (routes_jobs.py), and what the sweeper asks for them.
-    CANCEL = "cancel"
-    PREEMPT = "preempt"
-    NOMINATE = "nominate"  # hold freed capacity for a queued job (preempt-blockers, sweeper)
-    RESUME = "resume"
-    # What a worker reports (routes_workers.py); `started` also recovers a Lost job.
-    STARTED = "started"
-    STOPPING = "stopping"
-    COMPLETE = "complete"
-    CHECKPOINT_COMPLETE = "checkpoint-complete"
-    # What the reconcile loops decide.
-    BIND = "bind"
-    UNBIND = "unbind"
-    LOSE = "lose"
-    LOST_TIMEOUT = "lost-timeout"
-    DEPENDENCIES_MET = "dependencies-met"
-    DEPENDENCY_FAILED = "dependency-failed"
-    PROCESS_VANISHED = "process-vanished"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """From each phase the verb applies to, the phases it may leave the job in.
-
-    A phase that may go to itself is one the verb leaves as it is (a retried report),
-    or where it only changes the desired phase (cancel of a running job). A phase
-    missing from `moves` is refused with `refusal(job)` as the TransitionError's message.
-    """
-
-    moves: Mapping[Phase, frozenset[Phase]]
-    refusal: Callable[[Job], str]
-
-
 P = Phase
-_ENDS = frozenset(TERMINAL_PHASES)
-_ENDS_BUT_SUCCESS = _ENDS - {P.SUCCEEDED}
-_STARTED = (P.RUNNING, P.PREEMPTING, P.CANCELLING)
 _STOP_TARGET = {"preempt": P.PREEMPTING, "cancel": P.CANCELLING}
-
-
-def _to(*phases: Phase) -> frozenset[Phase]:
-    return frozenset(phases)
-
-
-def _stay(*phases: Phase) -> dict[Phase, frozenset[Phase]]:
-    return {p: _to(p) for p in phases}
-
-
-def _does_not_apply(verb: str) -> Callable[[Job], str]:
-    # Only the loops use these verbs, on jobs they picked by phase: a refusal is a bug.
-    return lambda job: f"job {job.id} is {job.status.phase}; {verb} does not apply"
-
-
-def _preempt_refusal(job: Job) -> str:
-    state = str(job.status.phase)
-    if job.status.desired_phase != P.RUNNING and not job.status.phase.terminal:
-        state = f"{job.status.phase} (already being driven to {job.status.desired_phase})"
-    return f"job {job.id} is {state}; only a Running job can be preempted"
-
-
-TABLE: Mapping[Verb, Rule] = {
-    Verb.CANCEL: Rule(
-        {P.PENDING: _to(P.CANCELLED), P.LOST: _to(P.CANCELLED)} | _stay(P.SCHEDULED, *_STARTED),
-        lambda job: f"job {job.id} is already {job.status.phase}",
-    ),
-    # Also refused, whatever the phase, when the job is already driven elsewhere.
-    Verb.PREEMPT: Rule(_stay(P.RUNNING), _preempt_refusal),
-    Verb.NOMINATE: Rule(
-        _stay(P.PENDING), lambda job: f"job {job.id} is {job.status.phase}, not queued"
-    ),
-    Verb.RESUME: Rule(
-        _stay(P.PREEMPTED),
-        lambda job: f"job {job.id} is {job.status.phase}; only a Preempted job resumes",
-    ),
-    Verb.STARTED: Rule(
-        {P.SCHEDULED: _to(P.RUNNING), P.LOST: _to(P.RUNNING)} | _stay(*_STARTED),
-        lambda job: f"job {job.id} is {job.status.phase}; it cannot start",
-    ),
-    # Where `status.signal` says; without one, nowhere.
-    Verb.STOPPING: Rule(
-        {p: _to(p, P.PREEMPTING, P.CANCELLING) for p in (P.SCHEDULED, P.RUNNING, P.LOST)}
-        | _stay(P.PREEMPTING, P.CANCELLING, *_ENDS),
-        lambda job: f"job {job.id} is {job.status.phase}; it never started, so it cannot stop",
-    ),
-    Verb.COMPLETE: Rule(
-        {p: _ENDS for p in (P.SCHEDULED, *_STARTED, P.LOST)} | _stay(*_ENDS),
-        lambda job: f"job {job.id} is {job.status.phase}; it never started, so it cannot end",
-    ),
-    # Pure observability: every phase stays (its refusals are about the preemption).
-    Verb.CHECKPOINT_COMPLETE: Rule(_stay(*P), _does_not_apply("checkpoint-complete")),
-    Verb.BIND: Rule({P.PENDING: _to(P.SCHEDULED)}, _does_not_apply("bind")),
-    Verb.UNBIND: Rule({P.SCHEDULED: _to(P.PENDING)}, _does_not_apply("unbind")),
-    Verb.LOSE: Rule({p: _to(P.LOST) for p in _STARTED}, _does_not_apply("lose")),
-    Verb.LOST_TIMEOUT: Rule({P.LOST: _ENDS_BUT_SUCCESS}, _does_not_apply("lost-timeout")),
-    Verb.DEPENDENCIES_MET: Rule(_stay(P.PENDING), _does_not_apply("dependencies-met")),
-    Verb.DEPENDENCY_FAILED: Rule(
-        {P.PENDING: _to(P.CANCELLED)}, _does_not_apply("dependency-failed")
-    ),
-    Verb.PROCESS_VANISHED: Rule(
-        {p: _ENDS_BUT_SUCCESS for p in (*_STARTED, P.LOST)}, _does_not_apply("process-vanished")
-    ),
-}
-
-
-def allowed(verb: Verb, job: Job) -> frozenset[Phase]:
-    """Where `verb` may take `job` from its phase; TransitionError if it may not apply."""
-    rule = TABLE[verb]
-    to = rule.moves.get(job.status.phase)
-    if to is None:
-        raise TransitionError(rule.refusal(job))
-    return to
 
 
 def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
@@ -223,7 +107,7 @@ def request_preemption(
     """Drive a Running job toward Preempted (`signal=preempt`); the `auto_preempt` event."""
     allowed(Verb.PREEMPT, job)
     if job.status.desired_phase != P.RUNNING:
-        raise TransitionError(_preempt_refusal(job))
+        raise TransitionError(preempt_refusal(job))
     job = job.evolve()
     status = job.status
     status.desired_phase = P.PREEMPTED
