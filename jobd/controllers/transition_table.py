@@ -74,6 +74,7 @@ def _does_not_apply(verb: str) -> Callable[[Job], str]:
 
 
 def preempt_refusal(job: Job) -> str:
+    """Why `job preempt` is refused: where the job is, and where it is already driven."""
     state = str(job.status.phase)
     if job.status.desired_phase != P.RUNNING and not job.status.phase.terminal:
         state = f"{job.status.phase} (already being driven to {job.status.desired_phase})"
