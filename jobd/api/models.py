@@ -374,16 +374,28 @@ def dump(obj: BaseModel) -> dict[str, Any]:
 
 
 def set_condition(
-    status: JobStatus, type_: str, value: bool, reason: str = "", message: str = ""
+    status: JobStatus,
+    type_: str,
+    value: bool,
+    reason: str = "",
+    message: str = "",
+    *,
+    now: datetime | None = None,
 ) -> None:
-    """Upsert a condition; last_transition_time moves only when the status flips."""
+    """Upsert a condition; last_transition_time moves only when the status flips.
+
+    `now` is the transition's time (the controllers' clock); the wall clock otherwise.
+    """
     new_status: Literal["True", "False"] = "True" if value else "False"
+    at = now or utcnow()
     for cond in status.conditions:
         if cond.type == type_:
             if cond.status != new_status:
-                cond.last_transition_time = utcnow()
+                cond.last_transition_time = at
             cond.status, cond.reason, cond.message = new_status, reason, message
             return
     status.conditions.append(
-        Condition(type=type_, status=new_status, reason=reason, message=message)
+        Condition(
+            type=type_, status=new_status, reason=reason, message=message, last_transition_time=at
+        )
     )

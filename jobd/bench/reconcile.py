@@ -28,10 +28,10 @@ from jobd.bench.context import BenchContext
 from jobd.bench.harness import BrokerProcess, client
 from jobd.bench.history import fill_store
 from jobd.bench.stats import Result, ms, percentile, rounded
-from jobd.controllers import admission
 from jobd.controllers.context import Context
 from jobd.controllers.scheduler import SchedulerController
-from jobd.controllers.workers import register_worker
+from jobd.controllers.verbs import admission
+from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store import open_store, sqlite_url
 
 __all__ = ["run_reconcile"]
@@ -79,7 +79,7 @@ class Figures:
 async def _schedule_cpu(ctx: Context, reps: int) -> tuple[list[float], list[float]]:
     """CPU seconds of a scheduler pass binding one new job, and of an idle pass."""
     spec = WorkerSpec(slots=reps + 1, gpus=[])
-    register_worker(ctx.store, _WORKER, spec, "sim", "sim", ctx)
+    register_worker(ctx, _WORKER, spec, "sim", "sim")
     scheduler = SchedulerController(ctx)
     await scheduler.reconcile("queue")  # warm: imports, statement caches
     binding, idle = [], []

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 
 from jobd.api.models import Job
-from jobd.controllers.admission import create_jobs
 from jobd.controllers.context import Context
+from jobd.controllers.verbs.admission import create_jobs
 
 __all__ = ["CreateBatcher"]
 

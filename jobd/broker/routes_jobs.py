@@ -15,9 +15,10 @@ from jobd.api.manifests import Document, parse_resource
 from jobd.api.models import ADMISSION, Job, Phase, Project, Resource
 from jobd.broker.responses import doc, encode_json, json_response
 from jobd.broker.state import BrokerState, job_or_404, state_of
-from jobd.controllers import admission, lifecycle, preemption
 from jobd.controllers.errors import AdmissionError, TransitionError
-from jobd.controllers.resume import resume_job
+from jobd.controllers.verbs import admission, preempt
+from jobd.controllers.verbs.cancel import cancel
+from jobd.controllers.verbs.resume import resume_job
 
 router = APIRouter(tags=["jobs"])
 _M = TypeVar("_M", bound=BaseModel)
@@ -180,20 +181,20 @@ async def delete_job(request: Request, job_id: int) -> Response:
 @router.post("/jobs/{job_id}/cancel", summary="Stop a job: desired phase Cancelled")
 async def cancel_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return json_response(doc(lifecycle.cancel(state.store, job_or_404(state, job_id), state.ctx)))
+    return json_response(doc(cancel(state.ctx, job_or_404(state, job_id))))
 
 
 @router.post("/jobs/{job_id}/preempt", summary="Preempt this running job (job preempt)")
 async def preempt_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
-    return json_response(doc(preemption.request_preemption(state.store, job, state.ctx, "manual")))
+    return json_response(doc(preempt.request_preemption(state.ctx, job, "manual")))
 
 
 @router.post("/jobs/{job_id}/preempt-blockers", summary="Preempt what keeps a queued job out")
 async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False) -> Response:
     state = state_of(request)
-    plan = preemption.preempt_blockers(state.store, job_or_404(state, job_id), state.ctx, dry_run)
+    plan = preempt.preempt_blockers(state.ctx, job_or_404(state, job_id), dry_run)
     return json_response(
         {
             "candidate": job_id,
@@ -207,9 +208,7 @@ async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False)
 @router.post("/jobs/{job_id}/resume", status_code=201, summary="Resubmit from its checkpoint")
 async def resume(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return json_response(
-        doc(resume_job(state.store, job_or_404(state, job_id), state.ctx)), status_code=201
-    )
+    return json_response(doc(resume_job(state.ctx, job_or_404(state, job_id))), status_code=201)
 
 
 @router.get("/jobs/{job_id}/logs", summary="The job's output from a byte offset")

@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from jobd.api.models import Job, WorkerSpec
 from jobd.broker.responses import doc, json_response, status_for
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
-from jobd.controllers import lifecycle, workers
-from jobd.controllers.checkpoints import record_checkpoint_complete
+from jobd.controllers import workers
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.verbs import reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
 
 router = APIRouter(tags=["workers"])
@@ -62,9 +62,7 @@ class WorkerEvents(_Body):
 @router.put("/workers/{name}", summary="Register (or re-register) a worker")
 async def register(request: Request, name: str, body: Registration) -> Response:
     state = state_of(request)
-    worker = workers.register_worker(
-        state.store, name, body.spec, body.hostname, body.runner, state.ctx
-    )
+    worker = worker_lease.register_worker(state.ctx, name, body.spec, body.hostname, body.runner)
     return json_response({"worker": doc(worker), "revision": state.feed.revision})
 
 
@@ -75,7 +73,7 @@ async def heartbeat(request: Request, name: str, body: Heartbeat) -> Response:
 
 def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, Any]:
     """(Served by FastRoutes, see fastpath.py; the route above documents it.)"""
-    worker, stop = workers.heartbeat(state.store, name, body.running, state.ctx)
+    worker, stop = worker_lease.heartbeat(state.ctx, name, body.running)
     return {"worker": doc(worker), "stop": stop}
 
 
@@ -93,24 +91,22 @@ def _started(state: BrokerState, job: Job, body: Started) -> Job:
     if body.checkpoint_dir and job.status.checkpoint_dir != body.checkpoint_dir:
         job = job.evolve()
         job.status.checkpoint_dir = body.checkpoint_dir
-    return lifecycle.report_started(state.store, job, body.worker, state.ctx)
+    return reports.report_started(state.ctx, job, body.worker)
 
 
 def _stopping(state: BrokerState, job: Job, body: Report) -> Job:
-    return lifecycle.report_stopping(state.store, job, body.worker, state.ctx)
+    return reports.report_stopping(state.ctx, job, body.worker)
 
 
 def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
     if body.checkpoint_latest and not job.status.phase.terminal:
         job = job.evolve()
         job.status.checkpoint_latest = body.checkpoint_latest
-    return lifecycle.report_complete(
-        state.store, job, body.worker, body.exit_code, body.signal, state.ctx
-    )
+    return reports.report_complete(state.ctx, job, body.worker, body.exit_code, body.signal)
 
 
 def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
-    return record_checkpoint_complete(state.store, job, body.worker)
+    return reports.record_checkpoint_complete(state.ctx, job, body.worker)
 
 
 @router.post("/jobs/{job_id}/started", summary="Worker: the workload process started")

@@ -14,10 +14,10 @@ import anyio
 
 from jobd.controllers.context import Context
 from jobd.controllers.lifecycle import LifecycleController
-from jobd.controllers.preemption import SweeperController
 from jobd.controllers.projects import ProjectsController
 from jobd.controllers.queueing import Reconciler, WorkQueue, run_controller, run_resync
 from jobd.controllers.scheduler import SchedulerController
+from jobd.controllers.sweeper import SweeperController
 from jobd.controllers.workers import WorkersController
 from jobd.store.base import Change, EventRecord
 

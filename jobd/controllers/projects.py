@@ -16,9 +16,9 @@ import anyio
 
 from jobd.api.manifests import ManifestError, load_path, parse_resource
 from jobd.api.models import TERMINAL_PHASES, Phase, Project
-from jobd.controllers.admission import apply_project, resolve_effective
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
+from jobd.controllers.verbs.admission import apply_project, resolve_effective
 from jobd.logconfig import get_logger
 from jobd.store.base import Change, Conflict
 

@@ -4,93 +4,28 @@ One key, "queue": each pass reads the workers and the jobs bound to them (work t
 grows with what runs, not with history), then walks ready Pending jobs highest priority
 first, FIFO within a priority, off an index, stopping as soon as no capacity is left.
 Capacity freed by preemption is held for the job it was freed for (its
-`nominated_worker`): no other job may take it first. Next stage: the worker sees the
-binding through its watch and starts the process.
+`nominated_worker`): no other job may take it first (capacity.py). Binding is the state
+machine's `bind` (transitions.py). Next stage: the worker sees the binding through its
+watch and starts the process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-from jobd.api.models import BOUND_PHASES, Job, Phase, Resources, Worker, set_condition
+from jobd.api.models import BOUND_PHASES, Job, Phase
+from jobd.controllers import transitions
+from jobd.controllers.capacity import Capacity, capacity_of, choose_worker, reserve_nominated
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
-from jobd.controllers.view import ClusterView
-from jobd.store.base import Change, Conflict, EventRecord
+from jobd.store.base import Change, Conflict
 
-__all__ = [
-    "Capacity",
-    "SchedulerController",
-    "capacity_of",
-    "choose_worker",
-    "reserve_nominated",
-]
+__all__ = ["QUEUE_KEY", "SchedulerController"]
 
 QUEUE_KEY = "queue"
 # How many queued jobs one pass may look at beyond those it binds (like Slurm's
 # bf_max_job_test): a queue of jobs that fit nowhere must not make every pass long.
 _SCAN_LIMIT = 128
-
-
-@dataclass
-class Capacity:
-    """What one worker has left, with the reservations made for nominated jobs."""
-
-    worker: str
-    free_slots: int
-    free_gpus: list[int]
-    # job id -> what is held for it: its slots *and* its GPUs, or a GPU freed for a
-    # nominated job could go to another job that finds a spare slot.
-    reserved: dict[int, Resources] = field(default_factory=dict)
-
-    def fits(self, job: Job) -> bool:
-        held = [r for j, r in self.reserved.items() if j != job.metadata.id]
-        needs = job.spec.resources
-        free_slots = self.free_slots - sum(r.slots for r in held)
-        free_gpus = len(self.free_gpus) - sum(r.gpus for r in held)
-        return free_slots >= needs.slots and free_gpus >= needs.gpus
-
-    def take(self, job: Job) -> list[int]:
-        self.reserved.pop(job.id, None)
-        self.free_slots -= job.spec.resources.slots
-        gpus, self.free_gpus = (
-            self.free_gpus[: job.spec.resources.gpus],
-            self.free_gpus[job.spec.resources.gpus :],
-        )
-        return gpus
-
-
-def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Capacity]:
-    """Free slots and GPUs of each Ready worker, given the jobs bound to workers."""
-    caps = {
-        w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus))
-        for w in workers
-        if w.status.phase == "Ready"
-    }
-    for job in bound:
-        cap = caps.get(job.status.worker or "")
-        if cap is not None:
-            cap.free_slots -= job.spec.resources.slots
-            cap.free_gpus = [g for g in cap.free_gpus if g not in job.status.gpus]
-    return caps
-
-
-def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
-    """Hold the capacity freed by preemption for the queued jobs it was freed for."""
-    for job in view.nominated.values():
-        cap = caps.get(job.status.nominated_worker or "")
-        if cap is not None:
-            cap.reserved[job.id] = job.spec.resources
-
-
-def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
-    """The nominated worker if the job has one; else the fitting worker with most room."""
-    if job.status.nominated_worker:
-        cap = caps.get(job.status.nominated_worker)
-        return cap if cap is not None and cap.fits(job) else None
-    fitting = [c for c in caps.values() if c.fits(job)]
-    return max(fitting, key=lambda c: (c.free_slots, c.worker), default=None)
 
 
 class SchedulerController:
@@ -151,20 +86,9 @@ class SchedulerController:
         return DONE
 
     def _bind(self, job: Job, cap: Capacity) -> None:
-        bound = job.evolve()
-        status = bound.status
-        status.phase, status.worker = Phase.SCHEDULED, cap.worker
-        status.scheduled_at = self.ctx.clock.now()
-        if status.nominated_worker is not None:
-            set_condition(status, "Nominated", False, "Bound", "the held capacity was taken")
-        status.nominated_worker = None
-        status.gpus = cap.take(job)
-        set_condition(status, "Scheduled", True, "Bound", f"bound to {cap.worker}")
-        event = EventRecord(
-            "job_scheduled", job=job.id, worker=cap.worker, fields={"gpus": status.gpus}
-        )
+        bound, events = transitions.bind(job, cap.worker, cap.take(job), self.ctx.clock.now())
         try:
-            self.ctx.store.update_job(bound, [event])
+            self.ctx.store.update_job(bound, events)
         except Conflict:
             self.ctx.enqueue(self.name, QUEUE_KEY)  # it changed; the next pass sees why
 

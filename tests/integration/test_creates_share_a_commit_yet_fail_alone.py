@@ -11,8 +11,8 @@ import pytest
 
 from jobd.api.models import Job, JobSpec, JobStatus, ObjectMeta, Phase
 from jobd.broker.batching import CreateBatcher
-from jobd.controllers.admission import prepare_new_job
 from jobd.controllers.context import Context
+from jobd.controllers.verbs.admission import prepare_new_job
 from jobd.store.base import Conflict
 
 pytestmark = pytest.mark.anyio

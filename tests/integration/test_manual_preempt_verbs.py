@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
-from jobd.controllers import lifecycle
-from jobd.controllers.admission import create_jobs
-from jobd.controllers.checkpoints import record_checkpoint_complete
 from jobd.controllers.context import Context
-from jobd.controllers.lifecycle import TransitionError
-from jobd.controllers.preemption import preempt_blockers, request_preemption
+from jobd.controllers.errors import TransitionError
 from jobd.controllers.scheduler import SchedulerController
-from jobd.controllers.workers import register_worker
+from jobd.controllers.verbs import reports
+from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.preempt import preempt_blockers, request_preemption
+from jobd.controllers.verbs.reports import record_checkpoint_complete
+from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.base import Conflict
 from tests.integration.conftest import reread
 
@@ -34,7 +34,7 @@ async def _running(
     await SchedulerController(ctx).reconcile("queue")
     bound = reread(ctx, job)
     assert bound.status.phase == Phase.SCHEDULED
-    return lifecycle.report_started(ctx.store, bound, bound.status.worker or "", ctx)
+    return reports.report_started(ctx, bound, bound.status.worker or "")
 
 
 def _revisions(ctx: Context) -> tuple[int, int]:
@@ -42,9 +42,9 @@ def _revisions(ctx: Context) -> tuple[int, int]:
 
 
 async def test_preempt_drives_a_running_job_and_records_a_bare_auto_preempt(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     job = await _running(ctx, "victim", 3)
-    job = request_preemption(ctx.store, job, ctx, "manual")
+    job = request_preemption(ctx, job, "manual")
     assert job.status.desired_phase == Phase.PREEMPTED
     assert job.status.signal == "preempt"
     [event] = ctx.store.list_events(event="auto_preempt")
@@ -60,31 +60,31 @@ async def test_preempt_drives_a_running_job_and_records_a_bare_auto_preempt(ctx:
 async def test_preempt_refuses_a_job_that_is_not_running_and_changes_nothing(
     ctx: Context,
 ) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     running = await _running(ctx, "running", 1)
     queued = _submit(ctx, "queued", 1)
     await SchedulerController(ctx).reconcile("queue")
     for job in (reread(ctx, queued), reread(ctx, running)):
         if job.id == running.id:  # already being preempted: a second request is refused
-            request_preemption(ctx.store, job, ctx, "manual")
+            request_preemption(ctx, job, "manual")
             job = reread(ctx, job)
         before, seen = _revisions(ctx)
         with pytest.raises(TransitionError):
-            request_preemption(ctx.store, job, ctx, "manual")
+            request_preemption(ctx, job, "manual")
         assert reread(ctx, job).metadata.resource_version == job.metadata.resource_version
         assert _revisions(ctx) == (before, seen)
 
 
 async def test_preempt_refuses_scheduled_and_finished_jobs(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     done = await _running(ctx, "done", 1)
-    done = lifecycle.report_complete(ctx.store, done, "w", 0, None, ctx)
+    done = reports.report_complete(ctx, done, "w", 0, None)
     scheduled = _submit(ctx, "scheduled", 1)
     await SchedulerController(ctx).reconcile("queue")
     for job in (done, reread(ctx, scheduled)):
         rv = job.metadata.resource_version
         with pytest.raises(TransitionError):
-            request_preemption(ctx.store, job, ctx, "manual")
+            request_preemption(ctx, job, "manual")
         assert reread(ctx, job).metadata.resource_version == rv
     assert ctx.store.list_events(event="auto_preempt") == []
 
@@ -92,12 +92,12 @@ async def test_preempt_refuses_scheduled_and_finished_jobs(ctx: Context) -> None
 async def test_preempt_blockers_dry_run_returns_the_plan_and_changes_nothing(
     ctx: Context,
 ) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     low = await _running(ctx, "low", 1)
     await _running(ctx, "high", 50)
     candidate = _submit(ctx, "candidate", 10)
     before = _revisions(ctx)
-    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=True)
+    plan = preempt_blockers(ctx, reread(ctx, candidate), dry_run=True)
     assert plan.worker == "w"
     assert [v.id for v in plan.victims] == [low.id]
     assert _revisions(ctx) == before
@@ -108,11 +108,11 @@ async def test_preempt_blockers_dry_run_returns_the_plan_and_changes_nothing(
 async def test_preempt_blockers_preempts_the_plan_and_nominates_the_candidate(
     ctx: Context,
 ) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     low = await _running(ctx, "low", 1)
     high = await _running(ctx, "high", 50)
     candidate = _submit(ctx, "candidate", 10)
-    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+    plan = preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
     assert [v.id for v in plan.victims] == [low.id]
 
     low = reread(ctx, low)
@@ -135,68 +135,68 @@ async def test_preempt_blockers_preempts_the_plan_and_nominates_the_candidate(
 
 async def test_preempt_blockers_ignores_the_sweepers_thresholds(ctx: Context) -> None:
     # Just started and just queued: the sweeper would wait; the operator need not.
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     low = await _running(ctx, "low", 1)
     candidate = _submit(ctx, "candidate", 10)
-    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+    plan = preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
     assert [v.id for v in plan.victims] == [low.id]
 
 
 async def test_preempt_blockers_refuses_when_only_equal_or_higher_priority_blocks(
     ctx: Context,
 ) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     await _running(ctx, "equal", 10)
     candidate = _submit(ctx, "candidate", 10)
     before = _revisions(ctx)
     with pytest.raises(TransitionError):
-        preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+        preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
     assert _revisions(ctx) == before
 
 
 async def test_preempt_blockers_leaves_jobs_that_are_not_preemptible(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     await _running(ctx, "pinned", 1, preemptible=False)
     candidate = _submit(ctx, "candidate", 10)
     before = _revisions(ctx)
     with pytest.raises(TransitionError, match="preemptible"):
-        preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+        preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
     assert _revisions(ctx) == before
 
 
 async def test_preempt_blockers_refuses_a_job_waiting_on_dependencies(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     await _running(ctx, "low", 1)
     _submit(ctx, "parent", 0)
     child = _submit(ctx, "child", 10, depends_on=["parent"])
     before = _revisions(ctx)
     with pytest.raises(TransitionError, match="dependencies"):
-        preempt_blockers(ctx.store, reread(ctx, child), ctx, dry_run=False)
+        preempt_blockers(ctx, reread(ctx, child), dry_run=False)
     assert _revisions(ctx) == before
 
 
 async def test_preempt_blockers_refuses_a_job_that_is_not_queued(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     running = await _running(ctx, "running", 10)
     with pytest.raises(TransitionError):
-        preempt_blockers(ctx.store, running, ctx, dry_run=True)
+        preempt_blockers(ctx, running, dry_run=True)
 
 
 async def test_checkpoint_complete_is_recorded_once_with_the_preemptions_candidate(
     ctx: Context,
 ) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     victim = await _running(ctx, "victim", 1)
     candidate = _submit(ctx, "candidate", 10)
-    preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
-    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
+    preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
+    victim = reports.report_stopping(ctx, reread(ctx, victim), "w")
 
     for _ in range(3):  # the worker retries until it is acknowledged
-        recorded = record_checkpoint_complete(ctx.store, reread(ctx, victim), "w")
+        recorded = record_checkpoint_complete(ctx, reread(ctx, victim), "w")
         assert recorded.status.preemption is not None
         assert recorded.status.preemption.checkpoint_complete is True
     with pytest.raises(Conflict):  # a racing retry on a stale read cannot write twice
-        record_checkpoint_complete(ctx.store, victim, "w")
+        record_checkpoint_complete(ctx, victim, "w")
 
     [preempt] = ctx.store.list_events(event="auto_preempt")
     [checkpoint] = ctx.store.list_events(event="checkpoint_complete")
@@ -205,16 +205,16 @@ async def test_checkpoint_complete_is_recorded_once_with_the_preemptions_candida
     assert checkpoint.worker == "w"
     assert checkpoint.seq > preempt.seq
 
-    victim = lifecycle.report_complete(ctx.store, reread(ctx, victim), "w", 0, None, ctx)
+    victim = reports.report_complete(ctx, reread(ctx, victim), "w", 0, None)
     assert victim.status.phase == Phase.PREEMPTED, "exit 0 after SIGTERM is still a preemption"
 
 
 async def test_checkpoint_complete_is_refused_without_a_preemption(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     job = await _running(ctx, "job", 1)
     with pytest.raises(TransitionError):
-        record_checkpoint_complete(ctx.store, job, "w")
-    preempting = request_preemption(ctx.store, job, ctx, "manual")
+        record_checkpoint_complete(ctx, job, "w")
+    preempting = request_preemption(ctx, job, "manual")
     with pytest.raises(TransitionError):
-        record_checkpoint_complete(ctx.store, preempting, "another-worker")
+        record_checkpoint_complete(ctx, preempting, "another-worker")
     assert ctx.store.list_events(event="checkpoint_complete") == []

@@ -9,12 +9,14 @@ import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, WorkerSpec
 from jobd.controllers import lifecycle
-from jobd.controllers.admission import create_jobs
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
-from jobd.controllers.preemption import request_preemption
 from jobd.controllers.scheduler import SchedulerController
-from jobd.controllers.workers import register_worker
+from jobd.controllers.verbs import reports
+from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.cancel import cancel
+from jobd.controllers.verbs.preempt import request_preemption
+from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import open_store
 from tests.integration.conftest import reread
 
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.anyio
 def ctx(tmp_path: Path) -> Iterator[Context]:
     store = open_store(f"sqlite:///{tmp_path}/jobd.db")
     context = Context(store, Settings(), FakeClock())
-    register_worker(store, "w", WorkerSpec(slots=4), "host", "procgroup", context)
+    register_worker(context, "w", WorkerSpec(slots=4), "host", "procgroup")
     yield context
     store.close()
 
@@ -40,23 +42,21 @@ def _submit(ctx: Context, name: str, *parents: str, any_exit: bool = False) -> J
 
 async def _start(ctx: Context, job: Job) -> Job:
     await SchedulerController(ctx).reconcile("queue")
-    return lifecycle.report_started(ctx.store, reread(ctx, job), "w", ctx)
+    return reports.report_started(ctx, reread(ctx, job), "w")
 
 
 async def _end(ctx: Context, job: Job, how: Phase) -> None:
     """Run `job` and end it as `how`: Succeeded, Failed, Preempted or Cancelled."""
     job = await _start(ctx, job)
     if how == Phase.PREEMPTED:
-        job = request_preemption(ctx.store, job, ctx, "manual")
-        job = lifecycle.report_stopping(ctx.store, job, "w", ctx)
-        lifecycle.report_complete(ctx.store, job, "w", None, 15, ctx)
+        job = request_preemption(ctx, job, "manual")
+        job = reports.report_stopping(ctx, job, "w")
+        reports.report_complete(ctx, job, "w", None, 15)
     elif how == Phase.CANCELLED:
-        job = lifecycle.cancel(ctx.store, job, ctx)
-        lifecycle.report_complete(ctx.store, job, "w", None, 15, ctx)
+        job = cancel(ctx, job)
+        reports.report_complete(ctx, job, "w", None, 15)
     else:
-        lifecycle.report_complete(
-            ctx.store, job, "w", 0 if how == Phase.SUCCEEDED else 1, None, ctx
-        )
+        reports.report_complete(ctx, job, "w", 0 if how == Phase.SUCCEEDED else 1, None)
     assert reread(ctx, job).status.phase == how
 
 
@@ -164,8 +164,8 @@ async def test_a_parent_still_preempting_keeps_the_child_waiting(ctx: Context) -
     parent = _submit(ctx, "parent")
     child = _submit(ctx, "child", "parent")
     running = await _start(ctx, parent)
-    running = request_preemption(ctx.store, running, ctx, "manual")
-    lifecycle.report_stopping(ctx.store, running, "w", ctx)
+    running = request_preemption(ctx, running, "manual")
+    reports.report_stopping(ctx, running, "w")
     child = await _reconcile(ctx, child)
     assert child.status.phase == Phase.PENDING
     assert child.status.dependencies_met is False

@@ -9,15 +9,16 @@ import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, WorkerSpec
 from jobd.controllers import lifecycle
-from jobd.controllers.admission import create_jobs
-from jobd.controllers.checkpoints import record_checkpoint_complete
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.errors import TransitionError
-from jobd.controllers.preemption import request_preemption
-from jobd.controllers.resume import RESUMES_LABEL, resume_job
 from jobd.controllers.scheduler import SchedulerController
-from jobd.controllers.workers import register_worker
+from jobd.controllers.verbs import reports
+from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.preempt import request_preemption
+from jobd.controllers.verbs.reports import record_checkpoint_complete
+from jobd.controllers.verbs.resume import RESUMES_LABEL, resume_job
+from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import open_store
 from jobd.worker.cleanup import resumed_ids
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.anyio
 def ctx(tmp_path: Path) -> Iterator[Context]:
     store = open_store(f"sqlite:///{tmp_path}/jobd.db")
     context = Context(store, Settings(), FakeClock())
-    register_worker(store, "w", WorkerSpec(slots=2), "host", "procgroup", context)
+    register_worker(context, "w", WorkerSpec(slots=2), "host", "procgroup")
     yield context
     store.close()
 
@@ -42,30 +43,30 @@ async def _preempted(ctx: Context, name: str, checkpointed: bool, **spec: object
     await SchedulerController(ctx).reconcile("queue")
     job = ctx.store.get_job(job.id) or job
     job.status.checkpoint_dir = f"/ckpt/{job.id}/"
-    job = lifecycle.report_started(ctx.store, ctx.store.update_job(job), "w", ctx)
-    job = request_preemption(ctx.store, job, ctx, "manual")
+    job = reports.report_started(ctx, ctx.store.update_job(job), "w")
+    job = request_preemption(ctx, job, "manual")
     if checkpointed:
-        job = record_checkpoint_complete(ctx.store, job, "w")
+        job = record_checkpoint_complete(ctx, job, "w")
     job.status.checkpoint_latest = f"/ckpt/{job.id}/latest.pt"
-    return lifecycle.report_complete(ctx.store, job, "w", 0, None, ctx)
+    return reports.report_complete(ctx, job, "w", 0, None)
 
 
 async def test_resume_submits_the_old_spec_pointed_at_latest(ctx: Context) -> None:
     old = await _preempted(ctx, "train", checkpointed=True)
     assert old.status.phase == Phase.PREEMPTED
-    new = resume_job(ctx.store, old, ctx)
+    new = resume_job(ctx, old)
     assert new.spec.command == old.spec.command and new.spec.env["LR"] == "3e-4"
     assert new.spec.env["RESUME_FROM"] == f"/ckpt/{old.id}/latest.pt"
     assert new.metadata.labels == {"team": "vision", RESUMES_LABEL: str(old.id)}
     assert new.metadata.name == "train-r1" and new.status.phase == Phase.PENDING
     assert (ctx.store.get_job(old.id) or old).status.resumed_by == new.id
-    assert resume_job(ctx.store, ctx.store.get_job(old.id) or old, ctx).metadata.name == "train-r2"
+    assert resume_job(ctx, ctx.store.get_job(old.id) or old).metadata.name == "train-r2"
 
 
 async def test_only_a_preempted_job_resumes(ctx: Context) -> None:
     job = create_jobs(ctx.store, [Job(spec=JobSpec(command=["true"]))], ctx.clock)[0]
     with pytest.raises(TransitionError):
-        resume_job(ctx.store, job, ctx)
+        resume_job(ctx, job)
 
 
 async def test_auto_resume_resubmits_once_after_a_completed_checkpoint(ctx: Context) -> None:

@@ -6,11 +6,12 @@ import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
 from jobd.controllers import lifecycle
-from jobd.controllers.admission import create_jobs
 from jobd.controllers.context import Context
-from jobd.controllers.preemption import preempt_blockers
 from jobd.controllers.scheduler import SchedulerController
-from jobd.controllers.workers import register_worker
+from jobd.controllers.verbs import reports
+from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.preempt import preempt_blockers
+from jobd.controllers.verbs.worker_lease import register_worker
 from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
@@ -31,8 +32,8 @@ async def _schedule(ctx: Context) -> None:
 def _run_to_end(ctx: Context, job: Job, exit_code: int = 0) -> None:
     job = reread(ctx, job)
     assert job.status.worker is not None
-    job = lifecycle.report_started(ctx.store, job, job.status.worker, ctx)
-    lifecycle.report_complete(ctx.store, job, job.status.worker or "", exit_code, None, ctx)
+    job = reports.report_started(ctx, job, job.status.worker)
+    reports.report_complete(ctx, job, job.status.worker or "", exit_code, None)
 
 
 def _scheduled_order(ctx: Context) -> list[int]:
@@ -40,7 +41,7 @@ def _scheduled_order(ctx: Context) -> list[int]:
 
 
 async def test_highest_priority_first_then_first_come_first_served(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     low_a = _submit(ctx, "low-a", priority=1)
     high_a = _submit(ctx, "high-a", priority=5)
     mid = _submit(ctx, "mid", priority=3)
@@ -55,7 +56,7 @@ async def test_highest_priority_first_then_first_come_first_served(ctx: Context)
 
 
 async def test_a_pass_fills_every_free_slot_in_priority_order(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     jobs = [_submit(ctx, f"j{i}", priority=p) for i, p in enumerate([1, 9, 4, 9])]
     await _schedule(ctx)
     assert _scheduled_order(ctx) == [jobs[1].id, jobs[3].id]
@@ -63,8 +64,8 @@ async def test_a_pass_fills_every_free_slot_in_priority_order(ctx: Context) -> N
 
 
 async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
-    register_worker(ctx.store, "gpu", WorkerSpec(slots=4, gpus=[0, 1, 2]), "h", "procgroup", ctx)
-    register_worker(ctx.store, "cpu", WorkerSpec(slots=1), "h", "procgroup", ctx)
+    register_worker(ctx, "gpu", WorkerSpec(slots=4, gpus=[0, 1, 2]), "h", "procgroup")
+    register_worker(ctx, "cpu", WorkerSpec(slots=1), "h", "procgroup")
     two = _submit(ctx, "two", priority=9, gpus=2)
     one = _submit(ctx, "one", priority=8, gpus=1)
     starved = _submit(ctx, "starved", priority=7, gpus=1)
@@ -98,18 +99,18 @@ async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
 
 
 async def test_a_slot_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     victim = _submit(ctx, "victim", priority=1, preemptible=True)
     await _schedule(ctx)
-    _ = lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
+    _ = reports.report_started(ctx, reread(ctx, victim), "w")
     equal_first = _submit(ctx, "equal-first", priority=10)
     candidate = _submit(ctx, "candidate", priority=10)
-    preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+    preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
     higher = _submit(ctx, "higher", priority=20)
     assert reread(ctx, candidate).status.nominated_worker == "w"
 
-    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
-    lifecycle.report_complete(ctx.store, victim, "w", None, 15, ctx)
+    victim = reports.report_stopping(ctx, reread(ctx, victim), "w")
+    reports.report_complete(ctx, victim, "w", None, 15)
     await _schedule(ctx)
 
     assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
@@ -119,16 +120,16 @@ async def test_a_slot_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> 
 
 
 async def test_a_gpu_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=3, gpus=[0]), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=3, gpus=[0]), "host", "procgroup")
     victim = _submit(ctx, "victim", priority=1, gpus=1, preemptible=True)
     await _schedule(ctx)
-    lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
+    reports.report_started(ctx, reread(ctx, victim), "w")
     candidate = _submit(ctx, "candidate", priority=10, gpus=1)
-    preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+    preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
     higher = _submit(ctx, "higher", priority=20, gpus=1)
 
-    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
-    lifecycle.report_complete(ctx.store, victim, "w", None, 15, ctx)
+    victim = reports.report_stopping(ctx, reread(ctx, victim), "w")
+    reports.report_complete(ctx, victim, "w", None, 15)
     await _schedule(ctx)
 
     assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
@@ -137,27 +138,27 @@ async def test_a_gpu_freed_for_a_nominated_job_is_held_for_it(ctx: Context) -> N
 
 
 async def test_a_nominated_job_does_not_block_free_room_it_does_not_need(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     victim = _submit(ctx, "victim", priority=1, preemptible=True)
     filler = _submit(ctx, "filler", priority=1)
     await _schedule(ctx)
     for job in (victim, filler):
-        lifecycle.report_started(ctx.store, reread(ctx, job), "w", ctx)
+        reports.report_started(ctx, reread(ctx, job), "w")
     candidate = _submit(ctx, "candidate", priority=10)
-    plan = preempt_blockers(ctx.store, reread(ctx, candidate), ctx, dry_run=False)
+    plan = preempt_blockers(ctx, reread(ctx, candidate), dry_run=False)
     assert len(plan.victims) == 1
     other = _submit(ctx, "other", priority=5)
     # The filler ends on its own: its slot is not the nominated one, so `other` may use it.
-    lifecycle.report_complete(ctx.store, reread(ctx, plan.victims[0]), "w", None, 15, ctx)
+    reports.report_complete(ctx, reread(ctx, plan.victims[0]), "w", None, 15)
     remaining = filler if plan.victims[0].id == victim.id else victim
-    lifecycle.report_complete(ctx.store, reread(ctx, remaining), "w", 0, None, ctx)
+    reports.report_complete(ctx, reread(ctx, remaining), "w", 0, None)
     await _schedule(ctx)
     assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
     assert reread(ctx, other).status.phase == Phase.SCHEDULED
 
 
 async def test_jobs_waiting_on_dependencies_are_not_scheduled(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     parent = _submit(ctx, "parent", priority=1)
     child = _submit(ctx, "child", priority=99, depends_on=["parent"])
     await _schedule(ctx)

@@ -24,13 +24,14 @@ from jobd.api.models import (
     WorkerSpec,
 )
 from jobd.controllers import lifecycle
-from jobd.controllers.admission import apply_project, create_jobs
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
-from jobd.controllers.preemption import SweeperController
 from jobd.controllers.queueing import Result
 from jobd.controllers.scheduler import SchedulerController
-from jobd.controllers.workers import register_worker
+from jobd.controllers.sweeper import SweeperController
+from jobd.controllers.verbs import reports
+from jobd.controllers.verbs.admission import apply_project, create_jobs
+from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import open_store
 from tests.integration.conftest import reread
 
@@ -65,7 +66,7 @@ async def _run(ctx: Context, job: Job) -> Job:
     await SchedulerController(ctx).reconcile("queue")
     bound = reread(ctx, job)
     assert bound.status.phase == Phase.SCHEDULED
-    return lifecycle.report_started(ctx.store, bound, bound.status.worker or "", ctx)
+    return reports.report_started(ctx, bound, bound.status.worker or "")
 
 
 async def _sweep(ctx: Context) -> Result:
@@ -86,19 +87,19 @@ async def _scenario(
     preemptible: bool | None = True,
 ) -> tuple[Job, Job]:
     """One slot: a running victim and a queued candidate, aged as asked."""
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     victim = _submit(ctx, "victim", victim_priority, preemptible=preemptible)
     await SchedulerController(ctx).reconcile("queue")
     # Whichever age is larger starts first; the other begins part-way through it.
     if ran_s >= queued_s:
-        victim = lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
+        victim = reports.report_started(ctx, reread(ctx, victim), "w")
         _clock(ctx).advance(ran_s - queued_s)
         candidate = _submit(ctx, "candidate", candidate_priority)
         _clock(ctx).advance(queued_s)
     else:
         candidate = _submit(ctx, "candidate", candidate_priority)
         _clock(ctx).advance(queued_s - ran_s)
-        victim = lifecycle.report_started(ctx.store, reread(ctx, victim), "w", ctx)
+        victim = reports.report_started(ctx, reread(ctx, victim), "w")
         _clock(ctx).advance(ran_s)
     return victim, candidate
 
@@ -126,9 +127,9 @@ async def test_the_preempted_slot_goes_to_the_candidate(ctx: Context) -> None:
     victim, candidate = await _scenario(ctx)
     intruder = _submit(ctx, "intruder", 10)  # same priority, but never waited 5 minutes
     await _sweep(ctx)
-    victim = lifecycle.report_stopping(ctx.store, reread(ctx, victim), "w", ctx)
+    victim = reports.report_stopping(ctx, reread(ctx, victim), "w")
     assert victim.status.phase == Phase.PREEMPTING
-    victim = lifecycle.report_complete(ctx.store, victim, "w", None, 15, ctx)
+    victim = reports.report_complete(ctx, victim, "w", None, 15)
     assert victim.status.phase == Phase.PREEMPTED
     await SchedulerController(ctx).reconcile("queue")
     assert reread(ctx, candidate).status.phase == Phase.SCHEDULED
@@ -225,7 +226,7 @@ async def test_requeue_after_is_the_sooner_of_the_two_timers(ctx: Context) -> No
 
 
 async def test_a_job_waiting_on_a_dependency_preempts_nobody(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     victim = _submit(ctx, "victim", 1, preemptible=True)
     await _run(ctx, victim)
     parent = _submit(ctx, "parent", 0)  # queued behind the victim, never runs
@@ -239,7 +240,7 @@ async def test_a_job_waiting_on_a_dependency_preempts_nobody(ctx: Context) -> No
 
 
 async def test_the_queued_clock_starts_when_dependencies_are_met(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     parent = _submit(ctx, "parent", 0)
     await _run(ctx, parent)
     victim = _submit(ctx, "victim", 1, preemptible=True)
@@ -248,7 +249,7 @@ async def test_the_queued_clock_starts_when_dependencies_are_met(ctx: Context) -
     filler = _submit(ctx, "filler", 0)
     _clock(ctx).advance(2 * FIVE_MIN)
 
-    lifecycle.report_complete(ctx.store, reread(ctx, parent), "w", 0, None, ctx)
+    reports.report_complete(ctx, reread(ctx, parent), "w", 0, None)
     await _run(ctx, filler)  # takes the parent's slot before the child is ready
     await lifecycle.LifecycleController(ctx).reconcile(str(child.id))
     assert reread(ctx, child).status.dependencies_met is True
@@ -265,7 +266,7 @@ async def test_the_queued_clock_starts_when_dependencies_are_met(ctx: Context) -
 async def test_a_victim_already_preempting_is_counted_so_no_second_victim_falls(
     ctx: Context,
 ) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     older = _submit(ctx, "older", 1, preemptible=True)
     await _run(ctx, older)
     _clock(ctx).advance(10)
@@ -278,7 +279,7 @@ async def test_a_victim_already_preempting_is_counted_so_no_second_victim_falls(
     assert [e["job"] for e in _preempts(ctx)] == [newer.id], "the most recent start goes"
 
     await _sweep(ctx)
-    lifecycle.report_stopping(ctx.store, reread(ctx, newer), "w", ctx)
+    reports.report_stopping(ctx, reread(ctx, newer), "w")
     _clock(ctx).advance(60)
     await _sweep(ctx)
     assert [e["job"] for e in _preempts(ctx)] == [newer.id]
@@ -293,7 +294,7 @@ async def test_a_victim_already_preempting_is_counted_so_no_second_victim_falls(
 
 
 async def test_two_candidates_each_get_their_own_victim(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=2), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=2), "host", "procgroup")
     victims = [_submit(ctx, f"v{i}", 1, preemptible=True) for i in range(2)]
     for victim in victims:
         await _run(ctx, victim)
@@ -307,12 +308,12 @@ async def test_two_candidates_each_get_their_own_victim(ctx: Context) -> None:
 
 
 async def test_free_room_is_scheduled_not_preempted_for(ctx: Context) -> None:
-    register_worker(ctx.store, "w", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     victim = _submit(ctx, "victim", 1, preemptible=True)
     await _run(ctx, victim)
     candidate = _submit(ctx, "candidate", 10)
     _clock(ctx).advance(FIVE_MIN + 1)
-    register_worker(ctx.store, "spare", WorkerSpec(slots=1), "host", "procgroup", ctx)
+    register_worker(ctx, "spare", WorkerSpec(slots=1), "host", "procgroup")
     wanted: list[tuple[str, str]] = []
     ctx.enqueue = lambda controller, key: wanted.append((controller, key))
     await _sweep(ctx)

@@ -9,12 +9,14 @@ import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
 from jobd.controllers import lifecycle
-from jobd.controllers.admission import create_jobs
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
-from jobd.controllers.preemption import request_preemption
 from jobd.controllers.scheduler import SchedulerController
-from jobd.controllers.workers import WorkersController, heartbeat, register_worker
+from jobd.controllers.verbs import reports
+from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.preempt import request_preemption
+from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
+from jobd.controllers.workers import WorkersController
 from jobd.store.base import Conflict
 from jobd.store.sql import open_store
 from tests.integration.conftest import reread
@@ -39,7 +41,7 @@ def _clock(ctx: Context) -> FakeClock:
 
 def _register(ctx: Context, name: str = "w", slots: int = 2, gpus: list[int] | None = None) -> None:
     spec = WorkerSpec(slots=slots, gpus=gpus or [], lease_duration_s=LEASE_S)
-    register_worker(ctx.store, name, spec, "host", "procgroup", ctx)
+    register_worker(ctx, name, spec, "host", "procgroup")
 
 
 def _submit(ctx: Context, name: str, gpus: int = 0, priority: int = 0) -> Job:
@@ -53,7 +55,7 @@ def _submit(ctx: Context, name: str, gpus: int = 0, priority: int = 0) -> Job:
 async def _start(ctx: Context, job: Job) -> Job:
     await SchedulerController(ctx).reconcile("queue")
     bound = reread(ctx, job)
-    return lifecycle.report_started(ctx.store, bound, bound.status.worker or "", ctx)
+    return reports.report_started(ctx, bound, bound.status.worker or "")
 
 
 async def _expire(ctx: Context, name: str = "w") -> None:
@@ -73,7 +75,7 @@ async def test_reconcile_asks_to_come_back_when_the_lease_would_run_out(ctx: Con
     assert (await controller.reconcile("w")).requeue_after == pytest.approx(LEASE_S)
     _clock(ctx).advance(10)
     assert (await controller.reconcile("w")).requeue_after == pytest.approx(5)
-    heartbeat(ctx.store, "w", [], ctx)
+    heartbeat(ctx, "w", [])
     assert (await controller.reconcile("w")).requeue_after == pytest.approx(LEASE_S)
     assert _worker_phase(ctx) == "Ready"
 
@@ -84,8 +86,8 @@ async def test_an_expired_lease_leaves_running_jobs_lost_and_unstarted_ones_pend
     _register(ctx, slots=3, gpus=[0])
     running = await _start(ctx, _submit(ctx, "running", gpus=1))
     preempting = await _start(ctx, _submit(ctx, "preempting"))
-    preempting = request_preemption(ctx.store, preempting, ctx, "manual")
-    lifecycle.report_stopping(ctx.store, preempting, "w", ctx)
+    preempting = request_preemption(ctx, preempting, "manual")
+    reports.report_stopping(ctx, preempting, "w")
     unstarted = _submit(ctx, "unstarted")
     await SchedulerController(ctx).reconcile("queue")
     assert reread(ctx, unstarted).status.phase == Phase.SCHEDULED
@@ -135,7 +137,7 @@ async def test_a_returning_worker_reclaims_its_lost_job_and_is_told_to_stop_stra
     await _expire(ctx, worker)
     assert reread(ctx, mine).status.phase == Phase.LOST
 
-    returned, stop = heartbeat(ctx.store, worker, [mine.id, elsewhere.id, 9999], ctx)
+    returned, stop = heartbeat(ctx, worker, [mine.id, elsewhere.id, 9999])
 
     assert returned.status.phase == "Ready"
     assert sorted(stop) == [elsewhere.id, 9999]
@@ -156,7 +158,7 @@ async def test_a_returning_worker_that_lost_a_job_has_it_failed(ctx: Context) ->
     _clock(ctx).advance(10)
     await _expire(ctx)
 
-    heartbeat(ctx.store, "w", [kept.id], ctx)
+    heartbeat(ctx, "w", [kept.id])
 
     assert reread(ctx, kept).status.phase == Phase.RUNNING
     gone = reread(ctx, gone)
@@ -187,7 +189,7 @@ async def test_a_job_lost_longer_than_the_timeout_fails(ctx: Context) -> None:
 async def test_a_lost_job_being_preempted_ends_preempted(ctx: Context) -> None:
     _register(ctx)
     job = await _start(ctx, _submit(ctx, "job"))
-    request_preemption(ctx.store, job, ctx, "manual")
+    request_preemption(ctx, job, "manual")
     await _expire(ctx)
     _clock(ctx).advance(LOST_TIMEOUT_S + 1)
     await lifecycle.LifecycleController(ctx).reconcile(str(job.id))
@@ -201,9 +203,9 @@ async def test_a_worker_returning_after_the_timeout_cannot_revive_the_job(ctx: C
     _clock(ctx).advance(LOST_TIMEOUT_S + 1)
     await lifecycle.LifecycleController(ctx).reconcile(str(job.id))
 
-    _, stop = heartbeat(ctx.store, "w", [job.id], ctx)
+    _, stop = heartbeat(ctx, "w", [job.id])
     assert stop == [job.id]
-    late = lifecycle.report_complete(ctx.store, reread(ctx, job), "w", 0, None, ctx)
+    late = reports.report_complete(ctx, reread(ctx, job), "w", 0, None)
     assert late.status.phase == Phase.FAILED, "what was decided stays decided"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Project, ProjectDefaults, ProjectSpec
-from jobd.controllers.admission import resolve_effective
+from jobd.controllers.verbs.admission import resolve_effective
 
 
 def _job(**spec: Any) -> Job:

@@ -15,8 +15,8 @@ from jobd.api.models import (
     Worker,
     WorkerSpec,
 )
-from jobd.controllers.preemption import choose_victims
-from jobd.controllers.scheduler import Capacity, capacity_of
+from jobd.controllers.capacity import Capacity, capacity_of
+from jobd.controllers.victims import choose_victims
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 _ids = count(1)

@@ -9,10 +9,12 @@ preemption whose checkpoint completed.
 
 from __future__ import annotations
 
-from jobd.api.models import Job, ObjectMeta, Phase
-from jobd.controllers.admission import create_jobs
+from jobd.api.models import Job, ObjectMeta
+from jobd.controllers import transitions
 from jobd.controllers.context import Context
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.transitions import Verb
+from jobd.controllers.verbs.admission import create_jobs
 from jobd.store.base import Store
 
 __all__ = ["RESUMES_LABEL", "resume_job"]
@@ -39,16 +41,15 @@ def _free_name(store: Store, job: Job) -> str:
     raise TransitionError(f"no free name left to resume {job.ref}")
 
 
-def resume_job(store: Store, job: Job, ctx: Context) -> Job:
-    if job.status.phase != Phase.PREEMPTED:
-        raise TransitionError(f"job {job.id} is {job.status.phase}; only a Preempted job resumes")
+def resume_job(ctx: Context, job: Job) -> Job:
+    store = ctx.store
+    transitions.allowed(Verb.RESUME, job)
     spec = job.spec.model_copy(deep=True)
     spec.env["RESUME_FROM"] = _resume_target(job)
     spec.depends_on = []  # its parents already ran
     labels = dict(job.metadata.labels) | {RESUMES_LABEL: str(job.id)}
     meta = ObjectMeta(name=_free_name(store, job), project=job.project, labels=labels)
     created = create_jobs(store, [Job(metadata=meta, spec=spec)], ctx.clock)[0]
-    marked = job.model_copy(deep=True)
-    marked.status.resumed_by = created.id
-    store.update_job(marked)
+    marked, events = transitions.mark_resumed(job, created.id)
+    store.update_job(marked, events)
     return created

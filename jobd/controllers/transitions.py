@@ -1,0 +1,305 @@
+"""The job state machine's moves: pure functions, one per verb, report or loop decision.
+
+Every phase write in the broker comes through here. A verb, a worker report or a
+reconcile loop reads the job, calls one function below with its input and the time,
+and gets back the new job and the events that move justifies; the caller then writes
+both with one compare-and-swap (`store.update_job`). Each function first asks the table
+(transition_table.py) whether its verb applies to the job's phase. Nothing here reads
+the store or the clock, so the whole machine is tested in memory
+(tests/unit/test_verbs_move_jobs_only_as_the_table_says.py). A function that has nothing
+to change returns the very job it was given, with no events: the caller then writes
+nothing (a retried report, a `complete` on a finished job).
+
+Adding a verb: a `Verb` and its `Rule` in the table, and a function here that asks
+`allowed()` first.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from jobd.api.models import TERMINAL_PHASES, Job, Phase, PreemptionStatus, set_condition
+from jobd.controllers.errors import TransitionError
+from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refusal
+from jobd.store.base import EventRecord
+
+__all__ = [
+    "TABLE",
+    "Verb",
+    "allowed",
+    "bind",
+    "cancel",
+    "checkpoint_complete",
+    "complete",
+    "dependencies_met",
+    "dependency_failed",
+    "finish",
+    "lose",
+    "lost_timeout",
+    "mark_resumed",
+    "nominate",
+    "process_vanished",
+    "request_preemption",
+    "start",
+    "stopping",
+    "unbind",
+]
+
+Events = list[EventRecord]
+PreemptReason = Literal["sweeper", "manual", "blockers"]
+P = Phase
+_STOP_TARGET = {"preempt": P.PREEMPTING, "cancel": P.CANCELLING}
+
+
+def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
+    """Move `job`, a copy this module made, to a terminal phase."""
+    status = job.status
+    status.phase = status.desired_phase = phase
+    status.finished_at = now
+    status.nominated_worker = None
+    status.reason = reason or status.reason
+    set_condition(status, "Finished", True, phase.value, reason or "", now=now)
+    events = [
+        EventRecord(
+            "job_finished",
+            job=job.id,
+            worker=status.worker,
+            fields={"phase": phase.value, "exit_code": status.exit_code},
+        )
+    ]
+    if phase == P.CANCELLED:
+        events.append(EventRecord("job_cancelled", job=job.id, fields={"reason": reason or "user"}))
+    return events
+
+
+def finish(job: Job, phase: Phase, now: datetime, reason: str | None = None) -> tuple[Job, Events]:
+    """`job` ended in `phase`: desired and observed alike, with the events of an end."""
+    job = job.evolve()
+    return job, _end(job, phase, now, reason)
+
+
+def _desired_end(job: Job) -> Phase:
+    """How a job ends that nobody saw end: as it was driven, else Failed."""
+    desired = job.status.desired_phase
+    return desired if desired in (P.CANCELLED, P.PREEMPTED) else P.FAILED
+
+
+# User verbs
+
+
+def cancel(job: Job, now: datetime, reason: str = "user") -> tuple[Job, Events]:
+    """Desired phase Cancelled; the job ends at once if nothing runs it."""
+    to = allowed(Verb.CANCEL, job)
+    job = job.evolve()
+    job.status.desired_phase = P.CANCELLED
+    job.status.reason = reason
+    if P.CANCELLED in to:
+        return job, _end(job, P.CANCELLED, now, reason)
+    if job.status.signal is None:
+        job.status.signal = "cancel"
+    return job, []
+
+
+def request_preemption(
+    job: Job, now: datetime, reason: PreemptReason, candidate: Job | None = None
+) -> tuple[Job, Events]:
+    """Drive a Running job toward Preempted (`signal=preempt`); the `auto_preempt` event."""
+    allowed(Verb.PREEMPT, job)
+    if job.status.desired_phase != P.RUNNING:
+        raise TransitionError(preempt_refusal(job))
+    job = job.evolve()
+    status = job.status
+    status.desired_phase = P.PREEMPTED
+    status.signal = "preempt"
+    status.reason = "preempted"
+    status.preemption = PreemptionStatus(
+        candidate_job=candidate.id if candidate else None, reason=reason, requested_at=now
+    )
+    by = f" for job {candidate.id}" if candidate else ""
+    set_condition(
+        status, "PreemptionRequested", True, reason.capitalize(), f"preempted{by}", now=now
+    )
+    event = EventRecord(
+        "auto_preempt",
+        job=job.id,
+        worker=status.worker,
+        fields={
+            "candidate_job": candidate.id if candidate else None,
+            "reason": reason,
+            "priority": status.effective.priority,
+            "candidate_priority": candidate.status.effective.priority if candidate else None,
+        },
+    )
+    return job, [event]
+
+
+def nominate(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
+    """Capacity on `worker` is being freed for this queued job: the scheduler holds it."""
+    allowed(Verb.NOMINATE, job)
+    if job.status.nominated_worker == worker:
+        return job, []
+    job = job.evolve()
+    job.status.nominated_worker = worker
+    message = f"capacity on {worker} held"
+    set_condition(job.status, "Nominated", True, "CapacityFreed", message, now=now)
+    return job, []
+
+
+def mark_resumed(job: Job, resumed_by: int) -> tuple[Job, Events]:
+    """The preempted job points at the job that resumes it."""
+    allowed(Verb.RESUME, job)
+    job = job.evolve()
+    job.status.resumed_by = resumed_by
+    return job, []
+
+
+# Worker reports
+
+
+def _check_worker(job: Job, worker: str) -> None:
+    if job.status.worker != worker:
+        raise TransitionError(
+            f"job {job.id} is bound to {job.status.worker!r}, not {worker!r}; report refused"
+        )
+
+
+def start(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
+    """The workload runs: a Scheduled job starts, a Lost one is recovered."""
+    _check_worker(job, worker)
+    if job.status.phase in allowed(Verb.STARTED, job):
+        return job, []  # a retried report
+    job = job.evolve()
+    recovered = job.status.phase == P.LOST
+    job.status.phase = P.RUNNING
+    job.status.lost_at = None
+    job.status.started_at = job.status.started_at or now
+    set_condition(job.status, "Running", True, "Recovered" if recovered else "Started", now=now)
+    name = "job_recovered" if recovered else "job_started"
+    return job, [EventRecord(name, job=job.id, worker=worker)]
+
+
+def stopping(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
+    """The worker has sent SIGTERM: Preempting or Cancelling, as the signal says."""
+    _check_worker(job, worker)
+    to = allowed(Verb.STOPPING, job)
+    target = _STOP_TARGET.get(job.status.signal or "")
+    if target is None or target not in to or target == job.status.phase:
+        return job, []
+    job = job.evolve()
+    job.status.phase = target
+    job.status.stopping_at = now
+    return job, []
+
+
+def complete(
+    job: Job, worker: str, exit_code: int | None, exit_signal: int | None, now: datetime
+) -> tuple[Job, Events]:
+    """The workload exited; the final phase follows from the desired one and the exit."""
+    if job.status.phase in TERMINAL_PHASES:
+        return job, []  # a retried or late report: what was decided stays decided
+    _check_worker(job, worker)
+    allowed(Verb.COMPLETE, job)
+    job = job.evolve()
+    job.status.exit_code, job.status.exit_signal = exit_code, exit_signal
+    desired = job.status.desired_phase
+    phase: Phase
+    if desired in (P.PREEMPTED, P.CANCELLED):
+        phase = desired
+        reason = job.status.reason or ("preempted" if desired == P.PREEMPTED else "user")
+    elif exit_code == 0:
+        phase, reason = P.SUCCEEDED, "exit 0"
+    else:
+        phase = P.FAILED
+        reason = f"signal {exit_signal}" if exit_signal else f"exit code {exit_code}"
+    return job, _end(job, phase, now, reason)
+
+
+def checkpoint_complete(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
+    """The sentinel was seen: recorded once, the flag being the retry's dedup key."""
+    preemption = job.status.preemption
+    if preemption is None:
+        raise TransitionError(f"job {job.id} is not being preempted; no checkpoint was asked for")
+    if job.status.worker != worker:
+        raise TransitionError(f"job {job.id} is bound to {job.status.worker!r}, not {worker!r}")
+    allowed(Verb.CHECKPOINT_COMPLETE, job)
+    if preemption.checkpoint_complete:
+        return job, []
+    job = job.evolve()
+    assert job.status.preemption is not None
+    job.status.preemption.checkpoint_complete = True
+    message = f"seen by {worker}"
+    set_condition(job.status, "CheckpointComplete", True, "SentinelSeen", message, now=now)
+    fields = {"candidate_job": preemption.candidate_job}
+    return job, [EventRecord("checkpoint_complete", job=job.id, worker=worker, fields=fields)]
+
+
+# What the reconcile loops decide
+
+
+def bind(job: Job, worker: str, gpus: list[int], now: datetime) -> tuple[Job, Events]:
+    """The scheduler gives a ready Pending job a worker (and GPUs on it)."""
+    allowed(Verb.BIND, job)
+    job = job.evolve()
+    status = job.status
+    status.phase, status.worker = P.SCHEDULED, worker
+    status.scheduled_at = now
+    if status.nominated_worker is not None:
+        message = "the held capacity was taken"
+        set_condition(status, "Nominated", False, "Bound", message, now=now)
+    status.nominated_worker = None
+    status.gpus = gpus
+    set_condition(status, "Scheduled", True, "Bound", f"bound to {worker}", now=now)
+    fields = {"gpus": status.gpus}
+    return job, [EventRecord("job_scheduled", job=job.id, worker=worker, fields=fields)]
+
+
+def unbind(job: Job) -> tuple[Job, Events]:
+    """Its worker's lease expired before it started: back to the queue."""
+    allowed(Verb.UNBIND, job)
+    worker = job.status.worker
+    job = job.evolve()
+    job.status.phase, job.status.worker, job.status.gpus = P.PENDING, None, []
+    return job, [EventRecord("job_unbound", job=job.id, worker=worker)]
+
+
+def lose(job: Job, now: datetime) -> tuple[Job, Events]:
+    """Its worker's lease expired while it ran: Lost, until the worker returns or time runs out."""
+    allowed(Verb.LOSE, job)
+    job = job.evolve()
+    job.status.phase, job.status.lost_at = P.LOST, now
+    return job, [EventRecord("job_lost", job=job.id, worker=job.status.worker)]
+
+
+def lost_timeout(job: Job, now: datetime) -> tuple[Job, Events]:
+    """Lost too long: it ends as it was driven, else Failed."""
+    allowed(Verb.LOST_TIMEOUT, job)
+    job = job.evolve()
+    job.status.message = f"worker {job.status.worker} did not come back"
+    return job, _end(job, _desired_end(job), now, "worker_lost")
+
+
+def dependencies_met(job: Job, now: datetime) -> tuple[Job, Events]:
+    """Every parent ended as required: the job joins the queue now."""
+    allowed(Verb.DEPENDENCIES_MET, job)
+    job = job.evolve()
+    job.status.dependencies_met = True
+    job.status.queued_at = now
+    set_condition(job.status, "DependenciesMet", True, "ParentsEnded", now=now)
+    return job, []
+
+
+def dependency_failed(job: Job, culprit: str, now: datetime) -> tuple[Job, Events]:
+    """A parent ended badly (or is gone): its input never materialised."""
+    allowed(Verb.DEPENDENCY_FAILED, job)
+    job = job.evolve()
+    job.status.message = f"parent {culprit} did not succeed"
+    return job, _end(job, P.CANCELLED, now, "dependency_failed")
+
+
+def process_vanished(job: Job, now: datetime) -> tuple[Job, Events]:
+    """Its worker no longer runs it and never reported its end."""
+    allowed(Verb.PROCESS_VANISHED, job)
+    job = job.evolve()
+    job.status.message = f"worker {job.status.worker} no longer runs it"
+    return job, _end(job, _desired_end(job), now, "process_vanished")

@@ -1,0 +1,63 @@
+"""`job preempt` and `job preempt-blockers`: preemption asked for by a person.
+
+Preempting sets the victim's desired phase and `signal=preempt` and records
+`auto_preempt` with the write (the sweeper uses the same verb); the worker does the rest
+and reports `stopping`, then `complete`. `preempt-blockers` frees room for a queued job
+now, the sweeper's thresholds waived but not its other rules, and nominates the queued
+job to the victims' worker, where the scheduler holds that capacity for it.
+"""
+
+from __future__ import annotations
+
+from jobd.api.models import Job
+from jobd.controllers import transitions
+from jobd.controllers.capacity import capacity_of
+from jobd.controllers.context import Context
+from jobd.controllers.errors import TransitionError
+from jobd.controllers.transitions import PreemptReason, Verb
+from jobd.controllers.victims import Plan, choose_victims, may_yield_to
+
+__all__ = ["Plan", "nominate", "preempt_blockers", "request_preemption"]
+
+
+def request_preemption(
+    ctx: Context, job: Job, reason: PreemptReason, candidate: Job | None = None
+) -> Job:
+    """Drive a Running job toward Preempted; records `auto_preempt` with the write."""
+    job, events = transitions.request_preemption(job, ctx.clock.now(), reason, candidate)
+    return ctx.store.update_job(job, events, durable=True)
+
+
+def nominate(ctx: Context, job: Job, worker: str) -> None:
+    """Hold the capacity being freed on `worker` for the queued `job`."""
+    new, events = transitions.nominate(job, worker, ctx.clock.now())
+    if new is not job:
+        ctx.store.update_job(new, events)
+
+
+def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
+    """`job preempt-blockers`: free room for a queued job now, thresholds aside."""
+    transitions.allowed(Verb.NOMINATE, candidate)
+    if not candidate.status.dependencies_met:
+        raise TransitionError(
+            f"job {candidate.id} waits for its dependencies, not for capacity; "
+            "preempting would not let it run"
+        )
+    bound = list(ctx.view.bound.values())
+    caps = capacity_of(ctx.view.workers.values(), bound)
+    if not caps:
+        raise TransitionError("no worker is Ready, so no preemption can make room")
+    prio = candidate.status.effective.priority
+
+    # The thresholds are waived, the other rules are not: `job preempt ID` is the verb
+    # for taking a job that is not preemptible.
+    plan = choose_victims(candidate, caps, bound, lambda job: may_yield_to(job, prio))
+    if plan is None:
+        raise TransitionError(
+            f"no set of preemptible running jobs with priority below {prio} on one worker "
+            f"would make room for job {candidate.id}"
+        )
+    if not dry_run:
+        plan.victims = [request_preemption(ctx, v, "blockers", candidate) for v in plan.victims]
+        nominate(ctx, ctx.store.get_job(candidate.id) or candidate, plan.worker)
+    return plan

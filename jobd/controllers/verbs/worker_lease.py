@@ -1,0 +1,101 @@
+"""A worker's registration and heartbeat: its lease, and its jobs reconciled both ways.
+
+A worker renews its lease with a heartbeat that lists the jobs it runs. The broker
+reconciles in both directions: jobs the worker still runs but the broker had marked Lost
+are Running again; jobs it runs that the broker does not bind to it are returned, to be
+stopped; jobs the broker thinks it runs but it does not have end (`process_vanished`).
+Next stage: lease *expiry* is the workers loop's (controllers/workers.py), a timer on
+the worker's key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+from jobd.api.models import Job, ObjectMeta, Phase, Worker, WorkerSpec
+from jobd.controllers import transitions
+from jobd.controllers.context import Context
+from jobd.controllers.verbs.reports import report_started
+from jobd.store.base import Conflict, EventRecord
+
+__all__ = ["heartbeat", "register_worker"]
+
+_STARTED_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)
+# A job that started a moment ago may be missing from a heartbeat sent just before.
+_VANISHED_AFTER = timedelta(seconds=5)
+
+
+def register_worker(
+    ctx: Context, name: str, spec: WorkerSpec, hostname: str, runner: str
+) -> Worker:
+    """Create or refresh a worker; it is Ready with a fresh lease."""
+    live = ctx.store.get_worker(name)
+    worker = live.model_copy(deep=True) if live else Worker(metadata=ObjectMeta(name=name))
+    worker.spec = spec
+    worker.status.phase = "Ready"
+    worker.status.last_renewal = ctx.clock.now()
+    worker.status.hostname, worker.status.runner = hostname, runner
+    ctx.leases[name] = worker.status.last_renewal
+    events = (
+        []
+        if live and live.status.phase == "Ready"
+        else [
+            EventRecord(
+                "worker_registered", worker=name, fields={"slots": spec.slots, "gpus": spec.gpus}
+            )
+        ]
+    )
+    return ctx.store.put_worker(worker, events)
+
+
+def heartbeat(ctx: Context, name: str, running: list[int]) -> tuple[Worker, list[int]]:
+    """Renew the lease and reconcile both ways; returns the jobs the worker must stop.
+
+    The renewal itself is kept in memory; the Worker is written only when its phase or
+    its list of jobs changes.
+    """
+    live = ctx.view.workers.get(name)
+    if live is None:
+        raise LookupError(f"worker {name} is not registered")
+    now = ctx.clock.now()
+    ctx.leases[name] = now
+    worker = live.model_copy(deep=True)
+    came_back = worker.status.phase == "Lost"
+    if came_back or worker.status.jobs != sorted(running):
+        worker.status.phase = "Ready"
+        worker.status.last_renewal = now
+        worker.status.jobs = sorted(running)
+        events = [EventRecord("worker_recovered", worker=name)] if came_back else []
+        worker = ctx.store.put_worker(worker, events)
+    worker.status.last_renewal = now
+    return worker, _reconcile_jobs(ctx, name, set(running))
+
+
+def _reconcile_jobs(ctx: Context, name: str, running: set[int]) -> list[int]:
+    store = ctx.store
+    stop: list[int] = []
+    for job_id in sorted(running):
+        job = ctx.view.bound.get(job_id) or store.get_job(job_id)
+        if job is not None and job.status.worker == name and job.status.phase.terminal:
+            stop.append(job_id)  # ended here a moment ago; the worker is still tidying up
+        elif job is None or job.status.worker != name:
+            stop.append(job_id)
+            store.append_events([EventRecord("worker_unknown_job", job=job_id, worker=name)])
+        elif job.status.phase == Phase.LOST:
+            report_started(ctx, job, name)  # recovered
+    # Lost too: a worker that came back without a job will never report it.
+    for job in ctx.view.bound_to(name):
+        if job.status.phase not in _STARTED_PHASES and job.status.phase != Phase.LOST:
+            continue
+        started = job.status.started_at
+        if job.id not in running and started and ctx.clock.now() - started > _VANISHED_AFTER:
+            _end_vanished(ctx, job)
+    return stop
+
+
+def _end_vanished(ctx: Context, job: Job) -> None:
+    ended, events = transitions.process_vanished(job, ctx.clock.now())
+    # On Conflict a report raced us; the next heartbeat looks again.
+    with contextlib.suppress(Conflict):
+        ctx.store.update_job(ended, events)
