@@ -37,7 +37,7 @@ class Manager:
                 ProjectsController(ctx),
             )
         }
-        self.queues = {name: WorkQueue() for name in self.controllers}
+        self.queues = {name: WorkQueue(clock=ctx.clock) for name in self.controllers}
         ctx.enqueue = self.enqueue
         ctx.store.subscribe(self.on_commit)
 

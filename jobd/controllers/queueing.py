@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,10 +20,11 @@ from typing import Protocol
 
 import anyio
 
+from jobd.controllers.clock import Clock, SystemClock
 from jobd.logconfig import get_logger
 from jobd.store.base import Change
 
-__all__ = ["Reconciler", "Result", "WorkQueue", "run_controller"]
+__all__ = ["Reconciler", "Result", "WorkQueue", "run_controller", "run_resync"]
 
 log = get_logger()
 
@@ -49,9 +49,19 @@ class Reconciler(Protocol):
 
 
 class WorkQueue:
-    """Deduplicating FIFO of keys with delayed adds and per-key failure backoff."""
+    """Deduplicating FIFO of keys with delayed adds and per-key failure backoff.
 
-    def __init__(self, base_backoff_s: float = 0.05, max_backoff_s: float = 30.0) -> None:
+    Timers and backoff run on `clock`'s monotonic time, so on a FakeClock they fire
+    when the test advances it, and only then.
+    """
+
+    def __init__(
+        self,
+        base_backoff_s: float = 0.05,
+        max_backoff_s: float = 30.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.clock = clock or SystemClock()
         self._queue: deque[str] = deque()
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
@@ -77,17 +87,21 @@ class WorkQueue:
         if delay_s <= 0:
             self.add(key)
             return
-        due = time.monotonic() + delay_s
+        due = self.clock.monotonic() + delay_s
         if self._due.get(key, math.inf) <= due:
             return  # an earlier timer for this key will bring it back anyway
         self._due[key] = due
         heapq.heappush(self._timers, (due, next(self._seq), key))
         self._wakeup.set()
 
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait after `failures` failures in a row: doubling, capped."""
+        return min(self._max, self._base * math.pow(2, failures))
+
     def add_rate_limited(self, key: str) -> float:
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self._max, self._base * math.pow(2, failures))
+        delay = self.backoff(failures)
         self.add_after(key, delay)
         return delay
 
@@ -101,26 +115,29 @@ class WorkQueue:
             self._wakeup.set()
 
     def _fire_timers(self) -> float | None:
-        """Move due timers into the queue; seconds until the next one, if any."""
-        now = time.monotonic()
+        """Move due timers into the queue; the time the next one is due, if any."""
+        now = self.clock.monotonic()
         while self._timers and self._timers[0][0] <= now:
             due, _, key = heapq.heappop(self._timers)
             if self._due.get(key) == due:  # else superseded by an earlier timer
                 del self._due[key]
                 self.add(key)
-        return self._timers[0][0] - now if self._timers else None
+        return self._timers[0][0] if self._timers else None
 
     async def get(self) -> str:
         while True:
-            wait = self._fire_timers()
+            next_due = self._fire_timers()
             if self._queue:
                 key = self._queue.popleft()
                 self._dirty.discard(key)
                 self._processing.add(key)
                 return key
             self._wakeup = anyio.Event()
-            with anyio.move_on_after(wait if wait is not None else math.inf):
+            if next_due is None:
                 await self._wakeup.wait()
+            else:
+                with self.clock.move_on_at(next_due):
+                    await self._wakeup.wait()
 
 
 async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
@@ -145,6 +162,6 @@ async def run_resync(reconciler: Reconciler, queue: WorkQueue) -> None:
     if reconciler.resync_s <= 0:
         return
     while True:
-        await anyio.sleep(reconciler.resync_s)
+        await queue.clock.sleep(reconciler.resync_s)
         for key in reconciler.keys_all():
             queue.add(key)
