@@ -59,7 +59,5 @@ class Manager:
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             for name, controller in self.controllers.items():
-                for key in controller.keys_all():
-                    self.queues[name].add(key)
                 tg.start_soon(run_controller, controller, self.queues[name])
                 tg.start_soon(run_resync, controller, self.queues[name])

@@ -157,11 +157,31 @@ async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
             queue.done(key)
 
 
-async def run_resync(reconciler: Reconciler, queue: WorkQueue) -> None:
-    """Periodically offer every key again: the safety net under the event-driven path."""
-    if reconciler.resync_s <= 0:
-        return
+async def _offer_all_keys(reconciler: Reconciler, queue: WorkQueue) -> None:
+    """Add every key of `keys_all()`; while listing them fails, log and retry with backoff.
+
+    keys_all() reads the store: a failure there must not end the task group that runs
+    every controller (and the broker's other loops) with it.
+    """
+    failures = 0
     while True:
+        try:
+            keys = list(reconciler.keys_all())
+        except Exception:
+            delay = queue.backoff(failures)
+            failures += 1
+            log.exception("resync_failed", controller=reconciler.name, retry_s=delay)
+            await queue.clock.sleep(delay)
+        else:
+            for key in keys:
+                queue.add(key)
+            return
+
+
+async def run_resync(reconciler: Reconciler, queue: WorkQueue) -> None:
+    """Offer every key at the start, then again every `resync_s` (if above 0): the first
+    listing, and the safety net under the event-driven path."""
+    await _offer_all_keys(reconciler, queue)
+    while reconciler.resync_s > 0:
         await queue.clock.sleep(reconciler.resync_s)
-        for key in reconciler.keys_all():
-            queue.add(key)
+        await _offer_all_keys(reconciler, queue)
