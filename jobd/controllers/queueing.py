@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
+import structlog
 
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.logconfig import get_logger
@@ -27,6 +28,10 @@ from jobd.store.base import Change
 __all__ = ["Reconciler", "Result", "WorkQueue", "run_controller", "run_resync"]
 
 log = get_logger()
+
+# Numbers each reconcile pass of this process, as controller-runtime's reconcileID: an
+# int, since a uuid4 costs several microseconds and the logs already say which broker.
+_reconcile_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -141,9 +146,16 @@ class WorkQueue:
 
 
 async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
-    """Process keys one at a time, forever: the loop every controller runs."""
+    """Process keys one at a time, forever: the loop every controller runs.
+
+    Every line logged during a pass carries `controller`, `key` and `reconcile_id`. They
+    are bound in this task's own context (a task starts with a copy of its parent's), so
+    rebinding at each pass costs ~1 µs and leaks into no other task.
+    """
+    structlog.contextvars.bind_contextvars(controller=reconciler.name)
     while True:
         key = await queue.get()
+        structlog.contextvars.bind_contextvars(key=key, reconcile_id=next(_reconcile_ids))
         try:
             result = await reconciler.reconcile(key)
         except Exception:

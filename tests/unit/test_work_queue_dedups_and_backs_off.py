@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from jobd.controllers.clock import FakeClock
@@ -194,6 +195,7 @@ class _Recorder:
 
     async def reconcile(self, key: str) -> Result:
         self.runs.append(self.clock.monotonic())
+        structlog.get_logger().info("looking")
         if len(self.runs) <= self.fail_times:
             raise RuntimeError("boom")
         if self.requeue_after is not None and len(self.runs) == self.fail_times + 1:
@@ -301,3 +303,25 @@ async def test_a_key_is_never_reconciled_twice_at_once() -> None:
         await _settle()
     assert rec.max_active == 1
     assert len(rec.runs) == 2, "adds during a run collapse into one run afterwards"
+
+
+async def test_the_lines_logged_in_one_pass_share_a_reconcile_id_of_their_own() -> None:
+    queue = _queue(base_backoff_s=1.0)
+    assert isinstance(queue.clock, FakeClock)
+    rec = _Recorder(queue.clock, fail_times=1)
+    queue.add("k")
+    queue.add("j")
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        async with _controller(queue, rec):
+            await _step_to(queue, rec, 1.0)  # k again, after its failure
+    lines = [(e["event"], e["key"], e["reconcile_id"]) for e in logs]
+    (_, _, k1), _, (_, _, j1), (_, _, k2) = lines
+    assert lines == [
+        ("looking", "k", k1),
+        ("reconcile_failed", "k", k1),
+        ("looking", "j", j1),
+        ("looking", "k", k2),
+    ]
+    assert len({k1, j1, k2}) == 3
+    assert all(e["controller"] == "recorder" for e in logs)
+    assert "reconcile_id" not in structlog.contextvars.get_contextvars(), "bound in its task"
