@@ -37,7 +37,7 @@ class Manager:
                 ProjectsController(ctx),
             )
         }
-        self.queues = {name: WorkQueue() for name in self.controllers}
+        self.queues = {name: WorkQueue(clock=ctx.clock) for name in self.controllers}
         ctx.enqueue = self.enqueue
         ctx.store.subscribe(self.on_commit)
 
@@ -59,7 +59,5 @@ class Manager:
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             for name, controller in self.controllers.items():
-                for key in controller.keys_all():
-                    self.queues[name].add(key)
                 tg.start_soon(run_controller, controller, self.queues[name])
                 tg.start_soon(run_resync, controller, self.queues[name])

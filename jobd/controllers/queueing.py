@@ -13,20 +13,25 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
+import structlog
 
+from jobd.controllers.clock import Clock, SystemClock
 from jobd.logconfig import get_logger
 from jobd.store.base import Change
 
-__all__ = ["Reconciler", "Result", "WorkQueue", "run_controller"]
+__all__ = ["Reconciler", "Result", "WorkQueue", "run_controller", "run_resync"]
 
 log = get_logger()
+
+# Numbers each reconcile pass of this process, as controller-runtime's reconcileID: an
+# int, since a uuid4 costs several microseconds and the logs already say which broker.
+_reconcile_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -49,9 +54,19 @@ class Reconciler(Protocol):
 
 
 class WorkQueue:
-    """Deduplicating FIFO of keys with delayed adds and per-key failure backoff."""
+    """Deduplicating FIFO of keys with delayed adds and per-key failure backoff.
 
-    def __init__(self, base_backoff_s: float = 0.05, max_backoff_s: float = 30.0) -> None:
+    Timers and backoff run on `clock`'s monotonic time, so on a FakeClock they fire
+    when the test advances it, and only then.
+    """
+
+    def __init__(
+        self,
+        base_backoff_s: float = 0.05,
+        max_backoff_s: float = 30.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.clock = clock or SystemClock()
         self._queue: deque[str] = deque()
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
@@ -77,17 +92,21 @@ class WorkQueue:
         if delay_s <= 0:
             self.add(key)
             return
-        due = time.monotonic() + delay_s
+        due = self.clock.monotonic() + delay_s
         if self._due.get(key, math.inf) <= due:
             return  # an earlier timer for this key will bring it back anyway
         self._due[key] = due
         heapq.heappush(self._timers, (due, next(self._seq), key))
         self._wakeup.set()
 
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait after `failures` failures in a row: doubling, capped."""
+        return min(self._max, self._base * math.pow(2, failures))
+
     def add_rate_limited(self, key: str) -> float:
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self._max, self._base * math.pow(2, failures))
+        delay = self.backoff(failures)
         self.add_after(key, delay)
         return delay
 
@@ -101,32 +120,42 @@ class WorkQueue:
             self._wakeup.set()
 
     def _fire_timers(self) -> float | None:
-        """Move due timers into the queue; seconds until the next one, if any."""
-        now = time.monotonic()
+        """Move due timers into the queue; the time the next one is due, if any."""
+        now = self.clock.monotonic()
         while self._timers and self._timers[0][0] <= now:
             due, _, key = heapq.heappop(self._timers)
             if self._due.get(key) == due:  # else superseded by an earlier timer
                 del self._due[key]
                 self.add(key)
-        return self._timers[0][0] - now if self._timers else None
+        return self._timers[0][0] if self._timers else None
 
     async def get(self) -> str:
         while True:
-            wait = self._fire_timers()
+            next_due = self._fire_timers()
             if self._queue:
                 key = self._queue.popleft()
                 self._dirty.discard(key)
                 self._processing.add(key)
                 return key
             self._wakeup = anyio.Event()
-            with anyio.move_on_after(wait if wait is not None else math.inf):
+            if next_due is None:
                 await self._wakeup.wait()
+            else:
+                with self.clock.move_on_at(next_due):
+                    await self._wakeup.wait()
 
 
 async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
-    """Process keys one at a time, forever: the loop every controller runs."""
+    """Process keys one at a time, forever: the loop every controller runs.
+
+    Every line logged during a pass carries `controller`, `key` and `reconcile_id`. They
+    are bound in this task's own context (a task starts with a copy of its parent's), so
+    rebinding at each pass costs ~1 µs and leaks into no other task.
+    """
+    structlog.contextvars.bind_contextvars(controller=reconciler.name)
     while True:
         key = await queue.get()
+        structlog.contextvars.bind_contextvars(key=key, reconcile_id=next(_reconcile_ids))
         try:
             result = await reconciler.reconcile(key)
         except Exception:
@@ -140,11 +169,31 @@ async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
             queue.done(key)
 
 
-async def run_resync(reconciler: Reconciler, queue: WorkQueue) -> None:
-    """Periodically offer every key again: the safety net under the event-driven path."""
-    if reconciler.resync_s <= 0:
-        return
+async def _offer_all_keys(reconciler: Reconciler, queue: WorkQueue) -> None:
+    """Add every key of `keys_all()`; while listing them fails, log and retry with backoff.
+
+    keys_all() reads the store: a failure there must not end the task group that runs
+    every controller (and the broker's other loops) with it.
+    """
+    failures = 0
     while True:
-        await anyio.sleep(reconciler.resync_s)
-        for key in reconciler.keys_all():
-            queue.add(key)
+        try:
+            keys = list(reconciler.keys_all())
+        except Exception:
+            delay = queue.backoff(failures)
+            failures += 1
+            log.exception("resync_failed", controller=reconciler.name, retry_s=delay)
+            await queue.clock.sleep(delay)
+        else:
+            for key in keys:
+                queue.add(key)
+            return
+
+
+async def run_resync(reconciler: Reconciler, queue: WorkQueue) -> None:
+    """Offer every key at the start, then again every `resync_s` (if above 0): the first
+    listing, and the safety net under the event-driven path."""
+    await _offer_all_keys(reconciler, queue)
+    while reconciler.resync_s > 0:
+        await queue.clock.sleep(reconciler.resync_s)
+        await _offer_all_keys(reconciler, queue)
