@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from jobd.worker.supervision import SupervisedJob, SupervisedSpec, SupervisorRecord
+from jobd.worker.supervision import SupervisedJob, SupervisedSpec, SupervisorRecord, adopt
+from jobd.worker.supervisor import lock_is_held
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -31,6 +31,7 @@ LAUNCHER = """
 import json, sys, time
 from pathlib import Path
 import anyio
+from jobd.worker.supervisor import lock_is_held
 from jobd.worker.supervision import SupervisedSpec, launch
 job = launch(Path(sys.argv[1]), SupervisedSpec(**json.loads(sys.argv[2])))
 anyio.run(job.started)
@@ -141,16 +142,24 @@ def state_root(tmp_path: Path, child_subreaper: None) -> Iterator[Path]:
     yield root
     for entry in root.iterdir():
         record = SupervisorRecord.read(entry)
-        if record is not None:
-            end_supervisor(record)
+        if record is None:
+            continue
+        job = adopt(entry)
+        if job is not None and job.is_alive():  # still running: stop it, as an agent would
+            job.request_stop(0, "test teardown")
+            wait_for(lambda entry=entry: not lock_is_held(entry))
+        reap_if_our_child(record.supervisor.pid)
 
 
-def end_supervisor(record: SupervisorRecord) -> None:
-    """Kill a supervisor left running, and its workload; reap the supervisor."""
-    doomed = [(record.supervisor, os.kill), (record.workload, os.killpg)]
-    for identity, kill in doomed:
-        if identity is not None and identity.is_running():
-            with contextlib.suppress(ProcessLookupError):
-                kill(identity.pid, signal.SIGKILL)
-    pid = record.supervisor.pid
-    wait_for(lambda: is_gone(pid))
+def reap_if_our_child(pid: int) -> None:
+    """Reap pid if it is our child (an orphaned supervisor, say), once it has exited."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return  # not ours, or reaped already
+        if reaped:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"supervisor {pid} did not exit")

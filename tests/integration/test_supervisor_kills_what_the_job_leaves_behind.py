@@ -48,7 +48,7 @@ async def test_a_child_and_a_double_forked_daemon_are_killed_when_the_job_ends(
         status = await job.wait()
     assert (status.exit_code, status.signal) == (0, None)
     for pid in map(int, pids_file.read_text().split()):
-        wait_for(lambda pid=pid: is_gone(pid))  # type: ignore[misc]
+        wait_for(lambda pid=pid: is_gone(pid))
 
 
 @pytest.mark.anyio
