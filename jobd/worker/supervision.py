@@ -42,6 +42,7 @@ __all__ = [
     "SupervisedSpec",
     "SupervisorRecord",
     "adopt",
+    "kill_orphaned_workload",
     "launch",
     "scan",
 ]
@@ -297,6 +298,27 @@ def adopt(state_dir: Path) -> SupervisedJob | None:
             return SupervisedJob(state_dir, supervisor=identity)
     # It may have finished while we looked.
     return SupervisedJob(state_dir) if (state_dir / STATUS_FILE).exists() else None
+
+
+def kill_orphaned_workload(state_dir: Path) -> bool:
+    """SIGKILL the job whose supervisor died without recording its end; True if one ran.
+
+    What the supervisor would have done at the end, left to the agent once adopt() says
+    None. Its exit is lost with the supervisor. Only while the workload itself runs can its
+    group be told from a stranger's, so members that outlive it are beyond reach here.
+    """
+    state_dir = state_dir.resolve()
+    if (state_dir / STATUS_FILE).exists() or lock_is_held(state_dir):
+        return False
+    record = SupervisorRecord.read(state_dir)
+    workload = None if record is None else record.workload
+    if workload is None or not workload.is_running():
+        return False
+    try:
+        os.killpg(workload.pid, signal.SIGKILL)  # it leads its group: pgid == pid
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def scan(root: Path) -> list[SupervisedJob]:
