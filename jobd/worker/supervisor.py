@@ -1,0 +1,472 @@
+"""The per-job supervisor: a small process that outlives the agent (containerd's shim, slurmstepd).
+
+The agent starts one per job, in a session of its own, as `python -m jobd.worker.supervisor
+STATE_DIR`. It starts the workload, points the workload's stdout and stderr straight at files,
+reaps it and everything the job leaves behind, carries out a stop with the job's grace whether
+or not an agent is running, and writes the exit durably before it exits. An agent that dies or
+restarts takes nothing of the job with it; the next one re-adopts the job from the state
+directory (jobd.worker.supervision, the agent's side of this protocol).
+
+Standard library only, and nothing of jobd's: it starts fast, and it must not depend on
+whatever the agent's environment holds.
+
+The state directory, one per job attempt:
+
+    spec.json        written by the agent before launch (0600): argv, cwd, env, grace_s, job_id,
+                     attempt; read here, so nothing of the job travels on a command line
+    supervisor.lock  flock'ed for the supervisor's whole life: a held lock means it is alive
+    supervisor.json  the supervisor's and the workload's pids with their start times
+    stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
+    stop             a stop request, written atomically by the agent: reason, grace_s
+    stopping.json    the stop under way: when SIGTERM went, when SIGKILL is due and went
+    status.json      the end: exit code, signal, times, the stop; written last, durably
+    supervisor.log   the supervisor's own stderr
+
+Every JSON file is replaced whole (temp file, fsync, rename, fsync of the directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LOCK_FILE",
+    "LOG_FILE",
+    "RECORD_FILE",
+    "SPEC_FILE",
+    "STATUS_FILE",
+    "STDERR_FILE",
+    "STDOUT_FILE",
+    "STOPPING_FILE",
+    "STOP_FILE",
+    "lock_is_held",
+    "main",
+    "read_json",
+    "utc_now",
+    "write_json_atomic",
+]
+
+SPEC_FILE = "spec.json"
+LOCK_FILE = "supervisor.lock"
+RECORD_FILE = "supervisor.json"
+STDOUT_FILE = "stdout"
+STDERR_FILE = "stderr"
+STOP_FILE = "stop"
+STOPPING_FILE = "stopping.json"
+STATUS_FILE = "status.json"
+LOG_FILE = "supervisor.log"
+
+# A stop request whose wake-up signal was lost (or never sent) is still seen this soon.
+STOP_FILE_POLL_S = 0.5
+# How long the end keeps killing and reaping what the job left behind.
+LEFTOVERS_TIMEOUT_S = 3.0
+# What a shell reports for a command it could not run.
+SPAWN_FAILED_EXIT = 127
+EXIT_ALREADY_SUPERVISED = 3
+EXIT_USAGE = 2
+
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGUSR1})
+# The agent's terminal going away must not end the job: noted, nothing more.
+_SHRUGGED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Replace path with data, so a reader sees the old whole file or the new, never a part."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        payload = json.dumps(data, sort_keys=True).encode() + b"\n"
+        while payload:
+            payload = payload[os.write(fd, payload) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The object in path, or None if it is missing or not a JSON object."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def lock_is_held(state_dir: Path) -> bool:
+    """Whether a supervisor holds the state directory's lock, i.e. is alive."""
+    try:
+        fd = os.open(state_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the shared lock we may have taken
+    return False
+
+
+def _take_lock(state_dir: Path) -> int | None:
+    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd  # never closed: the lock goes with the process
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses; it ends at the last ')'.
+    return raw[raw.rindex(b")") + 2 :].decode().split()
+
+
+def start_time(pid: int) -> int | None:
+    """A process's start (clock ticks after boot): with the pid, it names one process."""
+    fields = proc_stat(pid)
+    return None if fields is None else int(fields[19])
+
+
+def _log(message: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(f"{utc_now()} jobd-supervisor[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Spec:
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    grace_s: float
+    job_id: object
+    attempt: object
+
+    @classmethod
+    def read(cls, path: Path) -> Spec:
+        data = read_json(path)
+        if data is None:
+            raise ValueError(f"no launch spec at {path}")
+        argv, cwd, env = data.get("argv"), data.get("cwd"), data.get("env")
+        grace = _grace(data.get("grace_s"))
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+            raise ValueError("spec: argv must be a non-empty list of strings")
+        if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+            raise ValueError("spec: env must map strings to strings")
+        if not isinstance(cwd, str) or grace is None:
+            raise ValueError("spec: cwd must be a string and grace_s a number >= 0")
+        return cls(argv, cwd, env, grace, data.get("job_id"), data.get("attempt"))
+
+
+def _grace(value: object) -> float | None:
+    """value as a grace in seconds, or None if it is not a number >= 0."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+class _Wakeups:
+    """Signals turned into bytes on a pipe, so one select() waits for all of them."""
+
+    SIGNALS = (signal.SIGCHLD, *_STOP_SIGNALS, *_SHRUGGED_SIGNALS)
+
+    def __init__(self) -> None:
+        self._read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for sig in self.SIGNALS:
+            # A Python handler (not SIG_IGN, which a workload would inherit) that does nothing:
+            # the C-level handler has already written the signal's number to the pipe.
+            signal.signal(sig, lambda *_: None)
+
+    def wait(self, timeout_s: float) -> set[int]:
+        """The signals that arrived, waiting up to timeout_s for the first."""
+        select.select([self._read_fd], [], [], max(0.0, timeout_s))
+        return self.take()
+
+    def take(self) -> set[int]:
+        seen: set[int] = set()
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._read_fd, 512):
+                seen.update(chunk)
+        return seen
+
+
+def _open_append(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _descendants(root: int) -> list[tuple[int, int]]:
+    """(pid, pgid) of every descendant of root, from one walk of /proc."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            fields = proc_stat(int(entry)) if entry.isdigit() else None
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append((int(entry), int(fields[2])))
+    found, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        found.extend(kids)
+        frontier.extend(pid for pid, _ in kids)
+    return found
+
+
+def _signal_quietly(send: Any, target: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        send(target, sig)
+
+
+def signal_job(pgid: int, sig: int) -> None:
+    """sig to the job's process group and to every descendant that left it.
+
+    Being a subreaper, the supervisor is an ancestor of every process the job made, a
+    double-forked daemon included. A group member is signalled once only: a workload must
+    not see its SIGTERM handler run twice.
+    """
+    _signal_quietly(os.killpg, pgid, sig)
+    for pid, group in _descendants(os.getpid()):
+        if group != pgid:
+            _signal_quietly(os.kill, pid, sig)
+
+
+def _become_subreaper() -> None:
+    """Orphans of the job are reparented to us, not to init, so they are found and reaped."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            _log("cannot become a child subreaper; daemonized processes may escape")
+
+
+def _spawn(spec: Spec, state_dir: Path) -> subprocess.Popen[bytes]:
+    """The workload, leading a session and process group of its own, writing to the files."""
+    out, err = _open_append(state_dir / STDOUT_FILE), _open_append(state_dir / STDERR_FILE)
+    try:
+        return subprocess.Popen(
+            spec.argv,
+            cwd=spec.cwd,
+            env=spec.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+    finally:
+        os.close(out)
+        os.close(err)
+
+
+class Supervisor:
+    """One job's life, from its spec to its status.json."""
+
+    def __init__(self, state_dir: Path, wakeups: _Wakeups) -> None:
+        self.state_dir = state_dir
+        self.wakeups = wakeups
+        self.spec: Spec | None = None
+        self.pid: int | None = None  # the workload's, which is also its process group's id
+        self.stop: dict[str, Any] | None = None
+        self._kill_deadline: float | None = None  # monotonic
+        self._last_request: dict[str, Any] | None = None
+        self._status: dict[str, Any] = {"started_at": None, "workload_pid": None, "error": None}
+
+    def run(self) -> dict[str, Any]:
+        try:
+            self.spec = spec = Spec.read(self.state_dir / SPEC_FILE)
+        except ValueError as exc:
+            self.write_record()
+            return self._finished(error=str(exc))
+        self.write_record()
+        self._take_stop_request(self.wakeups.take())
+        if self.stop is not None:
+            return self._finished(error="stopped before the workload started")
+        try:
+            workload = _spawn(spec, self.state_dir)
+        except OSError as exc:
+            return self._spawn_failed(exc)
+        self.pid = workload.pid
+        self._status.update(started_at=utc_now(), workload_pid=workload.pid)
+        self.write_record()
+        self._supervise()
+        workload.returncode = returncode = self._end_job()
+        return self._finished(returncode=returncode)
+
+    def write_record(self) -> None:
+        spec, pid = self.spec, self.pid
+        write_json_atomic(
+            self.state_dir / RECORD_FILE,
+            {
+                "supervisor_pid": os.getpid(),
+                "supervisor_start_time": start_time(os.getpid()),
+                "workload_pid": pid,
+                "workload_start_time": None if pid is None else start_time(pid),
+                "pgid": pid,
+                "job_id": None if spec is None else spec.job_id,
+                "attempt": None if spec is None else spec.attempt,
+                "grace_s": None if spec is None else spec.grace_s,
+                "state_dir": str(self.state_dir),
+                "started_at": self._status["started_at"],
+            },
+        )
+
+    def _supervise(self) -> None:
+        """Until the workload exits: take stop requests, and SIGKILL at a stop's deadline."""
+        signals: set[int] = set()
+        while not self._workload_exited():
+            self._take_stop_request(signals)
+            self._kill_if_due()
+            signals = self.wakeups.wait(self._timeout())
+
+    def _timeout(self) -> float:
+        if self._kill_deadline is None or self.stop is None or self.stop["sigkill_at"]:
+            return STOP_FILE_POLL_S
+        return min(STOP_FILE_POLL_S, self._kill_deadline - time.monotonic())
+
+    def _workload_exited(self) -> bool:
+        """Reap adopted orphans; the workload itself is left a zombie (see _end_job)."""
+        while True:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            if info is None:
+                return False
+            if info.si_pid == self.pid:
+                return True
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
+
+    def _take_stop_request(self, signals: Iterable[int]) -> None:
+        signals = set(signals)
+        for sig in signals & _SHRUGGED_SIGNALS:
+            _log(f"{signal.Signals(sig).name} ignored: the job goes on")
+        # With a request on file, a signal only says "look now"; without, it is the request.
+        request = read_json(self.state_dir / STOP_FILE)
+        if request is None and (stop_signals := signals & _STOP_SIGNALS):
+            request = {"reason": signal.Signals(min(stop_signals)).name}
+        if request is not None and request != self._last_request:
+            self._last_request = request
+            self._begin_stop(request)
+
+    def _begin_stop(self, request: dict[str, Any]) -> None:
+        """SIGTERM now, SIGKILL after the grace; a later request may only bring that closer."""
+        assert self.spec is not None
+        grace_s = _grace(request.get("grace_s"))
+        grace_s = self.spec.grace_s if grace_s is None else grace_s
+        deadline = time.monotonic() + grace_s
+        if self.stop is not None and (self._kill_deadline or 0) <= deadline:
+            return
+        kill_at = datetime.fromtimestamp(time.time() + grace_s, UTC).isoformat()
+        if self.stop is None:
+            self.stop = {"reason": str(request.get("reason") or "stop"), "sigkill_at": None}
+            self.stop.update(requested_at=request.get("requested_at") or utc_now())
+            self.stop.update(sigterm_at=utc_now())
+            if self.pid is not None:
+                signal_job(self.pid, signal.SIGTERM)
+            _log(f"stop ({self.stop['reason']}): SIGTERM sent, grace {grace_s}s")
+        self.stop.update(grace_s=grace_s, kill_at=kill_at.replace("+00:00", "Z"))
+        self._kill_deadline = deadline
+        write_json_atomic(self.state_dir / STOPPING_FILE, self.stop)
+
+    def _kill_if_due(self) -> None:
+        if self.stop is None or self.stop["sigkill_at"] or self._kill_deadline is None:
+            return
+        if time.monotonic() >= self._kill_deadline:
+            assert self.pid is not None
+            signal_job(self.pid, signal.SIGKILL)
+            self.stop["sigkill_at"] = utc_now()
+            _log("grace expired: SIGKILL sent")
+            write_json_atomic(self.state_dir / STOPPING_FILE, self.stop)
+
+    def _end_job(self) -> int:
+        """Kill what is left of the job, reap it all; the workload's returncode.
+
+        The workload is still a zombie here, so its pid, which names the group, cannot have
+        been reused: the SIGKILL reaches the job's group and nobody else's.
+        """
+        assert self.pid is not None
+        signal_job(self.pid, signal.SIGKILL)
+        _, wait_status = os.waitpid(self.pid, 0)
+        deadline = time.monotonic() + LEFTOVERS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                reaped, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break  # no children left at all
+            if reaped == 0:  # some still dying, or newly adopted: kill again, wait a little
+                signal_job(self.pid, signal.SIGKILL)
+                self.wakeups.wait(0.05)
+        return os.waitstatus_to_exitcode(wait_status)
+
+    def _spawn_failed(self, exc: OSError) -> dict[str, Any]:
+        assert self.spec is not None
+        message = f"jobd: cannot start {self.spec.argv[0]!r} in {self.spec.cwd}: {exc.strerror}\n"
+        fd = _open_append(self.state_dir / STDERR_FILE)
+        try:
+            os.write(fd, message.encode())
+        finally:
+            os.close(fd)
+        return self._finished(returncode=SPAWN_FAILED_EXIT, error=message.strip())
+
+    def _finished(self, returncode: int | None = None, error: str | None = None) -> dict[str, Any]:
+        sig = -returncode if returncode is not None and returncode < 0 else None
+        spec = self.spec
+        return {
+            **self._status,
+            "job_id": None if spec is None else spec.job_id,
+            "attempt": None if spec is None else spec.attempt,
+            "exit_code": returncode if sig is None else None,
+            "signal": sig,
+            "signal_name": None if sig is None else signal.Signals(sig).name,
+            "finished_at": utc_now(),
+            "stop": self.stop,
+            "error": error,
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m jobd.worker.supervisor STATE_DIR", file=sys.stderr)
+        return EXIT_USAGE
+    state_dir = Path(args[0]).resolve()
+    wakeups = _Wakeups()  # first: a stop signal must never find the default action
+    os.chdir("/")  # keep no directory of the agent's busy
+    if _take_lock(state_dir) is None or (state_dir / STATUS_FILE).exists():
+        _log(f"{state_dir} has a live supervisor or a finished job already")
+        return EXIT_ALREADY_SUPERVISED
+    _become_subreaper()
+    status = Supervisor(state_dir, wakeups).run()
+    write_json_atomic(state_dir / STATUS_FILE, status)
+    _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
