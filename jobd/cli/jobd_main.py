@@ -14,19 +14,18 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
-import uvicorn
 
-from jobd.broker.app import create_app
-from jobd.broker.state import BrokerConfig
-from jobd.controllers.context import Settings
 from jobd.logconfig import configure_logging, get_logger, redact_url
-from jobd.worker.agent import Agent
-from jobd.worker.checkpoints import checkpoint_root
-from jobd.worker.execution import WorkerSettings
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from jobd.broker.state import BrokerConfig
+    from jobd.worker.execution import WorkerSettings
 
 __all__ = ["main"]
 
@@ -219,6 +218,9 @@ def worker_options(f: F) -> F:
 
 
 def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
+    from jobd.broker.state import BrokerConfig
+    from jobd.controllers.context import Settings
+
     data_dir = kw["data_dir"] or _default_data_dir()
     return BrokerConfig(
         data_dir=data_dir,
@@ -236,6 +238,9 @@ def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
 
 
 def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
+    from jobd.worker.checkpoints import checkpoint_root
+    from jobd.worker.execution import WorkerSettings
+
     gpus = _parse_gpus(kw["gpus"])
     env = dict(os.environ)
     if kw["checkpoint_root"]:
@@ -252,15 +257,16 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     )
 
 
-class _QuietServer(uvicorn.Server):
-    """uvicorn without its own signal handling: `jobd dev` and `jobd worker` stop in order."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 def _server(app: Any, host: str, port: int) -> uvicorn.Server:
+    import uvicorn  # here, not at the top: `jobd worker` serves nothing
+
+    class _QuietServer(uvicorn.Server):
+        """uvicorn without its own signal handling: `jobd dev` stops in order."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
     config = uvicorn.Config(
         app,
         host=host,
@@ -287,10 +293,11 @@ def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
     asyncio's loop: workloads once started several times slower under uvloop. They now
     start with a plain Popen (runner/base.py), so that reason is worth measuring again.
     """
-    try:
-        import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
-    except ImportError:
-        uvloop = False
+    if uvloop:
+        try:
+            import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
+        except ImportError:
+            uvloop = False
     _tune_gc()
     anyio.run(main, backend_options={"use_uvloop": uvloop})
 
@@ -327,6 +334,8 @@ def cli() -> None:
 @broker_options
 def broker(**kw: Any) -> None:
     """Run the control plane: HTTP API, store, reconcile loops."""
+    from jobd.broker.app import create_app
+
     configure_logging("broker")
     config = _broker_config(kw)
     app = create_app(config)
@@ -370,6 +379,7 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
 def worker(server: str, token: str | None, **kw: Any) -> None:
     """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
     from jobd.http import default_token
+    from jobd.worker.agent import Agent
 
     configure_logging("worker")
     settings = _worker_settings(kw)
@@ -388,6 +398,9 @@ def worker(server: str, token: str | None, **kw: Any) -> None:
 @worker_options
 def dev(**kw: Any) -> None:
     """Broker and one worker in one process, on embedded SQLite: everything on one machine."""
+    from jobd.broker.app import create_app
+    from jobd.worker.agent import Agent
+
     configure_logging("dev")
     config = _broker_config(kw)
     app = create_app(config)
