@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import click
 
-from jobd.logconfig import configure_logging, get_logger, redact_url
-
 if TYPE_CHECKING:
     import uvicorn
 
@@ -29,9 +27,26 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-log = get_logger()
-
 F = Callable[..., Any]
+
+
+def _log() -> Any:
+    from jobd.logconfig import get_logger  # structlog: loaded after _without_rich, if at all
+
+    return get_logger()
+
+
+def _without_rich() -> None:
+    """Keep rich out of the worker's process: ~4 MB of an idle worker's ~47.
+
+    structlog (its console renderer and traceback formatting) and httpx (its command-line
+    client) import rich when it is installed, and both run without it; the worker uses
+    neither, nor anything else of rich's. Marking the modules absent before anything
+    imports them is how a program opts out of such an optional import. A process that has
+    already loaded them (tests driving the CLI in-process) keeps them.
+    """
+    for name in ("rich", "httpx._main"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
 def _default_data_dir() -> Path:
@@ -320,7 +335,7 @@ async def _until_signalled(scope: anyio.CancelScope) -> None:
     """Wait for SIGINT or SIGTERM, then cancel `scope`: the start of an orderly stop."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            log.info("stopping", signal=signal.Signals(signum).name)
+            _log().info("stopping", signal=signal.Signals(signum).name)
             scope.cancel()
             return
 
@@ -335,6 +350,7 @@ def cli() -> None:
 def broker(**kw: Any) -> None:
     """Run the control plane: HTTP API, store, reconcile loops."""
     from jobd.broker.app import create_app
+    from jobd.logconfig import configure_logging
 
     configure_logging("broker")
     config = _broker_config(kw)
@@ -378,7 +394,9 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
 @worker_options
 def worker(server: str, token: str | None, **kw: Any) -> None:
     """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
+    _without_rich()
     from jobd.http import default_token
+    from jobd.logconfig import configure_logging
     from jobd.worker.agent import Agent
 
     configure_logging("worker")
@@ -399,6 +417,7 @@ def worker(server: str, token: str | None, **kw: Any) -> None:
 def dev(**kw: Any) -> None:
     """Broker and one worker in one process, on embedded SQLite: everything on one machine."""
     from jobd.broker.app import create_app
+    from jobd.logconfig import configure_logging
     from jobd.worker.agent import Agent
 
     configure_logging("dev")
@@ -426,12 +445,14 @@ def dev(**kw: Any) -> None:
             _stop_broker(app, server)
 
     _run(both)
-    log.info("stopped")
+    _log().info("stopped")
 
 
 def _say_where(
     config: BrokerConfig, host: str, port: int, worker: WorkerSettings | None = None
 ) -> None:
+    from jobd.logconfig import redact_url
+
     lines = [
         f"jobd listening on http://{host}:{port}",
         f"  store:  {redact_url(config.store_url)}",
