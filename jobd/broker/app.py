@@ -2,7 +2,8 @@
 
 Routes are thin: validate, call one function of the controllers package, render. This
 module is the factory: it owns the lifespan (the controller manager, the projects file
-watcher, change-feed compaction), authentication, and how errors become HTTP statuses.
+watcher, change-feed compaction, the caches' periodic resync), authentication, and how
+errors become HTTP statuses.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.fastpath import FastRoutes
 from jobd.broker.responses import ERROR_STATUSES, validation_detail
 from jobd.broker.state import BrokerConfig, BrokerState
+from jobd.broker.wiring import resync_forever
 from jobd.controllers.clock import Clock
 from jobd.controllers.projects import watch_projects_file
 from jobd.logconfig import get_logger, redact_url
@@ -61,6 +63,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
             tg.start_soon(state.manager.run)
             tg.start_soon(_compact_forever, state)
             tg.start_soon(_checkpoint_forever, state)
+            tg.start_soon(resync_forever, state.wiring, state.ctx)
             if config.projects_file is not None:
                 tg.start_soon(watch_projects_file, state.ctx, config.projects_file)
             log.info(

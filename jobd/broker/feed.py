@@ -3,7 +3,9 @@
 The store's `changes` table is the durable feed; this keeps its newest entries in
 memory so that a thousand watching workers cost one list scan each per change, not
 one query. A watcher that fell behind the buffer is served from the store, and one
-behind the store's compaction gets 410 Gone and lists again.
+behind the store's compaction gets 410 Gone and lists again. A commit the tail failed
+to take in is handled by `rebuild`: the tail starts afresh after it, so it never has a
+hole, and watchers behind its start are served from the store.
 
 The tail keeps what a watch needs of each change — its JSON text and the worker of a
 job — not the committed objects: tens of thousands of jobs' models (two dozen objects
@@ -82,7 +84,6 @@ class ChangeFeed:
         # A worker's watch wakes only for its own jobs' changes: a thousand idle workers
         # must not all wake for every change.
         self._per_worker: dict[str, Notifier] = {}
-        store.subscribe(self.on_commit)
 
     def notifier_for(self, worker: str | None) -> Notifier:
         if worker is None:
@@ -104,6 +105,18 @@ class ChangeFeed:
             self.changed.notify()
         if events:
             self.events_added.notify()
+
+    def rebuild(self) -> None:
+        """Forget the tail and wake every watcher: each looks again, from the store.
+
+        Changes after this go into the tail as usual; a watcher asking for anything older
+        than its first is answered from the changes table (or told 410 Gone).
+        """
+        self._buffer.clear()
+        self._revs.clear()
+        for notifier in self.notifiers():
+            notifier.notify()
+        self.revision = self.store.revision()
 
     def since(self, revision: int, accept: Filter, limit: int = 1000) -> list[FeedEntry]:
         if self._revs and revision + 1 >= self._revs[0]:

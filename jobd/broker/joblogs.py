@@ -6,9 +6,11 @@ where it left off; followers are woken when bytes arrive or the job ends.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from jobd.broker.feed import Notifier
+from jobd.store.base import Change, EventRecord
 
 __all__ = ["JobLogs"]
 
@@ -39,6 +41,17 @@ class JobLogs:
 
     def notifiers(self) -> list[Notifier]:
         return list(self._notifiers.values())
+
+    def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
+        """A job that changed (ended, above all) releases its `job logs -f` followers."""
+        for change in changes:
+            if change.kind == "Job":
+                self.wake(int(change.key))
+
+    def wake_all(self) -> None:
+        """Every follower looks again: what to do after missing a commit."""
+        for job_id in list(self._notifiers):
+            self.wake(job_id)
 
     def wake(self, job_id: int) -> None:
         notifier = self._notifiers.pop(job_id, None)

@@ -14,6 +14,7 @@ from jobd.broker.batching import CreateBatcher
 from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
+from jobd.broker.wiring import Wiring, broker_listeners
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.manager import Manager
@@ -61,24 +62,23 @@ def ensure_token(config: BrokerConfig) -> str:
 
 
 class BrokerState:
+    """The parts are built first; then `wiring` registers their listeners in one place."""
+
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.token = ensure_token(config)
         self.store: Store = open_store(config.store_url)
-        self.events = EventLog(config.log_dir)
-        self.store.subscribe(self.events.on_commit)
+        self.events = EventLog(config.log_dir, self.store)
         self.feed = ChangeFeed(self.store)
         self.logs = JobLogs(config.log_dir)
-        self.ctx = Context(self.store, config.settings, clock or SystemClock())
+        clock = clock or SystemClock()
+        self.ctx = Context(self.store, config.settings, clock, follow_store=False)
         self.manager = Manager(self.ctx)
         self.creates = CreateBatcher(self.ctx)
-        self.store.subscribe(self._wake_log_followers)
-
-    def _wake_log_followers(self, changes: object, _events: object) -> None:
-        # A job that ends must release `job logs -f` followers waiting for more bytes.
-        for change in changes:  # type: ignore[attr-defined]
-            if change.kind == "Job":
-                self.logs.wake(int(change.key))
+        self.wiring = Wiring(
+            broker_listeners(self.ctx, self.feed, self.manager, self.logs, self.events)
+        )
+        self.store.subscribe(self.wiring.on_commit)
 
     def release_waiters(self) -> None:
         """Answer every long-poll now: the broker is about to stop."""

@@ -14,25 +14,39 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
-import uvicorn
 
-from jobd.broker.app import create_app
-from jobd.broker.state import BrokerConfig
-from jobd.controllers.context import Settings
-from jobd.logconfig import configure_logging, get_logger, redact_url
-from jobd.worker.agent import Agent
-from jobd.worker.checkpoints import checkpoint_root
-from jobd.worker.execution import WorkerSettings
+if TYPE_CHECKING:
+    import uvicorn
+
+    from jobd.broker.state import BrokerConfig
+    from jobd.worker.execution import WorkerSettings
 
 __all__ = ["main"]
 
-log = get_logger()
-
 F = Callable[..., Any]
+
+
+def _log() -> Any:
+    from jobd.logconfig import get_logger  # structlog: loaded after _without_rich, if at all
+
+    return get_logger()
+
+
+def _without_rich() -> None:
+    """Keep rich out of the worker's process: ~4 MB of an idle worker's ~47.
+
+    structlog (its console renderer and traceback formatting) and httpx (its command-line
+    client) import rich when it is installed, and both run without it; the worker uses
+    neither, nor anything else of rich's. Marking the modules absent before anything
+    imports them is how a program opts out of such an optional import. A process that has
+    already loaded them (tests driving the CLI in-process) keeps them.
+    """
+    for name in ("rich", "httpx._main"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
 def _default_data_dir() -> Path:
@@ -219,6 +233,9 @@ def worker_options(f: F) -> F:
 
 
 def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
+    from jobd.broker.state import BrokerConfig
+    from jobd.controllers.context import Settings
+
     data_dir = kw["data_dir"] or _default_data_dir()
     return BrokerConfig(
         data_dir=data_dir,
@@ -236,6 +253,9 @@ def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
 
 
 def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
+    from jobd.worker.checkpoints import checkpoint_root
+    from jobd.worker.execution import WorkerSettings
+
     gpus = _parse_gpus(kw["gpus"])
     env = dict(os.environ)
     if kw["checkpoint_root"]:
@@ -252,15 +272,16 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     )
 
 
-class _QuietServer(uvicorn.Server):
-    """uvicorn without its own signal handling: `jobd dev` and `jobd worker` stop in order."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 def _server(app: Any, host: str, port: int) -> uvicorn.Server:
+    import uvicorn  # here, not at the top: `jobd worker` serves nothing
+
+    class _QuietServer(uvicorn.Server):
+        """uvicorn without its own signal handling: `jobd dev` stops in order."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
     config = uvicorn.Config(
         app,
         host=host,
@@ -287,10 +308,11 @@ def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
     asyncio's loop: workloads once started several times slower under uvloop. They now
     start with a plain Popen (runner/base.py), so that reason is worth measuring again.
     """
-    try:
-        import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
-    except ImportError:
-        uvloop = False
+    if uvloop:
+        try:
+            import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
+        except ImportError:
+            uvloop = False
     _tune_gc()
     anyio.run(main, backend_options={"use_uvloop": uvloop})
 
@@ -313,7 +335,7 @@ async def _until_signalled(scope: anyio.CancelScope) -> None:
     """Wait for SIGINT or SIGTERM, then cancel `scope`: the start of an orderly stop."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            log.info("stopping", signal=signal.Signals(signum).name)
+            _log().info("stopping", signal=signal.Signals(signum).name)
             scope.cancel()
             return
 
@@ -327,6 +349,9 @@ def cli() -> None:
 @broker_options
 def broker(**kw: Any) -> None:
     """Run the control plane: HTTP API, store, reconcile loops."""
+    from jobd.broker.app import create_app
+    from jobd.logconfig import configure_logging
+
     configure_logging("broker")
     config = _broker_config(kw)
     app = create_app(config)
@@ -369,7 +394,10 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
 @worker_options
 def worker(server: str, token: str | None, **kw: Any) -> None:
     """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
+    _without_rich()
     from jobd.http import default_token
+    from jobd.logconfig import configure_logging
+    from jobd.worker.agent import Agent
 
     configure_logging("worker")
     settings = _worker_settings(kw)
@@ -388,6 +416,10 @@ def worker(server: str, token: str | None, **kw: Any) -> None:
 @worker_options
 def dev(**kw: Any) -> None:
     """Broker and one worker in one process, on embedded SQLite: everything on one machine."""
+    from jobd.broker.app import create_app
+    from jobd.logconfig import configure_logging
+    from jobd.worker.agent import Agent
+
     configure_logging("dev")
     config = _broker_config(kw)
     app = create_app(config)
@@ -413,12 +445,14 @@ def dev(**kw: Any) -> None:
             _stop_broker(app, server)
 
     _run(both)
-    log.info("stopped")
+    _log().info("stopped")
 
 
 def _say_where(
     config: BrokerConfig, host: str, port: int, worker: WorkerSettings | None = None
 ) -> None:
+    from jobd.logconfig import redact_url
+
     lines = [
         f"jobd listening on http://{host}:{port}",
         f"  store:  {redact_url(config.store_url)}",

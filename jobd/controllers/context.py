@@ -1,16 +1,17 @@
-"""What every controller is handed: the store, its view, the clock, settings, wake-ups."""
+"""What every controller is handed: the store, its caches, the clock, settings, wake-ups."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from jobd.api.models import Worker
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.view import ClusterView
-from jobd.store.base import Store
+from jobd.store.base import Change, EventRecord, Store
 
-__all__ = ["Context", "Settings"]
+__all__ = ["Context", "LeaseTable", "Settings"]
 
 
 @dataclass
@@ -24,6 +25,44 @@ class Settings:
     default_grace_s: float = 60.0
 
 
+class LeaseTable(dict[str, datetime]):
+    """The newest lease renewal of each worker, in memory.
+
+    A heartbeat that changes nothing else writes nothing, so a thousand workers renewing
+    cost no commits and wake no controller; `workers.last_renewal` takes the newer of this
+    and the stored renewal. Committed Worker changes keep it in step with the store (a
+    deleted worker leaves it, a stored renewal newer than the one held replaces it).
+    """
+
+    def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
+        for change in changes:
+            if change.kind != "Worker":
+                continue
+            if change.op == "DELETED":
+                self.pop(change.key, None)
+            elif isinstance(change.obj, Worker):
+                self.renewed(change.key, change.obj.status.last_renewal)
+
+    def renewed(self, name: str, at: datetime) -> None:
+        """Keep `at` unless a newer renewal is already held."""
+        held = self.get(name)
+        if held is None or at > held:
+            self[name] = at
+
+    def resync(self, workers: Iterable[Worker], now: datetime) -> None:
+        """Match the stored workers; one not held gets a full lease from `now`.
+
+        That is the rule of a broker that just started (it has heard no heartbeat yet):
+        a worker whose renewals this table missed is not called Lost for having missed them.
+        """
+        stored = {worker.name: worker for worker in workers}
+        for name in self.keys() - stored.keys():
+            del self[name]
+        for name, worker in stored.items():
+            self.setdefault(name, now)
+            self.renewed(name, worker.status.last_renewal)
+
+
 @dataclass
 class Context:
     store: Store
@@ -31,10 +70,13 @@ class Context:
     clock: Clock = field(default_factory=SystemClock)
     # Set by the manager: ask a controller to look at a key now.
     enqueue: Callable[[str, str], None] = lambda _controller, _key: None
-    # Lease renewals live in memory: a heartbeat that changes nothing else writes nothing,
-    # so a thousand workers renewing cost no commits and wake no controller.
-    leases: dict[str, datetime] = field(default_factory=dict)
+    leases: LeaseTable = field(default_factory=LeaseTable)
+    # A context used alone (tests, the bench) keeps its view current itself; the broker
+    # passes False, and its wiring (broker/wiring.py) registers the caches in its order.
+    follow_store: bool = True
     view: ClusterView = field(init=False)
 
     def __post_init__(self) -> None:
         self.view = ClusterView(self.store)
+        if self.follow_store:
+            self.store.subscribe(self.view.on_commit)

@@ -1,8 +1,10 @@
 """The controller manager: routes committed changes to controllers and runs their loops.
 
-The store calls `on_commit` after every commit; each controller maps a change to the
-keys it cares about, and its work queue dedups them. One task per controller processes
-its keys sequentially (one object handled at a time); another resyncs it periodically.
+`on_commit` hears every commit (registered by broker/wiring.py, after the caches the
+controllers read); each controller maps a change to the keys it cares about, and its
+work queue dedups them. One task per controller processes its keys sequentially (one
+object handled at a time); another resyncs it periodically. A commit the manager failed
+to hear is made good by `requeue_all`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ class Manager:
         }
         self.queues = {name: WorkQueue(clock=ctx.clock) for name in self.controllers}
         ctx.enqueue = self.enqueue
-        ctx.store.subscribe(self.on_commit)
 
     def enqueue(self, controller: str, key: str) -> None:
         self.queues[controller].add(key)
@@ -56,7 +57,15 @@ class Manager:
             for key in keys:
                 queue.add_after(key, coalesce)
 
+    def requeue_all(self) -> None:
+        """Offer every controller all its keys: what a missed commit would have queued is
+        among them (reconciles are level-triggered, so the extra keys cost a look each)."""
+        for name, controller in self.controllers.items():
+            for key in controller.keys_all():
+                self.queues[name].add(key)
+
     async def run(self) -> None:
+        self.requeue_all()
         async with anyio.create_task_group() as tg:
             for name, controller in self.controllers.items():
                 tg.start_soon(run_controller, controller, self.queues[name])

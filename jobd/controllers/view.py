@@ -1,14 +1,17 @@
 """The cluster view: an in-memory index of workers, projects and the jobs bound to workers.
 
-Like a client-go informer, it is loaded once from the store and then kept current by
-the committed changes, so a scheduling pass reads memory instead of re-reading every
-worker and every running job — the cost of a decision does not grow with the size of
-the cluster's history, nor with a thousand idle workers.
+Like a client-go informer, it is loaded from the store and then kept current by the
+committed changes, so a scheduling pass reads memory instead of re-reading every worker
+and every running job — the cost of a decision does not grow with the size of the
+cluster's history, nor with a thousand idle workers. Like an informer it is also
+reloaded: at once when it failed to take in a commit, and once a sweep interval as a
+safety net (broker/wiring.py registers it and decides when).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from jobd.api.models import BOUND_PHASES, Job, Phase, Project, Worker
 from jobd.store.base import Change, EventRecord, Store
@@ -18,19 +21,55 @@ __all__ = ["ClusterView"]
 
 class ClusterView:
     def __init__(self, store: Store) -> None:
-        self.workers: dict[str, Worker] = {w.name: w for w in store.list_workers()}
-        self.projects: dict[str, Project] = {p.name: p for p in store.list_projects()}
+        self.workers: dict[str, Worker] = {}
+        self.projects: dict[str, Project] = {}
         self.bound: dict[int, Job] = {}
         # Jobs that others depend on: only their ends need their children looked up.
-        self.parents: set[int] = store.parents()
+        self.parents: set[int] = set()
         self._by_worker: dict[str, set[int]] = {}
-        for job in store.list_jobs(phases=BOUND_PHASES):
-            self._bind(job)
         # Queued jobs that capacity is being freed for (see preemption.py).
-        self.nominated: dict[int, Job] = {
-            j.id: j for j in store.list_jobs(nominated=True) if j.status.phase == Phase.PENDING
-        }
-        store.subscribe(self.on_commit)
+        self.nominated: dict[int, Job] = {}
+        self.reload(store)
+
+    def reload(self, store: Store) -> bool:
+        """Read everything again from the store; True when what was held differed.
+
+        Everything is read before anything is replaced (a failed read leaves the view as
+        it was), then the containers are refilled in place: whoever holds one sees the
+        new contents. Called with no commit in flight (from the commit's own listener
+        call, or from the event loop, where every write is made), so no change lands
+        between the reads.
+        """
+        workers, projects = store.list_workers(), store.list_projects()
+        parents, bound = store.parents(), store.list_jobs(phases=BOUND_PHASES)
+        nominated = [j for j in store.list_jobs(nominated=True) if j.status.phase == Phase.PENDING]
+        before = self.versions()
+        _refill(self.workers, {w.name: w for w in workers})
+        _refill(self.projects, {p.name: p for p in projects})
+        self.parents.clear()
+        self.parents.update(parents)
+        self.bound.clear()
+        self._by_worker.clear()
+        for job in bound:
+            self._bind(job)
+        _refill(self.nominated, {j.id: j for j in nominated})
+        return self.versions() != before
+
+    def versions(self) -> tuple[dict[str, Any], ...]:
+        """What the view holds, as resource versions: two views that agree here agree.
+
+        Parents are left out: the view only ever adds to them (a deleted child's parent
+        stays, costing one needless lookup of its children), so they may exceed a fresh
+        load without being wrong.
+        """
+        by_worker = {w: sorted(ids) for w, ids in self._by_worker.items() if ids}
+        return (
+            _versions(self.workers),
+            _versions(self.projects),
+            _versions(self.bound),
+            _versions(self.nominated),
+            by_worker,
+        )
 
     def bound_to(self, worker: str) -> list[Job]:
         """The jobs bound to one worker, without looking at anyone else's."""
@@ -79,3 +118,12 @@ class ClusterView:
         old = self.bound.pop(job_id, None)
         if old is not None:
             self._by_worker.get(old.status.worker or "", set()).discard(job_id)
+
+
+def _refill(held: dict[Any, Any], fresh: dict[Any, Any]) -> None:
+    held.clear()
+    held.update(fresh)
+
+
+def _versions(objects: Mapping[Any, Job | Project | Worker]) -> dict[str, int]:
+    return {str(k): o.metadata.resource_version or 0 for k, o in objects.items()}

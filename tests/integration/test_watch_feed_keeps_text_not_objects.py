@@ -24,6 +24,12 @@ def store(tmp_path: Path) -> Iterator[SQLStore]:
     opened.close()
 
 
+def _listening(store: SQLStore, feed: ChangeFeed) -> ChangeFeed:
+    """The feed hears the store's commits, as the broker's wiring registers it."""
+    store.subscribe(feed.on_commit)
+    return feed
+
+
 def _bound_and_free(store: SQLStore) -> None:
     jobs = [Job(metadata=ObjectMeta(name=n), spec=JobSpec(command=["true"])) for n in "ab"]
     bound, _free = store.create_jobs(jobs)
@@ -39,7 +45,7 @@ def _for(worker: str) -> object:
 def test_a_worker_watch_sees_its_own_jobs_from_memory_and_from_the_store(
     store: SQLStore,
 ) -> None:
-    roomy, tiny = ChangeFeed(store), ChangeFeed(store, size=1)
+    roomy, tiny = _listening(store, ChangeFeed(store)), _listening(store, ChangeFeed(store, size=1))
     _bound_and_free(store)
 
     from_memory = roomy.since(0, _for("gpu-1"))  # type: ignore[arg-type]
@@ -53,7 +59,7 @@ def test_a_worker_watch_sees_its_own_jobs_from_memory_and_from_the_store(
 
 
 def test_the_tail_holds_no_committed_object(store: SQLStore) -> None:
-    feed = ChangeFeed(store)
+    feed = _listening(store, ChangeFeed(store))
     _bound_and_free(store)
     entries = feed.since(0, lambda entry: True)
     assert entries and all(isinstance(e, FeedEntry) for e in entries)

@@ -1,0 +1,47 @@
+"""A worker host needs none of the broker's weight: no store, no web server, no rich.
+
+Each check runs in a fresh interpreter, since this test process has loaded everything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BROKER_ONLY = {"sqlalchemy", "alembic", "fastapi", "uvicorn", "starlette", "uvloop", "psycopg"}
+BROKER_PACKAGES = ("jobd.store", "jobd.broker", "jobd.controllers")
+
+
+def _modules_after(code: str) -> set[str]:
+    shown = "\nimport json, sys; print(json.dumps(sorted(k for k, v in sys.modules.items() if v)))"
+    result = subprocess.run(
+        [sys.executable, "-c", code + shown], capture_output=True, text=True, check=True
+    )
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def _broker_parts(modules: set[str]) -> set[str]:
+    top = {m.split(".")[0] for m in modules} & BROKER_ONLY
+    return top | {m for m in modules if m.startswith(BROKER_PACKAGES)}
+
+
+def test_importing_the_agent_loads_no_store_and_no_server() -> None:
+    loaded = _modules_after("import jobd.worker.agent")
+    assert "jobd.worker.agent" in loaded
+    assert not _broker_parts(loaded)
+
+
+def test_jobd_worker_command_loads_no_store_no_server_and_no_rich(tmp_path: Path) -> None:
+    # The command as `jobd worker` runs it, up to the start of its event loop.
+    args = ["worker", "--server", "http://127.0.0.1:9", "--token", "t", "--gpus", "none"]
+    args += ["--log-dir", str(tmp_path)]
+    loaded = _modules_after(
+        "from jobd.cli import jobd_main\n"
+        "jobd_main._run = lambda main, uvloop=False: None\n"
+        f"jobd_main.cli.main({args!r}, prog_name='jobd', standalone_mode=False)"
+    )
+    assert {"jobd.worker.agent", "httpx", "structlog"} <= loaded
+    assert not _broker_parts(loaded)
+    assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}
