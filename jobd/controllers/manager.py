@@ -65,7 +65,7 @@ class Manager:
                 self.queues[name].add(key)
 
     async def run(self) -> None:
-        self.requeue_all()
+        # Each controller's first listing of keys is run_resync's (retried if it fails).
         async with anyio.create_task_group() as tg:
             for name, controller in self.controllers.items():
                 tg.start_soon(run_controller, controller, self.queues[name])

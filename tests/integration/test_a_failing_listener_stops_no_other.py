@@ -21,8 +21,8 @@ from jobd.broker.app import create_app
 from jobd.broker.feed import FeedEntry
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import Listener
-from jobd.controllers import workers
 from jobd.controllers.queueing import WorkQueue
+from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.controllers.view import ClusterView
 from tests.integration.conftest import bind, job_document
 
@@ -202,7 +202,7 @@ def test_the_lease_table_follows_the_stored_workers(tmp_path: Path) -> None:
     try:
         ctx = state.ctx
         for name in ("gpu-1", "gpu-2"):
-            workers.register_worker(state.store, name, WorkerSpec(slots=1), name, "x", ctx)
+            register_worker(ctx, name, WorkerSpec(slots=1), name, "x")
         ctx.leases.pop("gpu-2")
         ctx.leases["gone"] = ctx.clock.now()
         before = dict(ctx.leases)

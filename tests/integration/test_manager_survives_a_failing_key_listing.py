@@ -17,7 +17,7 @@ from jobd.api.models import WorkerSpec
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context
 from jobd.controllers.manager import Manager
-from jobd.controllers.workers import register_worker
+from jobd.controllers.verbs.worker_lease import register_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +36,7 @@ async def test_a_failing_first_listing_is_retried_and_its_keys_then_reconciled(
 ) -> None:
     clock = ctx.clock
     assert isinstance(clock, FakeClock)
-    register_worker(ctx.store, "w", WorkerSpec(lease_duration_s=LEASE_S), "host", "procgroup", ctx)
+    register_worker(ctx, "w", WorkerSpec(lease_duration_s=LEASE_S), "host", "procgroup")
     manager = Manager(ctx)  # subscribes after the registration: only a listing finds "w"
     workers = manager.controllers["workers"]
     listings: list[float] = []
