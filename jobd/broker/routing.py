@@ -1,6 +1,6 @@
 """FastAPI route decorators from the wire's declarations, so a path is spelled once.
 
-`route(router, routes.GET_JOB)` is `router.get("/jobs/{job_id}", summary=...)` with the
+`route(router, routes.GET_JOB)` is `router.get(<its path>, summary=<its summary>)`: the
 method, path, summary and success status of `jobd.wire.routes`. The busiest routes are
 declared through `fastpath.declare` instead.
 """
