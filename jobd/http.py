@@ -1,14 +1,10 @@
-"""The typed HTTP client of the broker's API for the `job` CLI (and the worker's token look-up).
+"""The `job` CLI's client of the broker (and the worker's token look-up).
 
-The worker agent talks to the broker through its own asynchronous client
-(`jobd/worker/reporting.py`): it needs concurrent long-polls and retried reports.
-
-Resource documents travel as plain dicts, exactly as the broker sends them, so `job get -o
-json` can print them untouched; only the envelopes around them (apply results, pages of
-events, watch batches, log chunks) get small typed classes here. Every failure becomes one
-of two exceptions with a one-sentence message: `ApiError` when the broker answered with an
-error, `BrokerUnreachable` when it could not be reached at all. Next stage: the broker's
-routes in `jobd/broker/`.
+`JobdClient` is the synchronous client of `jobd.wire` with a method per operation the
+CLI uses, and the informer loop of `job get -w` (`job_changes`: list, then watch from the
+list's revision, list again after a 410). The requests, the envelopes of the answers
+and the two exceptions (`ApiError`, `BrokerUnreachable`) are the wire's, re-exported
+here for the CLI. Next stage: the broker's routes in `jobd/broker/`.
 
 Configuration follows CONTRACT.md §2 and §8: `default_server()`, `data_dir()` and
 `default_token()` give the values a flag would otherwise carry.
@@ -20,14 +16,25 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+from jobd.wire import calls
+from jobd.wire.answers import (
+    ApplyResult,
+    BlockersResult,
+    Document,
+    EventPage,
+    JobList,
+    LogChunk,
+    WatchChange,
+    WatchPage,
+)
+from jobd.wire.client import ApiError, BrokerUnreachable, Client
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -48,12 +55,8 @@ __all__ = [
 ]
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
-# A held request (follow/watch) may take the server's whole timeout; the socket must outlast it.
-_HOLD_MARGIN_S = 10.0
 _WATCH_HOLD_S = 30.0
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-
-Document = dict[str, Any]
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -102,99 +105,10 @@ def _is_local(server: str) -> bool:
         return False
 
 
-# -- errors ----------------------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """The broker refused a request; `message` is its one-sentence reason."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class BrokerUnreachable(ConnectionError):
-    """No answer from the broker: refused, unresolvable, timed out or cut off."""
-
-    def __init__(self, server: str, message: str) -> None:
-        super().__init__(message)
-        self.server = server
-        self.message = message
-
-
-def _error_message(response: httpx.Response) -> str:
-    """The body's `detail`, flattened to one sentence whatever shape the server used."""
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
-    if isinstance(detail, str) and detail:
-        return detail
-    # FastAPI's own validation errors: a list of {loc, msg}; the first one says enough.
-    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
-        first = detail[0]
-        where = ".".join(str(p) for p in first.get("loc", []) if p != "body")
-        return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
-    return f"the broker answered {response.status_code} {response.reason_phrase}"
-
-
-# -- envelopes -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    kind: str
-    name: str  # "<project>/<name>" for a Job, "<name>" otherwise
-    action: Literal["created", "configured", "unchanged"]
-    object: Document | None  # None when asked for without objects
-
-
-@dataclass(frozen=True)
-class JobList:
-    items: list[Document]
-    revision: int
-
-
-@dataclass(frozen=True)
-class WatchChange:
-    revision: int
-    kind: str
-    op: Literal["ADDED", "MODIFIED", "DELETED"]
-    object: Document
-
-
-@dataclass(frozen=True)
-class WatchPage:
-    revision: int
-    changes: list[WatchChange]
-
-
-@dataclass(frozen=True)
-class EventPage:
-    items: list[Document]
-    last: int | None
-
-
-@dataclass(frozen=True)
-class LogChunk:
-    data: bytes
-    offset: int  # where the next read starts
-    done: bool  # the job is terminal and every byte has been read
-
-
-@dataclass(frozen=True)
-class BlockersResult:
-    candidate: int
-    worker: str | None
-    victims: list[Document]
-    dry_run: bool
-
-
 # -- the client ------------------------------------------------------------------------------
 
 
-class JobdClient:
+class JobdClient(Client):
     """A synchronous client of one broker; use it as a context manager or call close()."""
 
     def __init__(
@@ -205,29 +119,10 @@ class JobdClient:
         timeout: float = 15.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.server = (server or default_server()).rstrip("/")
-        if urlsplit(self.server).scheme not in ("http", "https"):
-            raise ValueError(f"the broker address {self.server!r} must start with http(s)://")
-        headers = {"User-Agent": "jobd-client"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=self.server, headers=headers, timeout=timeout, transport=transport
-        )
+        super().__init__(server or default_server(), token, timeout=timeout, transport=transport)
 
     def __enter__(self) -> JobdClient:
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._http.close()
 
     # -- resources
 
@@ -235,18 +130,10 @@ class JobdClient:
         self, documents: Sequence[Document], *, dry_run: bool = False, objects: bool = True
     ) -> list[ApplyResult]:
         """Server-side apply; `objects=False` skips sending each object back."""
-        body = self._json(
-            "POST",
-            "/apply",
-            json={"documents": list(documents), "dry_run": dry_run},
-            params={"objects": str(objects).lower()},
-        )
-        return [
-            ApplyResult(r["kind"], r["name"], r["action"], r.get("object")) for r in body["results"]
-        ]
+        return self.run(calls.apply(documents, dry_run=dry_run, objects=objects))
 
     def create_job(self, document: Document) -> Document:
-        return self._doc("POST", "/jobs", json=document)
+        return self.run(calls.create_job(document))
 
     def list_jobs(
         self,
@@ -257,12 +144,11 @@ class JobdClient:
         name: str | None = None,
         limit: int | None = None,
     ) -> JobList:
-        params = _params(project=project, phase=list(phase), worker=worker, name=name, limit=limit)
-        body = self._json("GET", "/jobs", params=params)
-        return JobList(items=body["items"], revision=int(body["revision"]))
+        call = calls.list_jobs(project=project, phase=phase, worker=worker, name=name, limit=limit)
+        return self.run(call)
 
     def get_job(self, job_id: int) -> Document:
-        return self._doc("GET", f"/jobs/{job_id}")
+        return self.run(calls.get_job(job_id))
 
     def find_job(self, project: str | None, name: str) -> Document | None:
         """The job named `name` in `project` (any project when None), or None.
@@ -276,47 +162,32 @@ class JobdClient:
         return items[0] if items else None
 
     def delete_job(self, job_id: int) -> None:
-        self._json("DELETE", f"/jobs/{job_id}")
+        self.run(calls.delete_job(job_id))
 
     def cancel_job(self, job_id: int) -> Document:
-        return self._doc("POST", f"/jobs/{job_id}/cancel")
+        return self.run(calls.cancel_job(job_id))
 
     def preempt_job(self, job_id: int) -> Document:
-        return self._doc("POST", f"/jobs/{job_id}/preempt")
+        return self.run(calls.preempt_job(job_id))
 
     def preempt_blockers(self, job_id: int, *, dry_run: bool = False) -> BlockersResult:
-        params = {"dry_run": _flag(dry_run)}
-        body = self._json("POST", f"/jobs/{job_id}/preempt-blockers", params=params)
-        return BlockersResult(
-            candidate=int(body["candidate"]),
-            worker=body.get("worker"),
-            victims=body.get("victims", []),
-            dry_run=bool(body.get("dry_run", dry_run)),
-        )
+        return self.run(calls.preempt_blockers(job_id, dry_run=dry_run))
 
     def resume_job(self, job_id: int) -> Document:
-        return self._doc("POST", f"/jobs/{job_id}/resume")
+        return self.run(calls.resume_job(job_id))
 
     def list_workers(self) -> list[Document]:
-        items: list[Document] = self._json("GET", "/workers")["items"]
-        return items
+        return self.run(calls.list_workers())
 
     def list_projects(self) -> list[Document]:
-        items: list[Document] = self._json("GET", "/projects")["items"]
-        return items
+        return self.run(calls.list_projects())
 
     # -- streams
 
     def read_logs(
         self, job_id: int, *, offset: int = 0, follow: bool = False, timeout: float = 30.0
     ) -> LogChunk:
-        params = _params(offset=offset, follow=_flag(follow), timeout=timeout if follow else None)
-        response = self._send("GET", f"/jobs/{job_id}/logs", params=params, hold=follow, t=timeout)
-        return LogChunk(
-            data=response.content,
-            offset=int(response.headers.get("X-Jobd-Offset", offset + len(response.content))),
-            done=response.headers.get("X-Jobd-Done", "false").lower() == "true",
-        )
+        return self.run(calls.read_logs(job_id, offset=offset, follow=follow, timeout=timeout))
 
     def events(
         self,
@@ -327,15 +198,10 @@ class JobdClient:
         follow: bool = False,
         timeout: float = 30.0,
     ) -> EventPage:
-        params = _params(
-            job=job,
-            type=event_type,
-            after=after,
-            follow=_flag(follow),
-            timeout=timeout if follow else None,
+        call = calls.list_events(
+            job=job, event_type=event_type, after=after, follow=follow, timeout=timeout
         )
-        body = self._json("GET", "/events", params=params, hold=follow, t=timeout)
-        return EventPage(items=body["items"], last=body.get("last"))
+        return self.run(call)
 
     def iter_events(
         self, *, job: int | None = None, event_type: str | None = None
@@ -352,13 +218,7 @@ class JobdClient:
 
     def watch(self, since: int, *, kind: str = "Job", timeout: float = 30.0) -> WatchPage:
         """Changes after revision `since`; ApiError 410 means list again and restart."""
-        params = {"since": since, "kind": kind, "timeout": timeout}
-        body = self._json("GET", "/watch", params=params, hold=True, t=timeout)
-        changes = [
-            WatchChange(int(c["revision"]), c["kind"], c["op"], c["object"])
-            for c in body["changes"]
-        ]
-        return WatchPage(revision=int(body["revision"]), changes=changes)
+        return self.run(calls.watch(since, kind=kind, timeout=timeout))
 
     def job_changes(
         self,
@@ -408,41 +268,6 @@ class JobdClient:
             else:  # the deadline passed (a 410 leaves by `break`, to list again)
                 return
 
-    # -- plumbing
-
-    def _doc(self, method: str, path: str, **kwargs: Any) -> Document:
-        body: Document = self._json(method, path, **kwargs)
-        return body
-
-    def _json(
-        self, method: str, path: str, *, hold: bool = False, t: float = 0.0, **kwargs: Any
-    ) -> Any:
-        return self._send(method, path, hold=hold, t=t, **kwargs).json()
-
-    def _send(
-        self, method: str, path: str, *, hold: bool = False, t: float = 0.0, **kwargs: Any
-    ) -> httpx.Response:
-        if hold:
-            kwargs["timeout"] = t + _HOLD_MARGIN_S
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol):
-            raise BrokerUnreachable(
-                self.server,
-                f"cannot reach the jobd broker at {self.server} (is `jobd dev` running?)",
-            ) from None
-        except httpx.TimeoutException:
-            raise BrokerUnreachable(
-                self.server, f"the jobd broker at {self.server} did not answer in time"
-            ) from None
-        except httpx.TransportError as exc:
-            raise BrokerUnreachable(
-                self.server, f"lost the connection to the jobd broker at {self.server} ({exc})"
-            ) from None
-        if response.is_error:
-            raise ApiError(response.status_code, _error_message(response))
-        return response
-
 
 def _job_id(job: Document) -> Any:
     return (job.get("metadata") or {}).get("id")
@@ -466,12 +291,3 @@ def _hold(deadline: float | None) -> float:
     if deadline is None:
         return _WATCH_HOLD_S
     return min(_WATCH_HOLD_S, deadline - time.monotonic())
-
-
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _params(**values: Any) -> Mapping[str, Any]:
-    """Query parameters without the ones not said (None or an empty list)."""
-    return {k: v for k, v in values.items() if v is not None and v != []}

@@ -25,6 +25,7 @@ from jobd.bench.harness import BrokerError, BrokerProcess, Endpoint
 from jobd.bench.stats import Result, Stopwatch, rate
 from jobd.bench.wire import Connection
 from jobd.store import open_store
+from jobd.wire import routes
 
 __all__ = ["run_apply", "run_submit"]
 
@@ -57,7 +58,7 @@ def _spec(ctx: BenchContext) -> dict[str, Any]:
 
 
 async def _client_loop(ctx: BenchContext, conn: Connection, runs: _Creates) -> None:
-    request = conn.prepare("POST", "/jobs", job_doc(**_spec(ctx)))
+    request = conn.prepare("POST", routes.CREATE_JOB.url(), job_doc(**_spec(ctx)))
     while runs.issued < runs.total and ctx.time_left() > 0:
         runs.issued += 1
         began = time.perf_counter()
@@ -152,7 +153,7 @@ async def _apply_once(ctx: BenchContext, http: httpx.AsyncClient, prefix: str, c
     began = time.perf_counter()
     # As `job apply -f` asks: results without the objects (they are for `job diff`).
     resp = await http.post(
-        "/apply",
+        routes.APPLY.url(),
         content=body,
         headers={"content-type": "application/json"},
         params={"objects": "false"},
@@ -164,7 +165,7 @@ async def _apply_once(ctx: BenchContext, http: httpx.AsyncClient, prefix: str, c
     if created != count:
         raise RuntimeError(f"apply created {created} of {count} jobs")
     if ctx.server is not None:
-        listed = await http.get("/jobs", params={"project": PROJECT})
+        listed = await http.get(routes.LIST_JOBS.url(), params={"project": PROJECT})
         ours = {f"{PROJECT}/{d['metadata']['name']}" for d in docs}
         ids = [j["metadata"]["id"] for j in listed.json()["items"] if _ref(j) in ours]
         await cancel_all(http, ids)

@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 import httpx
 
+from jobd.wire import routes
+
 __all__ = ["PROJECT", "TRUE", "UNRUNNABLE", "cancel_all", "create_job", "job_doc", "wait_event"]
 
 PROJECT = "bench"
@@ -39,7 +41,7 @@ def job_doc(
 
 
 async def create_job(http: httpx.AsyncClient, doc: dict[str, Any]) -> int:
-    resp = await http.post("/jobs", json=doc)
+    resp = await http.post(routes.CREATE_JOB.url(), json=doc)
     return int(resp.json()["metadata"]["id"])
 
 
@@ -51,7 +53,7 @@ async def wait_event(
     params: dict[str, Any] = {"job": job, "type": event, "follow": "true", "limit": 1}
     while (left := deadline - time.monotonic()) > 0:
         params["timeout"] = round(min(left, 5.0), 3)
-        resp = await http.get("/events", params=params)
+        resp = await http.get(routes.LIST_EVENTS.url(), params=params)
         items: list[dict[str, Any]] = resp.json()["items"]
         if items:
             return items[0]
@@ -64,7 +66,7 @@ async def cancel_all(http: httpx.AsyncClient, ids: list[int], clients: int = 32)
 
     async def cancel_some() -> None:
         for job in pending:
-            await http.post(f"/jobs/{job}/cancel")
+            await http.post(routes.CANCEL_JOB.url(job_id=job))
 
     async with anyio.create_task_group() as tg:
         for _ in range(clients):

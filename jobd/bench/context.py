@@ -20,6 +20,7 @@ from jobd.bench.harness import BrokerProcess, Endpoint, Mode, client, running_br
 from jobd.bench.history import fill_store
 from jobd.bench.progress import Progress
 from jobd.store import open_store, sqlite_url
+from jobd.wire import routes
 
 __all__ = ["BenchContext", "Size", "Skipped"]
 
@@ -82,7 +83,8 @@ class BenchContext:
         """A client of the broker to measure, and its process when the bench started it."""
         if self.server is not None:
             async with client(self.server, connections) as http:
-                await http.get("/jobs", params={"limit": 1})  # a refused token fails here
+                # A refused token fails here.
+                await http.get(routes.LIST_JOBS.url(), params={"limit": 1})
                 yield http, None
             return
         root = self.scratch(name)

@@ -17,6 +17,7 @@ import httpx
 from jobd.bench.calls import PROJECT, create_job, job_doc, wait_event
 from jobd.bench.context import BenchContext
 from jobd.bench.stats import Result, ms, parse_ts, percentile, rate
+from jobd.wire import routes
 
 __all__ = ["run_dispatch", "run_drain"]
 
@@ -29,7 +30,7 @@ _UNFINISHED = ["Pending", "Scheduled", "Running", "Lost"]
 
 
 async def _runner_of(http: httpx.AsyncClient) -> str:
-    workers = (await http.get("/workers")).json()["items"]
+    workers = (await http.get(routes.LIST_WORKERS.url())).json()["items"]
     return ",".join(sorted({str(w["status"].get("runner")) for w in workers})) or "none"
 
 
@@ -45,7 +46,7 @@ async def _dispatch_once(http: httpx.AsyncClient) -> tuple[int, float]:
 async def _start_times(http: httpx.AsyncClient, job: int) -> tuple[float, float]:
     """The worker's process_started ts (shipped in batches, so waited for); status.started_at."""
     event = await wait_event(http, job, "process_started")
-    status = (await http.get(f"/jobs/{job}")).json()["status"]
+    status = (await http.get(routes.GET_JOB.url(job_id=job))).json()["status"]
     return parse_ts(event["ts"]), parse_ts(status["started_at"])
 
 
@@ -102,7 +103,7 @@ async def _wait_drained(
     params: dict[str, Any] = {"project": project, "phase": _UNFINISHED, "limit": 1}
     began = time.monotonic()
     while ctx.time_left() > 0:
-        if not (await http.get("/jobs", params=params)).json()["items"]:
+        if not (await http.get(routes.LIST_JOBS.url(), params=params)).json()["items"]:
             return True
         ctx.progress.step(f"draining {total} jobs, {time.monotonic() - began:.0f} s so far")
         await anyio.sleep(0.5)
@@ -111,7 +112,7 @@ async def _wait_drained(
 
 async def _finished(http: httpx.AsyncClient, project: str, ids: set[int]) -> list[dict[str, Any]]:
     params: dict[str, Any] = {"project": project, "phase": ["Succeeded", "Failed"]}
-    items = (await http.get("/jobs", params=params, timeout=120)).json()["items"]
+    items = (await http.get(routes.LIST_JOBS.url(), params=params, timeout=120)).json()["items"]
     return [doc["status"] for doc in items if doc["metadata"]["id"] in ids]
 
 
@@ -122,7 +123,7 @@ async def run_drain(ctx: BenchContext) -> Result:
     async with ctx.broker("drain", mode="split", slots=DRAIN_SLOTS) as (http, broker):
         cpu_before = broker.cpu_seconds() if broker is not None else {}
         sent = time.time()
-        resp = await http.post("/apply", json={"documents": docs}, timeout=600)
+        resp = await http.post(routes.APPLY.url(), json={"documents": docs}, timeout=600)
         ids = {int(r["object"]["metadata"]["id"]) for r in resp.json()["results"]}
         drained = await _wait_drained(ctx, http, project, total)
         cpu_after = broker.cpu_seconds() if broker is not None else {}

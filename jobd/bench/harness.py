@@ -27,6 +27,7 @@ import anyio
 import httpx
 
 from jobd.store import sqlite_url
+from jobd.wire import routes
 
 __all__ = [
     "REPO_ROOT",
@@ -201,11 +202,11 @@ class BrokerProcess:
 
     async def _ready(self, http: httpx.AsyncClient) -> bool:
         try:
-            if (await http.get("/healthz")).status_code != 200:
+            if (await http.get(routes.HEALTHZ.url())).status_code != 200:
                 return False
             if self.mode == "broker":
                 return True
-            workers = (await http.get("/workers")).json()["items"]
+            workers = (await http.get(routes.LIST_WORKERS.url())).json()["items"]
             return any(w["status"]["phase"] == "Ready" for w in workers)
         except httpx.TransportError:
             return False

@@ -20,6 +20,7 @@ from jobd.bench.calls import create_job, job_doc, wait_event
 from jobd.bench.context import BenchContext
 from jobd.bench.harness import REPO_ROOT
 from jobd.bench.stats import Result, ms, parse_ts, percentile
+from jobd.wire import routes
 
 __all__ = ["WORKLOAD", "run_preempt"]
 
@@ -68,7 +69,7 @@ async def _preempt_once(http: httpx.AsyncClient, script: Path, rep: int) -> tupl
     await _wait_file(ready)
     await wait_event(http, job, "job_started")  # phase Running: preemptible now
     sent = time.time()
-    await http.post(f"/jobs/{job}/preempt")
+    await http.post(routes.PREEMPT_JOB.url(job_id=job))
     decided = parse_ts((await wait_event(http, job, "auto_preempt"))["ts"])
     recorded = parse_ts((await wait_event(http, job, "checkpoint_complete"))["ts"])
     await wait_event(http, job, "job_finished")

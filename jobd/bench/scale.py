@@ -24,6 +24,7 @@ from jobd.bench.calls import create_job, job_doc
 from jobd.bench.context import BenchContext
 from jobd.bench.harness import BrokerError, Endpoint, client, raise_open_file_limit
 from jobd.bench.stats import Result, Stopwatch, ms, percentile
+from jobd.wire import routes
 
 __all__ = ["run_scale"]
 
@@ -67,14 +68,14 @@ class SimWorker:
             "hostname": "sim",
             "runner": "sim",
         }
-        resp = await self.http.put(f"/workers/{self.name}", json=body)
+        resp = await self.http.put(routes.REGISTER_WORKER.url(name=self.name), json=body)
         self.revision = int(resp.json()["revision"])
 
     async def watch_forever(self, tg: anyio.abc.TaskGroup) -> None:
         params: dict[str, Any] = {"worker": self.name, "timeout": _WATCH_S}
         while True:
             params["since"] = self.revision
-            resp = await self.http.get("/watch", params=params)
+            resp = await self.http.get(routes.WATCH.url(), params=params)
             now = time.perf_counter()
             body = resp.json()
             for change in body["changes"]:
@@ -104,8 +105,8 @@ class SimWorker:
     async def _run(self, job_id: int) -> None:
         body = {"worker": self.name}
         try:
-            await self._post(f"/jobs/{job_id}/started", body)
-            await self._post(f"/jobs/{job_id}/complete", body | {"exit_code": 0})
+            await self._post(routes.REPORTS["started"].url(job_id=job_id), body)
+            await self._post(routes.REPORTS["complete"].url(job_id=job_id), body | {"exit_code": 0})
         except BrokerError:
             self.fleet.failures += 1
         finally:
@@ -117,7 +118,7 @@ class SimWorker:
             began = time.perf_counter()
             body = {"running": sorted(self.running)}
             try:
-                await self._post(f"/workers/{self.name}/heartbeat", body)
+                await self._post(routes.HEARTBEAT.url(name=self.name), body)
                 self.fleet.heartbeats.append(time.perf_counter() - began)
             except BrokerError:
                 self.fleet.failures += 1

@@ -27,6 +27,7 @@ from jobd.broker.wiring import resync_forever
 from jobd.controllers.clock import Clock
 from jobd.controllers.projects import watch_projects_file
 from jobd.logconfig import get_logger, redact_url
+from jobd.wire import routes as wire_routes
 
 __all__ = ["create_app"]
 
@@ -89,14 +90,15 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     for exc_type, status in ERROR_STATUSES:
         app.add_exception_handler(exc_type, _error(status))
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_middleware(FastRoutes, state=state)  # inside TokenAuth: added first
+    fast = (*routes_jobs.FAST, *routes_workers.FAST, *routes_system.FAST)
+    app.add_middleware(FastRoutes, state=state, routes=fast)  # inside TokenAuth: added first
     app.add_middleware(TokenAuth, token=state.token)
     # Routes are matched in order: the busiest (creates, reports, watches) first.
     for router in (routes_jobs.router, routes_workers.router, routes_system.router):
         app.include_router(router)
     app.include_router(routes_system.public)
 
-    @app.get("/openapi.json", include_in_schema=False)
+    @app.get(wire_routes.OPENAPI.path, include_in_schema=False)
     async def openapi() -> JSONResponse:
         return JSONResponse(_with_bearer_scheme(app.openapi()))
 

@@ -12,9 +12,10 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from jobd.wire.routes import PUBLIC_PATHS
+
 __all__ = ["PUBLIC_PATHS", "TokenAuth"]
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 _REFUSAL = json.dumps({"detail": "a valid bearer token is required (see JOBD_TOKEN)"}).encode()
 
 

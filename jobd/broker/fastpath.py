@@ -1,110 +1,201 @@
-"""The busiest routes as a plain ASGI middleware, ahead of FastAPI's routing.
+"""The busiest routes, answered by one function whichever way a request reaches them.
 
-`POST /jobs` (a storm of submits), and what every worker sends all the time:
-`GET /watch`, `POST /workers/{name}/reports` and `POST /workers/{name}/heartbeat`.
-FastAPI's routing, dependency and response machinery took more CPU per request than
-the work these carry. They are answered exactly as the FastAPI routes declared in
-routes_jobs, routes_system and routes_workers (which document them in the OpenAPI
-schema) would: same parameters and bodies, same statuses, same errors, by the same
-functions. Everything else passes through untouched.
+`POST /jobs` (a storm of submits), and what every worker sends all the time: `GET
+/watch`, `POST /workers/{name}/reports` and `POST /workers/{name}/heartbeat`. FastAPI's
+routing, dependency and response machinery took more CPU per request than the work these
+carry, so `FastRoutes`, a plain ASGI middleware ahead of FastAPI's routing, answers them.
+
+Each is declared once, as a `FastRoute`: the wire's route (method, path, body or query
+model, status) and a handler. From that one declaration `declare()` makes the FastAPI
+route that documents it in the OpenAPI schema, and `FastRoutes` matches it. Both parse,
+call the handler and map errors through `answer()`, so the two cannot answer differently;
+only how the bytes arrive and leave differs. Everything else passes through untouched.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Awaitable, Callable
-from functools import partial
-from urllib.parse import parse_qsl, unquote
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
 
-from pydantic import ValidationError
+from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobd.api.models import ADMISSION, Job
-from jobd.broker.responses import doc, encode_json, status_for, validation_detail
-from jobd.broker.routes_system import WatchQuery, run_watch
-from jobd.broker.routes_workers import Heartbeat, ReportBatch, run_heartbeat, run_report_batch
-from jobd.broker.state import BrokerState
+from jobd.api.models import ADMISSION
+from jobd.broker.responses import status_for, validation_detail
+from jobd.broker.state import BrokerState, state_of
+from jobd.wire.routes import PATH_PARAMS, Route
 
-__all__ = ["FastRoutes"]
+__all__ = ["MAX_BODY", "FastRoute", "FastRoutes", "PathArgs", "answer", "declare"]
 
 MAX_BODY = 1024 * 1024  # one job's document; an apply of many goes to /apply
-_JSON = [(b"content-type", b"application/json")]
+_JSON_TYPE = "application/json"
+_JSON = [(b"content-type", _JSON_TYPE.encode())]
+
+PathArgs = dict[str, Any]
+# (state, the path's parameters, the parsed body or query) -> the answer's JSON text
+Handler = Callable[[BrokerState, PathArgs, Any], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class FastRoute:
+    route: Route
+    handle: Handler
+    description: str | None = None  # for the OpenAPI document, beside the route's summary
+
+
+async def answer(
+    fast: FastRoute, state: BrokerState, args: PathArgs, body: bytes | None, query: bytes
+) -> tuple[int, bytes]:
+    """The status and JSON body of a fast route's answer; `body` None: it was too large."""
+    route = fast.route
+    if body is None:
+        return 413, _detail(f"body: larger than {MAX_BODY} bytes")
+    try:
+        if route.body is not None:
+            # A request body is what is submitted: admission's rules apply (api.models).
+            parsed: Any = route.body.model_validate_json(body, context=ADMISSION)
+        elif route.query is not None:
+            # The last of repeated parameters counts, as in FastAPI's own parsing.
+            parsed = route.query.model_validate(dict(parse_qsl(query.decode("latin-1"))))
+        else:
+            parsed = None
+        text = await fast.handle(state, args, parsed)
+    except ValidationError as exc:
+        return 422, _detail(validation_detail(exc.errors()))
+    except Exception as exc:
+        refused = status_for(exc)
+        if refused is None:
+            raise  # a bug: the server's error handling takes it from here
+        return refused, _detail(str(exc))
+    return route.status, text.encode()
 
 
 class FastRoutes:
-    def __init__(self, app: ASGIApp, state: BrokerState) -> None:
+    """Answers the fast routes ahead of FastAPI's routing; passes everything else on."""
+
+    def __init__(self, app: ASGIApp, state: BrokerState, routes: Sequence[FastRoute]) -> None:
         self.app = app
         self.state = state
+        self._exact = {(f.route.method, f.route.path): f for f in routes if not f.route.params}
+        self._templated: dict[str, list[tuple[_Template, FastRoute]]] = {}
+        for f in routes:
+            if f.route.params:
+                self._templated.setdefault(f.route.method, []).append((_Template(f.route), f))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope.get("path", "")
-        method = scope.get("method")
-        if scope["type"] != "http":
+        found = self._match(scope) if scope["type"] == "http" else None
+        if found is None:
             await self.app(scope, receive, send)
-        elif method == "GET" and path == "/watch":
-            await self._watch(scope, send)
-        elif method != "POST":
-            await self.app(scope, receive, send)
-        elif path == "/jobs":
-            await self._answer(receive, send, self._create)
-        elif (name := _worker_verb(path, "reports")) is not None:
-            await self._answer(receive, send, partial(self._reports, name))
-        elif (name := _worker_verb(path, "heartbeat")) is not None:
-            await self._answer(receive, send, partial(self._heartbeat, name))
-        else:
-            await self.app(scope, receive, send)
-
-    async def _watch(self, scope: Scope, send: Send) -> None:
-        # The last of repeated parameters counts, as in FastAPI's own parsing.
-        params = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        try:
-            query = WatchQuery.model_validate(params)
-        except ValidationError as exc:
-            await _respond(send, 422, {"detail": validation_detail(exc.errors())})
             return
-        answer = await run_watch(self.state, query)
-        await _send(send, 200, encode_json(answer).encode())
+        fast, args = found
+        body = await _read_body(receive) if fast.route.body is not None else b""
+        status, text = await answer(fast, self.state, args, body, scope.get("query_string", b""))
+        await _send(send, status, text)
 
-    async def _answer(
-        self, receive: Receive, send: Send, handle: Callable[[bytes], Awaitable[tuple[int, str]]]
-    ) -> None:
-        body = await _read_body(receive)
-        if body is None:
-            await _respond(send, 413, {"detail": f"body: larger than {MAX_BODY} bytes"})
-            return
-        try:
-            status, text = await handle(body)
-        except ValidationError as exc:
-            await _respond(send, 422, {"detail": validation_detail(exc.errors())})
-        except Exception as exc:
-            refused = status_for(exc)
-            if refused is None:
-                raise  # a bug: the server's error handling takes it from here
-            await _respond(send, refused, {"detail": str(exc)})
-        else:
-            await _send(send, status, text.encode())
-
-    async def _create(self, body: bytes) -> tuple[int, str]:
-        job = Job.model_validate_json(body, context=ADMISSION)
-        created = await self.state.creates.create(job)
-        return 201, doc(created)
-
-    async def _reports(self, worker: str, body: bytes) -> tuple[int, str]:
-        batch = ReportBatch.model_validate_json(body)
-        return 200, encode_json(run_report_batch(self.state, worker, batch))
-
-    async def _heartbeat(self, worker: str, body: bytes) -> tuple[int, str]:
-        beat = Heartbeat.model_validate_json(body)
-        return 200, encode_json(run_heartbeat(self.state, worker, beat))
-
-
-def _worker_verb(path: str, verb: str) -> str | None:
-    """The worker's name in `/workers/{name}/{verb}`, else None."""
-    head, _, name_and_tail = path.partition("/workers/")
-    name, slash, tail = name_and_tail.partition("/")
-    if head or not name or not slash or tail != verb:
+    def _match(self, scope: Scope) -> tuple[FastRoute, PathArgs] | None:
+        method, path = scope.get("method", ""), scope.get("path", "")
+        exact = self._exact.get((method, path))
+        if exact is not None:
+            return exact, {}
+        templates = self._templated.get(method)
+        if not templates:
+            return None
+        parts = path.split("/")
+        for template, fast in templates:
+            args = template.match(parts)
+            if args is not None:
+                return fast, args
         return None
-    return unquote(name)
+
+
+class _Template:
+    """A path template's fixed segments and parameters, matched against a split path."""
+
+    def __init__(self, route: Route) -> None:
+        segments = route.path.split("/")
+        self.size = len(segments)
+        self.fixed = [(i, s) for i, s in enumerate(segments) if not s.startswith("{")]
+        self.params = [(i, s[1:-1]) for i, s in enumerate(segments) if s.startswith("{")]
+
+    def match(self, parts: list[str]) -> PathArgs | None:
+        if len(parts) != self.size or any(parts[i] != s for i, s in self.fixed):
+            return None
+        args: PathArgs = {}
+        for i, name in self.params:
+            if not parts[i]:
+                return None
+            try:
+                args[name] = PATH_PARAMS[name](parts[i])  # ASGI paths come percent-decoded
+            except ValueError:
+                return None  # FastAPI's routing answers it
+        return args
+
+
+# -- the FastAPI side: documentation from the same declaration, answered by answer()
+
+
+class _AnsweredByFastPath(APIRoute):
+    """A route FastAPI documents from its endpoint's signature but answers with answer()."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        fast: FastRoute = self.endpoint.fast  # type: ignore[attr-defined]
+
+        async def handler(request: Request) -> Response:
+            raw = await request.body() if fast.route.body is not None else b""
+            body = raw if len(raw) <= MAX_BODY else None
+            try:
+                args = {k: PATH_PARAMS[k](v) for k, v in request.path_params.items()}
+            except ValueError:
+                return Response(_detail("path: invalid parameter"), 422, media_type=_JSON_TYPE)
+            query = request.scope.get("query_string", b"")
+            status, text = await answer(fast, state_of(request), args, body, query)
+            return Response(text, status_code=status, media_type=_JSON_TYPE)
+
+        return handler
+
+
+def declare(router: APIRouter, fast: FastRoute) -> None:
+    """Add `fast` to `router`, so the OpenAPI document shows it with its models."""
+    route = fast.route
+
+    async def endpoint(**_kwargs: Any) -> None:  # never called: see _AnsweredByFastPath
+        raise NotImplementedError
+
+    endpoint.__signature__ = _signature(route)  # type: ignore[attr-defined]
+    endpoint.fast = fast  # type: ignore[attr-defined]
+    endpoint.__name__ = fast.handle.__name__.lstrip("_")
+    router.add_api_route(
+        route.path,
+        endpoint,
+        methods=[route.method],
+        status_code=route.status,
+        summary=route.summary,
+        description=fast.description,
+        route_class_override=_AnsweredByFastPath,
+    )
+
+
+def _signature(route: Route) -> inspect.Signature:
+    """What FastAPI reads to document the route: its path parameters, body or query model."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter(p, keyword, annotation=PATH_PARAMS[p]) for p in route.params]
+    if route.body is not None:
+        params.append(inspect.Parameter("body", keyword, annotation=_annotated(route.body, Body())))
+    if route.query is not None:
+        params.append(
+            inspect.Parameter("query", keyword, annotation=_annotated(route.query, Query()))
+        )
+    return inspect.Signature(params)
+
+
+def _annotated(model: type[BaseModel], marker: Any) -> Any:
+    return Annotated[model, marker]
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -125,8 +216,8 @@ async def _read_body(receive: Receive) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _respond(send: Send, status: int, payload: dict[str, str]) -> None:
-    await _send(send, status, json.dumps(payload).encode())
+def _detail(message: str) -> bytes:
+    return json.dumps({"detail": message}).encode()
 
 
 async def _send(send: Send, status: int, body: bytes) -> None:

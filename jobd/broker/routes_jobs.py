@@ -5,37 +5,32 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from jobd.api.manifests import Document, parse_resource
-from jobd.api.models import ADMISSION, Job, Phase, Project, Resource
+from jobd.api.models import ADMISSION, Job, Project, Resource
+from jobd.broker.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.responses import doc, encode_json, json_response
+from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.verbs import admission, preempt
 from jobd.controllers.verbs.cancel import cancel
 from jobd.controllers.verbs.resume import resume_job
+from jobd.wire import routes
+from jobd.wire.models import ApplyQuery, ApplyRequest, BlockersQuery, JobsQuery, LogsQuery
 
 router = APIRouter(tags=["jobs"])
-_M = TypeVar("_M", bound=BaseModel)
 
 
-class ApplyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    documents: list[dict[str, Any]] = Field(min_length=1)
-    dry_run: bool = False
-
-
-class _ApplyJobs(BaseModel):
+class _ApplyJobs(ApplyRequest):
     """An apply of Jobs only, the common case: validated in one pass of pydantic's core."""
 
-    model_config = ConfigDict(extra="forbid")
-    documents: list[Job] = Field(min_length=1)
-    dry_run: bool = False
+    documents: list[Job] = Field(min_length=1)  # type: ignore[assignment]
 
 
 def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
@@ -53,7 +48,7 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
         if all("kind" in job.model_fields_set for job in jobs.documents):
             return list(jobs.documents), jobs.dry_run
     try:
-        body = ApplyRequest.model_validate_json(raw)
+        body = ApplyRequest.model_validate_json(raw, context=ADMISSION)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
     resources = [
@@ -69,27 +64,11 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"content": {"application/json": schema}, "required": True}}
 
 
-async def _parse(request: Request, model: type[_M]) -> _M:
-    try:
-        return model.model_validate_json(await request.body(), context=ADMISSION)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors()) from None
-
-
-@router.post(
-    "/apply",
-    summary="Create or update each document (server-side apply)",
-    openapi_extra=_json_body(ApplyRequest),
-)
-async def apply(
-    request: Request,
-    objects: Annotated[
-        bool, Query(description="Each result carries the object; false: kind, name, action")
-    ] = True,
-) -> Response:
+@route(router, routes.APPLY, openapi_extra=_json_body(ApplyRequest))
+async def apply(request: Request, query: Annotated[ApplyQuery, Query()]) -> Response:
     body = await request.body()
     with _collector_paused():
-        text = _apply(state_of(request), body, objects)
+        text = _apply(state_of(request), body, query.objects)
     return Response(text, media_type="application/json")
 
 
@@ -132,40 +111,34 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-@router.post(
-    "/jobs",
-    status_code=201,
-    summary="Create one job (imperative submit)",
-    openapi_extra=_json_body(Job),
-)
-async def create_job(request: Request) -> Response:
-    job = await _parse(request, Job)
-    return json_response(doc(await state_of(request).creates.create(job)), status_code=201)
+async def create_job(state: BrokerState, _path: PathArgs, job: Job) -> str:
+    return doc(await state.creates.create(job))
 
 
-@router.get("/jobs", summary="List jobs, filtered")
-async def list_jobs(
-    request: Request,
-    project: str | None = None,
-    phase: Annotated[list[Phase] | None, Query()] = None,
-    worker: str | None = None,
-    name: str | None = None,
-    limit: Annotated[int | None, Query(ge=1)] = None,
-) -> Response:
+CREATE_JOB = FastRoute(routes.CREATE_JOB, create_job)
+declare(router, CREATE_JOB)
+
+
+@route(router, routes.LIST_JOBS)
+async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> Response:
     state = state_of(request)
     revision = state.feed.revision
     items = state.store.list_jobs(
-        project=project, phases=phase, worker=worker, name=name, limit=limit
+        project=query.project,
+        phases=query.phase,
+        worker=query.worker,
+        name=query.name,
+        limit=query.limit,
     )
     return json_response({"items": [doc(j) for j in items], "revision": revision})
 
 
-@router.get("/jobs/{job_id}", summary="One job")
+@route(router, routes.GET_JOB)
 async def get_job(request: Request, job_id: int) -> Response:
     return json_response(doc(job_or_404(state_of(request), job_id)))
 
 
-@router.delete("/jobs/{job_id}", summary="Remove a finished job")
+@route(router, routes.DELETE_JOB)
 async def delete_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
@@ -178,22 +151,25 @@ async def delete_job(request: Request, job_id: int) -> Response:
     return json_response({"deleted": job_id})
 
 
-@router.post("/jobs/{job_id}/cancel", summary="Stop a job: desired phase Cancelled")
+@route(router, routes.CANCEL_JOB)
 async def cancel_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
     return json_response(doc(cancel(state.ctx, job_or_404(state, job_id))))
 
 
-@router.post("/jobs/{job_id}/preempt", summary="Preempt this running job (job preempt)")
+@route(router, routes.PREEMPT_JOB)
 async def preempt_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
     job = job_or_404(state, job_id)
     return json_response(doc(preempt.request_preemption(state.ctx, job, "manual")))
 
 
-@router.post("/jobs/{job_id}/preempt-blockers", summary="Preempt what keeps a queued job out")
-async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False) -> Response:
+@route(router, routes.PREEMPT_BLOCKERS)
+async def preempt_blockers(
+    request: Request, job_id: int, query: Annotated[BlockersQuery, Query()]
+) -> Response:
     state = state_of(request)
+    dry_run = query.dry_run
     plan = preempt.preempt_blockers(state.ctx, job_or_404(state, job_id), dry_run)
     return json_response(
         {
@@ -205,21 +181,18 @@ async def preempt_blockers(request: Request, job_id: int, dry_run: bool = False)
     )
 
 
-@router.post("/jobs/{job_id}/resume", status_code=201, summary="Resubmit from its checkpoint")
+@route(router, routes.RESUME_JOB)
 async def resume(request: Request, job_id: int) -> Response:
     state = state_of(request)
     return json_response(doc(resume_job(state.ctx, job_or_404(state, job_id))), status_code=201)
 
 
-@router.get("/jobs/{job_id}/logs", summary="The job's output from a byte offset")
+@route(router, routes.READ_LOGS)
 async def read_logs(
-    request: Request,
-    job_id: int,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    follow: bool = False,
-    timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
+    request: Request, job_id: int, query: Annotated[LogsQuery, Query()]
 ) -> Response:
     state = state_of(request)
+    offset, follow, timeout = query.offset, query.follow, query.timeout
     data = state.logs.read(job_id, offset)
     job = job_or_404(state, job_id)
     if follow and not data and not job.status.phase.terminal:
@@ -231,4 +204,6 @@ async def read_logs(
     return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
 
-__all__ = ["router"]
+__all__ = ["FAST", "router"]
+
+FAST = (CREATE_JOB,)

@@ -7,24 +7,27 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
-from pydantic import BaseModel, Field
 
 from jobd.api.models import Phase
+from jobd.broker.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.feed import FeedEntry
-from jobd.broker.responses import RawJSON, doc, json_response
+from jobd.broker.responses import RawJSON, doc, encode_json, json_response
+from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, state_of
 from jobd.store.base import NotFound
+from jobd.wire import routes
+from jobd.wire.models import EventsQuery, WatchQuery
 
 public = APIRouter(tags=["system"])
 router = APIRouter(tags=["system"])
 
 
-@public.get("/healthz", summary="Liveness")
+@route(public, routes.HEALTHZ)
 async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 
-@public.get("/readyz", summary="Readiness: the store answers")
+@route(public, routes.READYZ)
 async def readyz(request: Request) -> Response:
     ok = state_of(request).store.ping()
     return PlainTextResponse(
@@ -32,7 +35,7 @@ async def readyz(request: Request) -> Response:
     )
 
 
-@public.get("/metrics", summary="Prometheus text exposition")
+@route(public, routes.METRICS)
 async def metrics(request: Request) -> Response:
     state = state_of(request)
     counts = state.store.count_jobs_by_phase()
@@ -58,18 +61,8 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
-class WatchQuery(BaseModel):
-    """The watch's query parameters (also parsed by FastRoutes, see fastpath.py)."""
-
-    since: int = Field(default=0, ge=0)
-    kind: str | None = None
-    worker: str | None = None
-    timeout: float = Field(default=30.0, ge=0, le=300)
-
-
-@router.get("/watch", summary="Changes after a revision; held until one arrives")
-async def watch(request: Request, query: Annotated[WatchQuery, Query()]) -> Response:
-    return json_response(await run_watch(state_of(request), query))
+async def watch(state: BrokerState, _path: PathArgs, query: WatchQuery) -> str:
+    return encode_json(await run_watch(state, query))
 
 
 async def run_watch(state: BrokerState, query: WatchQuery) -> dict[str, Any]:
@@ -90,33 +83,35 @@ async def run_watch(state: BrokerState, query: WatchQuery) -> dict[str, Any]:
     return {"revision": revision, "changes": items}
 
 
-@router.get("/events", summary="The event record (events.jsonl), optionally followed")
-async def events(
-    request: Request,
-    job: int | None = None,
-    type: str | None = None,
-    after: Annotated[int, Query(ge=0)] = 0,
-    follow: bool = False,
-    timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> Response:
+WATCH = FastRoute(routes.WATCH, watch)
+declare(router, WATCH)
+
+
+@route(router, routes.LIST_EVENTS)
+async def events(request: Request, query: Annotated[EventsQuery, Query()]) -> Response:
     state = state_of(request)
-    found = state.store.list_events(job=job, event=type, after_seq=after, limit=limit)
-    if follow and not found:
-        await state.feed.events_added.wait(timeout)
-        found = state.store.list_events(job=job, event=type, after_seq=after, limit=limit)
+    job, after, limit = query.job, query.after, query.limit
+    found = state.store.list_events(job=job, event=query.type, after_seq=after, limit=limit)
+    if query.follow and not found:
+        await state.feed.events_added.wait(query.timeout)
+        found = state.store.list_events(job=job, event=query.type, after_seq=after, limit=limit)
     items = [ev.as_json() | {"seq": ev.seq} for ev in found]
     return json_response({"items": items, "last": found[-1].seq if found else after})
 
 
-@router.get("/projects", summary="List projects")
+@route(router, routes.LIST_PROJECTS)
 async def list_projects(request: Request) -> Response:
     return json_response({"items": [doc(p) for p in state_of(request).store.list_projects()]})
 
 
-@router.get("/projects/{name}", summary="One project")
+@route(router, routes.GET_PROJECT)
 async def get_project(request: Request, name: str) -> Response:
     project = state_of(request).store.get_project(name)
     if project is None:
         raise NotFound(f"project {name} not found")
     return json_response(doc(project))
+
+
+__all__ = ["FAST", "public", "router", "run_watch"]
+
+FAST = (WATCH,)

@@ -11,7 +11,6 @@ reconcile the other direction. Next stage: Execution, one per job.
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -19,6 +18,9 @@ import httpx
 
 from jobd.api.models import Job, Phase, WorkerSpec
 from jobd.logconfig import get_logger
+from jobd.wire import calls
+from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
+from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.execution import Execution, WorkerSettings
 from jobd.worker.reporting import BrokerLink
@@ -48,14 +50,12 @@ class Agent:
         self.link: BrokerLink | None = None
 
     async def run(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        timeout = httpx.Timeout(10.0, read=_WATCH_TIMEOUT_S + 10)
         # A small pool: httpcore looks at every pooled connection on each request.
         limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
-        async with httpx.AsyncClient(
-            base_url=self.server, headers=headers, timeout=timeout, limits=limits
-        ) as http:
-            self.link = BrokerLink(http, self.settings.name)
+        async with AsyncClient(
+            self.server, self.token, timeout=10.0, limits=limits, user_agent="jobd-worker"
+        ) as client:
+            self.link = BrokerLink(client, self.settings.name)
             await self._register()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -74,13 +74,9 @@ class Agent:
             gpus=self.settings.gpus,
             lease_duration_s=self.lease_duration_s,
         )
-        body = {
-            "spec": spec.model_dump(),
-            "hostname": socket.gethostname(),
-            "runner": self.runner.name,
-        }
-        resp = await self.link.call("PUT", f"/workers/{self.settings.name}", json=body)
-        if resp is None:
+        body = Registration(spec=spec, hostname=socket.gethostname(), runner=self.runner.name)
+        registered = await self.link.call(calls.register_worker(self.settings.name, body))
+        if registered is None:
             raise RuntimeError(f"the broker refused to register worker {self.settings.name}")
         log.info(
             "worker_registered",
@@ -92,37 +88,35 @@ class Agent:
     async def _resync(self) -> None:
         """List what is bound here and reconcile each; the watch continues from there."""
         assert self.link is not None
-        resp = await self.link.call("GET", "/jobs", params={"worker": self.settings.name})
-        if resp is None:
+        listing = await self.link.call(calls.list_jobs(worker=self.settings.name))
+        if listing is None:
             return
-        body = resp.json()
-        self.revision = max(self.revision, int(body["revision"]))
-        for doc in body["items"]:
+        self.revision = max(self.revision, listing.revision)
+        for doc in listing.items:
             self._reconcile(Job.model_validate(doc))
 
     async def _watch_forever(self) -> None:
         assert self.link is not None
-        params: dict[str, Any] = {"worker": self.settings.name, "timeout": _WATCH_TIMEOUT_S}
+        name = self.settings.name
         while True:
-            params["since"] = self.revision
+            watch = calls.watch(self.revision, worker=name, timeout=_WATCH_TIMEOUT_S)
             try:
-                resp = await self.link.http.get("/watch", params=params)
-            except httpx.TransportError as exc:
-                log.warning("watch_failed", error=str(exc))
+                page = await self.link.client.run(watch)
+            except BrokerUnreachable as exc:
+                log.warning("watch_failed", error=exc.message)
                 await anyio.sleep(0.5)
                 continue
-            if resp.status_code == 410:
-                await self._resync()
-                continue
-            if resp.status_code != 200:
-                log.warning("watch_refused", status=resp.status_code, detail=resp.text)
+            except ApiError as exc:
+                if exc.status == 410:  # behind the broker's change feed: list again
+                    await self._resync()
+                    continue
+                log.warning("watch_refused", status=exc.status, detail=exc.message)
                 await anyio.sleep(1.0)
                 continue
-            body = resp.json()
-            for change in body["changes"]:
-                if change["op"] != "DELETED":
-                    self._reconcile(Job.model_validate(change["object"]))
-            self.revision = max(self.revision, int(body["revision"]))
+            for change in page.changes:
+                if change.op != "DELETED":
+                    self._reconcile(Job.model_validate(change.object))
+            self.revision = max(self.revision, page.revision)
 
     def _reconcile(self, job: Job) -> None:
         """Drive local processes toward what the broker says about this job."""
@@ -162,15 +156,13 @@ class Agent:
         interval = self.lease_duration_s / 3
         while True:
             await anyio.sleep(interval)
-            body = {"running": sorted(self.executions)}
-            resp = await self.link.call(
-                "POST", f"/workers/{self.settings.name}/heartbeat", json=body
-            )
-            if resp is None:
+            body = Heartbeat(running=sorted(self.executions))
+            answer = await self.link.call(calls.heartbeat(self.settings.name, body))
+            if answer is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)
                 continue
-            for job_id in resp.json().get("stop", []):
-                execution = self.executions.get(int(job_id))
+            for job_id in answer.stop:
+                execution = self.executions.get(job_id)
                 if execution is not None:
                     assert self._tg is not None
                     self._tg.start_soon(execution.stop, "unknown_to_broker")

@@ -16,6 +16,8 @@ import anyio
 
 from jobd.api.models import TERMINAL_PHASES, Phase
 from jobd.logconfig import get_logger
+from jobd.wire import calls
+from jobd.wire.client import ApiError
 from jobd.worker.checkpoints import remove_stale_checkpoints
 from jobd.worker.reporting import BrokerLink
 
@@ -46,20 +48,21 @@ async def _ended_times(link: BrokerLink, root: Path) -> dict[int, float]:
     for entry in root.iterdir() if root.is_dir() else []:
         if not entry.name.isdigit():
             continue
-        resp = await link.http.get(f"/jobs/{entry.name}")
-        if resp.status_code == 404:
-            ended[int(entry.name)] = entry.stat().st_mtime
-        elif resp.status_code == 200:
-            finished = resp.json().get("status", {}).get("finished_at")
-            if finished:
-                ended[int(entry.name)] = datetime.fromisoformat(finished).timestamp()
+        try:
+            job = await link.client.run(calls.get_job(int(entry.name)))
+        except ApiError as exc:
+            if exc.status == 404:
+                ended[int(entry.name)] = entry.stat().st_mtime
+            continue
+        finished = job.get("status", {}).get("finished_at")
+        if finished:
+            ended[int(entry.name)] = datetime.fromisoformat(finished).timestamp()
     return ended
 
 
 async def clean_once(link: BrokerLink, root: Path, older_than_s: float) -> list[Path]:
-    resp = await link.http.get("/jobs", params={"phase": _LIVE})
-    resp.raise_for_status()
-    keep = resumed_ids(root, resp.json()["items"])
+    live = await link.client.run(calls.list_jobs(phase=_LIVE))
+    keep = resumed_ids(root, live.items)
     ended = await _ended_times(link, root)
     removed = remove_stale_checkpoints(root, ended, keep, older_than_s, time.time())
     for path in removed:

@@ -3,59 +3,62 @@
 A report (started, stopping, complete, checkpoint-complete) must survive a broker that
 is briefly unreachable, so it is retried with backoff until the broker answers; a 4xx
 answer is final (the broker decided otherwise, e.g. the job was cancelled meanwhile).
+Requests are the wire's calls (`jobd.wire.calls`), sent by its `AsyncClient`; this
+module adds the retries and the batching.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
-import httpx
 
 from jobd.logconfig import get_logger
+from jobd.wire import calls
+from jobd.wire.calls import Call
+from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
+from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
 
 __all__ = ["BrokerLink", "LogShipper"]
 
 log = get_logger()
 _FINAL_STATUSES = range(400, 500)
+T = TypeVar("T")
 
 
 @dataclass
 class _Pending:
     """A report waiting for its batch to be answered."""
 
-    item: dict[str, Any]
+    item: BatchedReport
     answered: anyio.Event = field(default_factory=anyio.Event)
 
 
 @dataclass
 class BrokerLink:
-    http: httpx.AsyncClient
+    client: AsyncClient
     worker: str
-    _events: list[dict[str, Any]] = field(default_factory=list)
+    _events: list[WorkerEvent] = field(default_factory=list)
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
     _reports: list[_Pending] = field(default_factory=list)
     _in_flight: anyio.Event | None = None  # set when the batch being sent is answered
 
-    async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
+    async def call(self, call: Call[T]) -> T | None:
         """Send until the broker answers; None when it refused (4xx) for good."""
         delay = 0.05
+        path = call.url
         while True:
             try:
-                resp = await self.http.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                log.warning("broker_unreachable", path=path, error=str(exc), retry_s=delay)
-            else:
-                if resp.status_code < 300:
-                    return resp
-                if resp.status_code in _FINAL_STATUSES:
-                    log.warning(
-                        "report_refused", path=path, status=resp.status_code, detail=resp.text
-                    )
+                return await self.client.run(call)
+            except BrokerUnreachable as exc:
+                log.warning("broker_unreachable", path=path, error=exc.message, retry_s=delay)
+            except ApiError as exc:
+                if exc.status in _FINAL_STATUSES:
+                    log.warning("report_refused", path=path, status=exc.status, detail=exc.message)
                     return None
-                log.warning("broker_error", path=path, status=resp.status_code, retry_s=delay)
+                log.warning("broker_error", path=path, status=exc.status, retry_s=delay)
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -71,7 +74,7 @@ class BrokerLink:
 
     async def report_many(self, job_id: int, reports: list[tuple[str, dict[str, Any]]]) -> None:
         """Several reports on one job, in this order, in one request when none is in flight."""
-        pendings = [_Pending({"job": job_id, "verb": verb, **body}) for verb, body in reports]
+        pendings = [_Pending(_batched(job_id, verb, body)) for verb, body in reports]
         self._reports.extend(pendings)
         while not all(p.answered.is_set() for p in pendings):
             if self._in_flight is not None:
@@ -94,18 +97,15 @@ class BrokerLink:
             self._in_flight.set()
             self._in_flight = None
 
-    async def _send_batch(self, batch: list[_Pending], events: list[dict[str, Any]]) -> None:
-        body = {"reports": [p.item for p in batch], "events": events}
-        resp = await self.call("POST", f"/workers/{self.worker}/reports", json=body)
-        results = resp.json()["results"] if resp is not None else []
+    async def _send_batch(self, batch: list[_Pending], events: list[WorkerEvent]) -> None:
+        body = ReportBatch(reports=[p.item for p in batch], events=events)
+        results = await self.call(calls.send_reports(self.worker, body)) or []
         # Each report is answered on its own; an error of the broker's fails the whole
         # request, which call() sends again until it is answered.
         for pending, result in zip(batch, results, strict=False):
-            if int(result["status"]) >= 300:
+            if result.status >= 300:
                 item = pending.item
-                log.warning(
-                    "report_refused", job=item["job"], verb=item["verb"], detail=result["detail"]
-                )
+                log.warning("report_refused", job=item.job, verb=item.verb, detail=result.detail)
             pending.answered.set()
         for pending in batch[len(results) :]:  # the whole request was refused (4xx)
             pending.answered.set()
@@ -114,7 +114,7 @@ class BrokerLink:
         """Log locally and queue for the broker's record, tagged with this worker."""
         log.info(event, job=job, worker=self.worker, **fields)
         ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        self._events.append({"event": event, "job": job, "ts": ts, "fields": fields})
+        self._events.append(WorkerEvent(event=event, job=job, ts=ts, fields=fields))
         self._events_ready.set()
 
     async def ship_events_forever(self, interval_s: float = 0.2) -> None:
@@ -123,8 +123,13 @@ class BrokerLink:
             self._events_ready = anyio.Event()
             batch, self._events = self._events, []
             if batch:  # else they left with a batch of reports
-                await self.call("POST", "/events", json={"worker": self.worker, "events": batch})
+                await self.call(calls.ingest_events(WorkerEvents(worker=self.worker, events=batch)))
             await anyio.sleep(interval_s)
+
+
+def _batched(job_id: int, verb: str, fields: dict[str, Any]) -> BatchedReport:
+    """One report for a batch; only the fields said travel."""
+    return BatchedReport.model_validate({"job": job_id, "verb": verb, **fields})
 
 
 class LogShipper:
@@ -154,11 +159,8 @@ class LogShipper:
                 await anyio.sleep(interval_s)
             while self._buffer:
                 chunk = bytes(self._buffer[: self.flush_bytes])
-                path = f"/jobs/{self.job_id}/logs"
-                resp = await self.link.call(
-                    "POST", path, params={"offset": self.offset}, content=chunk
-                )
+                held = await self.link.call(calls.append_logs(self.job_id, self.offset, chunk))
                 del self._buffer[: len(chunk)]
-                self.offset += len(chunk) if resp is not None else 0
+                self.offset += len(chunk) if held is not None else 0
             if self._closed:
                 return

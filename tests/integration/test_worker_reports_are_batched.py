@@ -23,6 +23,7 @@ import pytest
 from jobd.api.models import Job
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
+from jobd.wire.client import AsyncClient
 from jobd.worker.execution import Execution, WorkerSettings
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner.procgroup import ProcessGroupRunner
@@ -110,9 +111,9 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://jobd", headers=headers
         ) as api,
-        httpx.AsyncClient(transport=wire, base_url="http://jobd", headers=headers) as http,
+        AsyncClient("http://jobd", TOKEN, transport=wire) as client,
     ):
-        yield Broker(api, wire, BrokerLink(http=http, worker=WORKER))
+        yield Broker(api, wire, BrokerLink(client=client, worker=WORKER))
     app.state.broker.close()
 
 

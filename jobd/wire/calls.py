@@ -1,0 +1,316 @@
+"""Each operation of the broker's API as a `Call`: the request to send and how to read
+the answer, without any I/O.
+
+A `Call` is data, like an `httpx.Request`: the sync client (the CLI's) and the async
+client (the worker's) both send it with `run()`, and the worker sends the same one again
+until the broker answers. Next stage: `client.py` sends calls and maps failures to errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from jobd.wire import routes
+from jobd.wire.answers import (
+    ApplyResult,
+    BlockersResult,
+    Document,
+    EventPage,
+    HeartbeatAnswer,
+    JobList,
+    LogChunk,
+    Registered,
+    ReportResult,
+    WatchChange,
+    WatchPage,
+)
+from jobd.wire.models import Heartbeat, Registration, ReportBatch, WorkerEvents
+from jobd.wire.routes import Route
+
+__all__ = [
+    "Call",
+    "append_logs",
+    "apply",
+    "cancel_job",
+    "create_job",
+    "delete_job",
+    "get_job",
+    "heartbeat",
+    "ingest_events",
+    "list_events",
+    "list_jobs",
+    "list_projects",
+    "list_workers",
+    "preempt_blockers",
+    "preempt_job",
+    "read_logs",
+    "register_worker",
+    "resume_job",
+    "send_reports",
+    "watch",
+]
+
+T = TypeVar("T")
+_JSON_TYPE = {"Content-Type": "application/json"}
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request of `route` and how to read its answer; sent as often as needed."""
+
+    route: Route
+    url: str
+    parse: Callable[[httpx.Response], T]
+    params: Mapping[str, Any] | None = None
+    json: Any = None  # a plain JSON value (a user's document goes as the user wrote it)
+    content: bytes | None = None  # or the body's bytes, already encoded
+    headers: Mapping[str, str] = field(default_factory=dict)
+    hold: float | None = None  # seconds the broker may hold it before answering
+
+    @property
+    def method(self) -> str:
+        return self.route.method
+
+
+def _model_call(
+    route: Route, url: str, body: BaseModel, parse: Callable[[httpx.Response], T]
+) -> Call[T]:
+    """A call whose body is one of the wire's models, as its fields were said."""
+    content = body.model_dump_json(exclude_unset=True).encode()
+    return Call(route, url, parse, content=content, headers=_JSON_TYPE)
+
+
+# -- reading answers
+
+
+def _json(response: httpx.Response) -> Any:
+    return response.json()
+
+
+def _document(response: httpx.Response) -> Document:
+    body: Document = response.json()
+    return body
+
+
+def _items(response: httpx.Response) -> list[Document]:
+    items: list[Document] = response.json()["items"]
+    return items
+
+
+def _job_list(response: httpx.Response) -> JobList:
+    body = response.json()
+    return JobList(items=body["items"], revision=int(body["revision"]))
+
+
+def _apply_results(response: httpx.Response) -> list[ApplyResult]:
+    return [
+        ApplyResult(r["kind"], r["name"], r["action"], r.get("object"))
+        for r in response.json()["results"]
+    ]
+
+
+def _watch_page(response: httpx.Response) -> WatchPage:
+    body = response.json()
+    changes = [
+        WatchChange(int(c["revision"]), c["kind"], c["op"], c["object"]) for c in body["changes"]
+    ]
+    return WatchPage(revision=int(body["revision"]), changes=changes)
+
+
+def _event_page(response: httpx.Response) -> EventPage:
+    body = response.json()
+    return EventPage(items=body["items"], last=body.get("last"))
+
+
+def _log_chunk(offset: int) -> Callable[[httpx.Response], LogChunk]:
+    def parse(response: httpx.Response) -> LogChunk:
+        return LogChunk(
+            data=response.content,
+            offset=int(response.headers.get("X-Jobd-Offset", offset + len(response.content))),
+            done=response.headers.get("X-Jobd-Done", "false").lower() == "true",
+        )
+
+    return parse
+
+
+def _blockers(dry_run: bool) -> Callable[[httpx.Response], BlockersResult]:
+    def parse(response: httpx.Response) -> BlockersResult:
+        body = response.json()
+        return BlockersResult(
+            candidate=int(body["candidate"]),
+            worker=body.get("worker"),
+            victims=body.get("victims", []),
+            dry_run=bool(body.get("dry_run", dry_run)),
+        )
+
+    return parse
+
+
+def _registered(response: httpx.Response) -> Registered:
+    body = response.json()
+    return Registered(worker=body["worker"], revision=int(body["revision"]))
+
+
+def _heartbeat_answer(response: httpx.Response) -> HeartbeatAnswer:
+    body = response.json()
+    return HeartbeatAnswer(worker=body.get("worker", {}), stop=[int(j) for j in body["stop"]])
+
+
+def _report_results(response: httpx.Response) -> list[ReportResult]:
+    return [
+        ReportResult(int(r["job"]), int(r["status"]), r.get("phase"), r.get("detail"))
+        for r in response.json()["results"]
+    ]
+
+
+def _accepted(response: httpx.Response) -> int:
+    return int(response.json()["accepted"])
+
+
+def _offset(response: httpx.Response) -> int:
+    return int(response.json()["offset"])
+
+
+# -- user operations
+
+
+def apply(
+    documents: Sequence[Document], *, dry_run: bool, objects: bool
+) -> Call[list[ApplyResult]]:
+    """Server-side apply; `objects=False` skips sending each object back."""
+    body = {"documents": list(documents), "dry_run": dry_run}
+    params = {"objects": _flag(objects)}
+    return Call(routes.APPLY, routes.APPLY.url(), _apply_results, params=params, json=body)
+
+
+def create_job(document: Document) -> Call[Document]:
+    return Call(routes.CREATE_JOB, routes.CREATE_JOB.url(), _document, json=document)
+
+
+def list_jobs(
+    *,
+    project: str | None = None,
+    phase: Sequence[str] = (),
+    worker: str | None = None,
+    name: str | None = None,
+    limit: int | None = None,
+) -> Call[JobList]:
+    params = _params(project=project, phase=list(phase), worker=worker, name=name, limit=limit)
+    return Call(routes.LIST_JOBS, routes.LIST_JOBS.url(), _job_list, params=params)
+
+
+def get_job(job_id: int) -> Call[Document]:
+    return Call(routes.GET_JOB, routes.GET_JOB.url(job_id=job_id), _document)
+
+
+def delete_job(job_id: int) -> Call[Any]:
+    return Call(routes.DELETE_JOB, routes.DELETE_JOB.url(job_id=job_id), _json)
+
+
+def cancel_job(job_id: int) -> Call[Document]:
+    return Call(routes.CANCEL_JOB, routes.CANCEL_JOB.url(job_id=job_id), _document)
+
+
+def preempt_job(job_id: int) -> Call[Document]:
+    return Call(routes.PREEMPT_JOB, routes.PREEMPT_JOB.url(job_id=job_id), _document)
+
+
+def preempt_blockers(job_id: int, *, dry_run: bool) -> Call[BlockersResult]:
+    route = routes.PREEMPT_BLOCKERS
+    params = {"dry_run": _flag(dry_run)}
+    return Call(route, route.url(job_id=job_id), _blockers(dry_run), params=params)
+
+
+def resume_job(job_id: int) -> Call[Document]:
+    return Call(routes.RESUME_JOB, routes.RESUME_JOB.url(job_id=job_id), _document)
+
+
+def list_workers() -> Call[list[Document]]:
+    return Call(routes.LIST_WORKERS, routes.LIST_WORKERS.url(), _items)
+
+
+def list_projects() -> Call[list[Document]]:
+    return Call(routes.LIST_PROJECTS, routes.LIST_PROJECTS.url(), _items)
+
+
+# -- streams: held by the broker until something comes, when asked to follow
+
+
+def read_logs(job_id: int, *, offset: int, follow: bool, timeout: float) -> Call[LogChunk]:
+    params = _params(offset=offset, follow=_flag(follow), timeout=timeout if follow else None)
+    return Call(
+        routes.READ_LOGS,
+        routes.READ_LOGS.url(job_id=job_id),
+        _log_chunk(offset),
+        params=params,
+        hold=timeout if follow else None,
+    )
+
+
+def list_events(
+    *,
+    job: int | None = None,
+    event_type: str | None = None,
+    after: int | None = None,
+    follow: bool = False,
+    timeout: float = 30.0,
+) -> Call[EventPage]:
+    params = _params(
+        job=job,
+        type=event_type,
+        after=after,
+        follow=_flag(follow),
+        timeout=timeout if follow else None,
+    )
+    hold = timeout if follow else None
+    return Call(routes.LIST_EVENTS, routes.LIST_EVENTS.url(), _event_page, params=params, hold=hold)
+
+
+def watch(
+    since: int, *, kind: str | None = None, worker: str | None = None, timeout: float = 30.0
+) -> Call[WatchPage]:
+    """Changes after revision `since`; ApiError 410 means list again and watch from there."""
+    params = _params(since=since, kind=kind, worker=worker, timeout=timeout)
+    return Call(routes.WATCH, routes.WATCH.url(), _watch_page, params=params, hold=timeout)
+
+
+# -- the worker's operations
+
+
+def register_worker(name: str, body: Registration) -> Call[Registered]:
+    route = routes.REGISTER_WORKER
+    return _model_call(route, route.url(name=name), body, _registered)
+
+
+def heartbeat(name: str, body: Heartbeat) -> Call[HeartbeatAnswer]:
+    route = routes.HEARTBEAT
+    return _model_call(route, route.url(name=name), body, _heartbeat_answer)
+
+
+def send_reports(name: str, body: ReportBatch) -> Call[list[ReportResult]]:
+    route = routes.REPORT_BATCH
+    return _model_call(route, route.url(name=name), body, _report_results)
+
+
+def ingest_events(body: WorkerEvents) -> Call[int]:
+    return _model_call(routes.INGEST_EVENTS, routes.INGEST_EVENTS.url(), body, _accepted)
+
+
+def append_logs(job_id: int, offset: int, data: bytes) -> Call[int]:
+    """Append `data` at byte `offset`; the answer is the offset the broker holds after it."""
+    route = routes.APPEND_LOGS
+    return Call(route, route.url(job_id=job_id), _offset, params={"offset": offset}, content=data)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    """Query parameters without the ones not said (None or an empty list)."""
+    return {k: v for k, v in values.items() if v is not None and v != []}

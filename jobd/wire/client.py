@@ -1,0 +1,197 @@
+"""The HTTP clients of the broker's API, in the shape of httpx's own.
+
+`BaseClient` holds what both share: the broker's address, the bearer token and user
+agent, how a `Call` becomes a request (a held call's read timeout outlasts the broker's
+hold), and how an answer becomes a value or one of two exceptions with a one-sentence
+message: `ApiError` when the broker refused, `BrokerUnreachable` when it could not be
+reached. `Client` sends calls synchronously (the CLI), `AsyncClient` asynchronously (the
+worker, whose retries and batching sit on top, in `jobd.worker.reporting`).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+
+from jobd.wire.calls import Call
+
+__all__ = ["ApiError", "AsyncClient", "BaseClient", "BrokerUnreachable", "Client", "error_message"]
+
+T = TypeVar("T")
+# A held request (follow/watch) may take the server's whole timeout; the socket must outlast it.
+HOLD_MARGIN_S = 10.0
+
+
+class ApiError(Exception):
+    """The broker refused a request; `message` is its one-sentence reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class BrokerUnreachable(ConnectionError):
+    """No answer from the broker: refused, unresolvable, timed out or cut off."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(message)
+        self.server = server
+        self.message = message
+
+
+def error_message(response: httpx.Response) -> str:
+    """The body's `detail`, flattened to one sentence whatever shape the server used."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, str) and detail:
+        return detail
+    # FastAPI's own validation errors: a list of {loc, msg}; the first one says enough.
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        first = detail[0]
+        where = ".".join(str(p) for p in first.get("loc", []) if p != "body")
+        return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
+    return f"the broker answered {response.status_code} {response.reason_phrase}"
+
+
+class BaseClient:
+    """How calls become requests and answers become values or errors; no I/O."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        *,
+        timeout: float | httpx.Timeout,
+        user_agent: str = "jobd-client",
+    ) -> None:
+        self.server = server.rstrip("/")
+        if urlsplit(self.server).scheme not in ("http", "https"):
+            raise ValueError(f"the broker address {self.server!r} must start with http(s)://")
+        self.headers = {"User-Agent": user_agent}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = httpx.Timeout(timeout)
+
+    def _request(self, call: Call[Any]) -> dict[str, Any]:
+        """The keyword arguments of httpx's `request()` for this call."""
+        args: dict[str, Any] = {"method": call.method, "url": call.url}
+        if call.params is not None:
+            args["params"] = call.params
+        if call.content is not None:
+            args["content"] = call.content
+        elif call.json is not None:
+            args["json"] = call.json
+        if call.headers:
+            args["headers"] = call.headers
+        if call.hold is not None:
+            base = self.timeout
+            read = call.hold + HOLD_MARGIN_S
+            args["timeout"] = httpx.Timeout(
+                connect=base.connect, read=read, write=base.write, pool=base.pool
+            )
+        return args
+
+    def _answer(self, call: Call[T], response: httpx.Response) -> T:
+        if response.is_error:
+            raise ApiError(response.status_code, error_message(response))
+        return call.parse(response)
+
+    def _unreachable(self, exc: httpx.TransportError) -> BrokerUnreachable:
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.UnsupportedProtocol):
+            message = f"cannot reach the jobd broker at {self.server} (is `jobd dev` running?)"
+        elif isinstance(exc, httpx.TimeoutException):
+            message = f"the jobd broker at {self.server} did not answer in time"
+        else:
+            message = f"lost the connection to the jobd broker at {self.server} ({exc})"
+        return BrokerUnreachable(self.server, message)
+
+
+class Client(BaseClient):
+    """Sends calls and waits for their answers; use it as a context manager or close()."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        *,
+        timeout: float | httpx.Timeout = 15.0,
+        transport: httpx.BaseTransport | None = None,
+        user_agent: str = "jobd-client",
+    ) -> None:
+        super().__init__(server, token, timeout=timeout, user_agent=user_agent)
+        self._http = httpx.Client(
+            base_url=self.server, headers=self.headers, timeout=self.timeout, transport=transport
+        )
+
+    def run(self, call: Call[T]) -> T:
+        """Send the call; its answer's value, or ApiError / BrokerUnreachable."""
+        try:
+            response = self._http.request(**self._request(call))
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        return self._answer(call, response)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncClient(BaseClient):
+    """Sends calls concurrently; use it as an async context manager or aclose()."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        *,
+        timeout: float | httpx.Timeout = 10.0,
+        limits: httpx.Limits | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        user_agent: str = "jobd-client",
+    ) -> None:
+        super().__init__(server, token, timeout=timeout, user_agent=user_agent)
+        self._http = httpx.AsyncClient(
+            base_url=self.server,
+            headers=self.headers,
+            timeout=self.timeout,
+            limits=limits or httpx.Limits(),
+            transport=transport,
+        )
+
+    async def run(self, call: Call[T]) -> T:
+        """Send the call; its answer's value, or ApiError / BrokerUnreachable."""
+        try:
+            response = await self._http.request(**self._request(call))
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        return self._answer(call, response)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,187 @@
+"""The bodies and query parameters of the broker's routes, as the broker parses them.
+
+The worker and the CLI build their requests from these same models, so a field is
+declared once for every side. Reports have one model each (`Started`, `Completion`, ...);
+the batched report a worker sends to `POST /workers/{name}/reports` is derived from them
+(`REPORT_BODIES`), so adding a field to a report is one edit here. Resource documents
+(`Job`, `WorkerSpec`) come from `jobd.api`. Next stage: `routes.py` names the path and
+method each model travels on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from jobd.api.models import Phase, WorkerSpec
+
+__all__ = [
+    "REPORT_BODIES",
+    "ApplyQuery",
+    "ApplyRequest",
+    "BatchedReport",
+    "BlockersQuery",
+    "Completion",
+    "EventsQuery",
+    "Heartbeat",
+    "JobsQuery",
+    "LogsAppendQuery",
+    "LogsQuery",
+    "Registration",
+    "Report",
+    "ReportBatch",
+    "Started",
+    "WatchQuery",
+    "WorkerEvent",
+    "WorkerEvents",
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- user requests ---------------------------------------------------------------------------
+
+
+class ApplyRequest(_Body):
+    documents: list[dict[str, Any]] = Field(min_length=1)
+    dry_run: bool = False
+
+
+class ApplyQuery(BaseModel):
+    objects: bool = Field(
+        default=True, description="Each result carries the object; false: kind, name, action"
+    )
+
+
+class JobsQuery(BaseModel):
+    project: str | None = None
+    phase: list[Phase] | None = None
+    worker: str | None = None
+    name: str | None = None
+    limit: int | None = Field(default=None, ge=1)
+
+
+class BlockersQuery(BaseModel):
+    dry_run: bool = False
+
+
+class LogsQuery(BaseModel):
+    offset: int = Field(default=0, ge=0)
+    follow: bool = False
+    timeout: float = Field(default=30.0, ge=0, le=300)
+
+
+class EventsQuery(BaseModel):
+    job: int | None = None
+    type: str | None = None
+    after: int = Field(default=0, ge=0)
+    follow: bool = False
+    timeout: float = Field(default=30.0, ge=0, le=300)
+    limit: int = Field(default=1000, ge=1, le=10_000)
+
+
+class WatchQuery(BaseModel):
+    """The watch's query parameters (parsed by the broker's fast path, see fastpath.py)."""
+
+    since: int = Field(default=0, ge=0)
+    kind: str | None = None
+    worker: str | None = None
+    timeout: float = Field(default=30.0, ge=0, le=300)
+
+
+# -- the worker's requests -------------------------------------------------------------------
+
+
+class Registration(_Body):
+    spec: WorkerSpec
+    hostname: str = ""
+    runner: str = ""
+
+
+class Heartbeat(_Body):
+    running: list[int] = Field(default_factory=list)
+
+
+class LogsAppendQuery(BaseModel):
+    offset: int = Field(default=0, ge=0)
+
+
+class WorkerEvent(_Body):
+    event: str = Field(min_length=1, max_length=64)
+    job: int | None = None
+    ts: str = Field(default="", max_length=40, description="when the worker saw it (RFC 3339)")
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkerEvents(_Body):
+    worker: str
+    events: list[WorkerEvent]
+
+
+class Report(_Body):
+    """What every report says: who makes it. `stopping` and `checkpoint-complete` say no more."""
+
+    worker: str
+
+
+class Started(Report):
+    checkpoint_dir: str | None = None
+
+
+class Completion(Report):
+    exit_code: int | None = None
+    signal: int | None = None
+    checkpoint_latest: str | None = None
+
+
+# Each report's body, by the verb that names it in a batch and ends its own path.
+REPORT_BODIES: dict[str, type[Report]] = {
+    "started": Started,
+    "stopping": Report,
+    "complete": Completion,
+    "checkpoint-complete": Report,
+}
+
+
+class _BatchedReportBase(_Body):
+    """One report of a batch: the job, the verb, and that verb's own fields (not the worker,
+    which the batch's path names)."""
+
+    job: int
+    verb: str  # one of REPORT_BODIES, as the derived model says
+
+
+def _batched_report(bodies: dict[str, type[Report]]) -> type[_BatchedReportBase]:
+    """The batched report: a verb of `bodies`, and every field of every report body but
+    `worker`, each optional.
+
+    A field two reports share must mean the same in both, since a batch item carries it
+    under one name whatever its verb.
+    """
+    fields: dict[str, Any] = {"verb": (Literal[tuple(bodies)], ...)}
+    for body in bodies.values():
+        for name, info in body.model_fields.items():
+            if name in Report.model_fields or name in fields:
+                assert name not in fields or fields[name][0] == info.annotation, name
+                continue
+            fields[name] = (info.annotation, None)
+    return create_model(
+        "BatchedReport",
+        __base__=_BatchedReportBase,
+        __doc__="One of the per-job reports, for the batch route: the verb names which.",
+        **fields,
+    )
+
+
+if TYPE_CHECKING:  # the derived model's own fields are only known when it is made
+    BatchedReport = _BatchedReportBase
+else:
+    BatchedReport = _batched_report(REPORT_BODIES)
+
+
+class ReportBatch(_Body):
+    reports: list[BatchedReport] = Field(default_factory=list)
+    events: list[WorkerEvent] = Field(default_factory=list)

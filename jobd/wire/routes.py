@@ -1,0 +1,190 @@
+"""Every route of the broker's API: its method, path, what it reads and how it answers.
+
+The broker declares its FastAPI routes (and so the OpenAPI document) from these, its
+fast path matches them, and the clients build their requests from them: a path is
+spelled once, here. Next stage: `calls.py` turns a route and its arguments into a
+request and its answer into a value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from jobd.api.models import Job
+from jobd.wire import models as m
+
+__all__ = [
+    "APPEND_LOGS",
+    "APPLY",
+    "CANCEL_JOB",
+    "CREATE_JOB",
+    "DELETE_JOB",
+    "GET_JOB",
+    "GET_PROJECT",
+    "HEALTHZ",
+    "HEARTBEAT",
+    "INGEST_EVENTS",
+    "LIST_EVENTS",
+    "LIST_JOBS",
+    "LIST_PROJECTS",
+    "LIST_WORKERS",
+    "METRICS",
+    "OPENAPI",
+    "PATH_PARAMS",
+    "PREEMPT_BLOCKERS",
+    "PREEMPT_JOB",
+    "PUBLIC_PATHS",
+    "READYZ",
+    "READ_LOGS",
+    "REGISTER_WORKER",
+    "REPORTS",
+    "REPORT_BATCH",
+    "RESUME_JOB",
+    "ROUTES",
+    "WATCH",
+    "Route",
+]
+
+# The type of each path parameter, by its name in the templates below.
+PATH_PARAMS: dict[str, type[int] | type[str]] = {"job_id": int, "name": str}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    path: str  # a template: `/jobs/{job_id}`
+    summary: str
+    body: type[BaseModel] | None = None  # a JSON body of this model
+    query: type[BaseModel] | None = None  # query parameters, as this model's fields
+    status: int = 200  # the status of a success
+    public: bool = False  # answered without a token (CONTRACT.md §8)
+
+    def url(self, **params: int | str) -> str:
+        """The path with its parameters filled in: `GET_JOB.url(job_id=7)` is `/jobs/7`."""
+        return self.path.format_map(params) if params else self.path
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The names of the path's parameters, in order."""
+        return tuple(s[1:-1] for s in self.path.split("/") if s.startswith("{"))
+
+
+# -- jobs, as users see them
+
+APPLY = Route(
+    "POST",
+    "/apply",
+    "Create or update each document (server-side apply)",
+    body=m.ApplyRequest,
+    query=m.ApplyQuery,
+)
+CREATE_JOB = Route("POST", "/jobs", "Create one job (imperative submit)", body=Job, status=201)
+LIST_JOBS = Route("GET", "/jobs", "List jobs, filtered", query=m.JobsQuery)
+GET_JOB = Route("GET", "/jobs/{job_id}", "One job")
+DELETE_JOB = Route("DELETE", "/jobs/{job_id}", "Remove a finished job")
+CANCEL_JOB = Route("POST", "/jobs/{job_id}/cancel", "Stop a job: desired phase Cancelled")
+PREEMPT_JOB = Route("POST", "/jobs/{job_id}/preempt", "Preempt this running job (job preempt)")
+PREEMPT_BLOCKERS = Route(
+    "POST",
+    "/jobs/{job_id}/preempt-blockers",
+    "Preempt what keeps a queued job out",
+    query=m.BlockersQuery,
+)
+RESUME_JOB = Route("POST", "/jobs/{job_id}/resume", "Resubmit from its checkpoint", status=201)
+READ_LOGS = Route(
+    "GET", "/jobs/{job_id}/logs", "The job's output from a byte offset", query=m.LogsQuery
+)
+
+# -- what workers send
+
+REGISTER_WORKER = Route(
+    "PUT", "/workers/{name}", "Register (or re-register) a worker", body=m.Registration
+)
+HEARTBEAT = Route(
+    "POST",
+    "/workers/{name}/heartbeat",
+    "Renew the lease; reconcile jobs both ways",
+    body=m.Heartbeat,
+)
+LIST_WORKERS = Route("GET", "/workers", "List workers")
+_REPORT_SUMMARIES = {
+    "started": "Worker: the workload process started",
+    "stopping": "Worker: SIGTERM sent, grace running",
+    "complete": "Worker: the workload exited",
+    "checkpoint-complete": "Worker: the sentinel was seen during the grace window",
+}
+# One route per report, `/jobs/{job_id}/<verb>`, each with its body of models.REPORT_BODIES.
+REPORTS: dict[str, Route] = {
+    verb: Route("POST", f"/jobs/{{job_id}}/{verb}", _REPORT_SUMMARIES[verb], body=body)
+    for verb, body in m.REPORT_BODIES.items()
+}
+REPORT_BATCH = Route(
+    "POST",
+    "/workers/{name}/reports",
+    "Worker: several reports and events in one request, each answered on its own",
+    body=m.ReportBatch,
+)
+APPEND_LOGS = Route(
+    "POST",
+    "/jobs/{job_id}/logs",
+    "Worker: append output at a byte offset",
+    query=m.LogsAppendQuery,
+)
+INGEST_EVENTS = Route(
+    "POST",
+    "/events",
+    "Worker: ingest structured events into the record",
+    body=m.WorkerEvents,
+)
+
+# -- the record, the watch, projects
+
+WATCH = Route(
+    "GET", "/watch", "Changes after a revision; held until one arrives", query=m.WatchQuery
+)
+LIST_EVENTS = Route(
+    "GET",
+    "/events",
+    "The event record (events.jsonl), optionally followed",
+    query=m.EventsQuery,
+)
+LIST_PROJECTS = Route("GET", "/projects", "List projects")
+GET_PROJECT = Route("GET", "/projects/{name}", "One project")
+
+# -- monitors, and the API's own description
+
+HEALTHZ = Route("GET", "/healthz", "Liveness", public=True)
+READYZ = Route("GET", "/readyz", "Readiness: the store answers", public=True)
+METRICS = Route("GET", "/metrics", "Prometheus text exposition", public=True)
+OPENAPI = Route("GET", "/openapi.json", "The OpenAPI document of this API")
+
+ROUTES: tuple[Route, ...] = (
+    APPLY,
+    CREATE_JOB,
+    LIST_JOBS,
+    GET_JOB,
+    DELETE_JOB,
+    CANCEL_JOB,
+    PREEMPT_JOB,
+    PREEMPT_BLOCKERS,
+    RESUME_JOB,
+    READ_LOGS,
+    REGISTER_WORKER,
+    HEARTBEAT,
+    LIST_WORKERS,
+    *REPORTS.values(),
+    REPORT_BATCH,
+    APPEND_LOGS,
+    INGEST_EVENTS,
+    WATCH,
+    LIST_EVENTS,
+    LIST_PROJECTS,
+    GET_PROJECT,
+    HEALTHZ,
+    READYZ,
+    METRICS,
+    OPENAPI,
+)
+PUBLIC_PATHS = frozenset(r.path for r in ROUTES if r.public)
