@@ -46,7 +46,12 @@ from jobd.controllers.manager import Manager
 from jobd.logconfig import get_logger
 from jobd.store.base import Change, CommitListener, EventRecord
 
-__all__ = ["Listener", "Wiring", "broker_listeners"]
+__all__ = [
+    "Listener",
+    "Wiring",
+    "broker_listeners",
+    "resync_forever",
+]
 
 log = get_logger()
 

@@ -25,7 +25,14 @@ from jobd.controllers.clock import Clock, SystemClock
 from jobd.logconfig import get_logger
 from jobd.store.base import Change
 
-__all__ = ["Reconciler", "Result", "WorkQueue", "run_controller", "run_resync"]
+__all__ = [
+    "DONE",
+    "Reconciler",
+    "Result",
+    "WorkQueue",
+    "run_controller",
+    "run_resync",
+]
 
 log = get_logger()
 

@@ -26,6 +26,7 @@ from jobd.store.base import EventRecord
 
 __all__ = [
     "TABLE",
+    "PreemptReason",
     "Verb",
     "allowed",
     "bind",

@@ -24,7 +24,9 @@ __all__ = [
     "Conflict",
     "EventRecord",
     "Gone",
+    "Kind",
     "NotFound",
+    "Op",
     "Store",
 ]
 

@@ -39,7 +39,13 @@ from jobd.store.base import (
     Op,
 )
 
-__all__ = ["SQLStore", "normalize_url", "open_store", "sqlite_url"]
+__all__ = [
+    "SQLStore",
+    "normalize_url",
+    "open_store",
+    "random_uuids",
+    "sqlite_url",
+]
 
 _Named = TypeVar("_Named", Project, Worker)
 EventsFor = Callable[[Job], Iterable[EventRecord]]

@@ -24,7 +24,12 @@ from jobd.worker.reporting import BrokerLink, LogShipper
 from jobd.worker.runner import Handle, LaunchSpec, Runner
 from jobd.worker.sentinel import SentinelScanner
 
-__all__ = ["Execution", "WorkerSettings", "workload_env"]
+__all__ = [
+    "Execution",
+    "WorkerSettings",
+    "effective_grace",
+    "workload_env",
+]
 
 # Never inherited by a workload: the token, the store URL (it may hold a password) and
 # every other setting of jobd's own; the workload's JOBD_* variables are set below.

@@ -31,6 +31,8 @@ __all__ = [
     "ApplyResult",
     "apply_jobs",
     "apply_project",
+    "create_jobs",
+    "prepare_new_job",
     "resolve_effective",
 ]
 
