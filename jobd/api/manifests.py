@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,12 @@ __all__ = [
 _KINDS: dict[str, type[BaseModel]] = {"Job": Job, "Project": Project, "Worker": Worker}
 _MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
+# Limits on what a manifest may make its reader do (docs/cli.md): a file of 10,000 jobs
+# is a few MB, nests a handful of levels and uses aliases, if at all, a few times.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_ALIAS_NODES = 100_000  # nodes that aliases add when expanded, over a whole text
+
 
 class ManifestError(ValueError):
     """A document that cannot become a resource; the message names where and why."""
@@ -55,18 +62,85 @@ def _yaml() -> YAML:
 
 
 def load_documents(text: str, source: str = "<stdin>") -> list[Document]:
-    """Every document in a YAML (multi-document) or JSON text; lists are flattened."""
+    """Every document in a YAML (multi-document) or JSON text; lists are flattened.
+
+    A text that would make the reader expand aliases past MAX_ALIAS_NODES, nest past
+    MAX_DEPTH or read past MAX_MANIFEST_BYTES is refused with where and why, before it
+    is built: a few hundred bytes of aliases can expand to gigabytes ("billion laughs").
+    """
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(
+            f"{source}: {len(text):,} bytes is over the {MAX_MANIFEST_BYTES:,} a manifest may hold"
+        )
     try:
+        if "&" in text or "*" in text or _flow_depth(text) > MAX_DEPTH:
+            _check_shape(text, source)  # aliases (or their characters), or deep brackets
         raw = [d for d in _yaml().load_all(text) if d is not None]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}" if mark else source
         raise ManifestError(f"{where}: not valid YAML or JSON: {exc.problem}") from None
+    except RecursionError:
+        # The composer recurses once per level; the event scan does not, and says where.
+        _check_shape(text, source)
+        raise ManifestError(f"{source}: nested too deep to read") from None
     docs: list[Document] = []
     for item in raw:
         for data in _flatten(item):
             docs.extend(_expand_projects_form(data, source))
     return docs
+
+
+def _flow_depth(text: str) -> int:
+    """How deep brackets nest, quotes ignored: a cheap upper bound that says whether the
+    exact check is needed (ruamel.yaml spends seconds on 10,000 brackets before failing)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        depth += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _check_shape(text: str, source: str) -> None:
+    """Refuse a text nesting past MAX_DEPTH or expanding aliases past MAX_ALIAS_NODES.
+
+    Walks the parser's events, which come from a state machine, not recursion: the size
+    of each anchored node is counted once as it closes, and each alias adds that size.
+    """
+    open_sizes: list[list[Any]] = []  # [anchor, size] of each collection being read
+    anchored: dict[str, int] = {}
+    added = 0
+    for event in _yaml().parse(text):
+        name = type(event).__name__
+        line = event.start_mark.line + 1
+        if name in ("MappingStartEvent", "SequenceStartEvent"):
+            open_sizes.append([event.anchor, 1])
+            if len(open_sizes) > MAX_DEPTH:
+                raise ManifestError(f"{source}:{line}: nested deeper than {MAX_DEPTH} levels")
+            continue
+        if name in ("MappingEndEvent", "SequenceEndEvent"):
+            anchor, size = open_sizes.pop()
+        elif name == "ScalarEvent":
+            anchor, size = event.anchor, 1
+        elif name == "AliasEvent":
+            anchor, size = None, anchored.get(event.anchor, 1)
+            added += size
+            if added > MAX_ALIAS_NODES:
+                raise ManifestError(
+                    f"{source}:{line}: aliases expand past {MAX_ALIAS_NODES:,} nodes; "
+                    "write the values out instead"
+                )
+        else:
+            continue
+        if anchor is not None:
+            anchored[anchor] = size
+        if open_sizes:
+            open_sizes[-1][1] += size
 
 
 def _flatten(item: Any) -> Iterator[Any]:
@@ -117,16 +191,24 @@ def load_path(path: str | Path) -> list[Document]:
     import sys
 
     if str(path) == "-":
-        return load_documents(sys.stdin.read(), "<stdin>")
+        # One byte past the limit is enough for load_documents to refuse it.
+        return load_documents(sys.stdin.read(MAX_MANIFEST_BYTES + 1), "<stdin>")
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.suffix in _MANIFEST_SUFFIXES and f.is_file())
-        return [doc for f in files for doc in load_documents(f.read_text(), str(f))]
+        return [doc for f in files for doc in load_documents(_read(f), str(f))]
+    return load_documents(_read(p), str(path))
+
+
+def _read(path: Path) -> str:
+    """A manifest file's text, refused unread when it is over the limit."""
     try:
-        text = p.read_text()
+        with path.open(encoding="utf-8") as f:
+            return f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
-    return load_documents(text, str(path))
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def parse_resource(doc: Document) -> Resource:
