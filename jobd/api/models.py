@@ -261,6 +261,8 @@ class JobStatus(Strict):
     phase: Phase = Phase.PENDING
     signal: Literal["preempt", "cancel"] | None = None
     worker: str | None = None
+    # The run's fencing number: bumped by every bind; every worker report carries it.
+    attempt: int = 0
     gpus: list[int] = Field(default_factory=list)
     nominated_worker: str | None = None
     conditions: list[Condition] = Field(default_factory=list)

@@ -2,7 +2,8 @@
 
 Routes are thin: validate, call one function of the controllers package, render. This
 module is the factory: it owns the lifespan (the controller manager, the projects file
-watcher, change-feed compaction, the caches' periodic resync), authentication, and how
+watcher, change-feed compaction, the caches' periodic resync, the watch on observed
+time), authentication, and how
 errors become HTTP statuses.
 """
 
@@ -65,6 +66,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
             tg.start_soon(_compact_forever, state)
             tg.start_soon(_checkpoint_forever, state)
             tg.start_soon(resync_forever, state.wiring, state.ctx)
+            tg.start_soon(state.ctx.observed.watch)
             if config.projects_file is not None:
                 tg.start_soon(watch_projects_file, state.ctx, config.projects_file)
             log.info(

@@ -46,7 +46,7 @@ async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat) -> str:
 
 
 def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, Any]:
-    worker, stop = worker_lease.heartbeat(state.ctx, name, body.running)
+    worker, stop = worker_lease.heartbeat(state.ctx, name, body.running, body.attempts)
     return {"worker": doc(worker), "stop": stop}
 
 
@@ -68,22 +68,23 @@ def _started(state: BrokerState, job: Job, body: Started) -> Job:
     if body.checkpoint_dir and job.status.checkpoint_dir != body.checkpoint_dir:
         job = job.evolve()
         job.status.checkpoint_dir = body.checkpoint_dir
-    return reports.report_started(state.ctx, job, body.worker)
+    return reports.report_started(state.ctx, job, body.worker, body.attempt)
 
 
 def _stopping(state: BrokerState, job: Job, body: Report) -> Job:
-    return reports.report_stopping(state.ctx, job, body.worker)
+    return reports.report_stopping(state.ctx, job, body.worker, body.attempt)
 
 
 def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
     if body.checkpoint_latest and not job.status.phase.terminal:
         job = job.evolve()
         job.status.checkpoint_latest = body.checkpoint_latest
-    return reports.report_complete(state.ctx, job, body.worker, body.exit_code, body.signal)
+    ctx, code, sig = state.ctx, body.exit_code, body.signal
+    return reports.report_complete(ctx, job, body.worker, code, sig, body.attempt)
 
 
 def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
-    return reports.record_checkpoint_complete(state.ctx, job, body.worker)
+    return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt)
 
 
 @route(router, routes.REPORTS["started"])

@@ -18,6 +18,7 @@ from jobd.broker.wiring import Wiring, broker_listeners
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.manager import Manager
+from jobd.controllers.workers import await_known_workers
 from jobd.store.base import NotFound, Store
 from jobd.store.sql import open_store, sqlite_url
 
@@ -79,6 +80,8 @@ class BrokerState:
             broker_listeners(self.ctx, self.feed, self.manager, self.logs, self.events)
         )
         self.store.subscribe(self.wiring.on_commit)
+        # After the wiring, so events.jsonl has the events too.
+        await_known_workers(self.ctx)
 
     def release_waiters(self) -> None:
         """Answer every long-poll now: the broker is about to stop."""

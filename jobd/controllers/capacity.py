@@ -8,13 +8,20 @@ workers and bound jobs; nothing here reads the store.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Resources, Worker
 from jobd.controllers.view import ClusterView
 
-__all__ = ["Capacity", "capacity_of", "choose_worker", "give_back", "reserve_nominated"]
+__all__ = [
+    "Capacity",
+    "capacity_of",
+    "choose_worker",
+    "give_back",
+    "reserve_nominated",
+    "schedulable",
+]
 
 
 @dataclass
@@ -46,6 +53,16 @@ class Capacity:
 
     def copy(self) -> Capacity:
         return Capacity(self.worker, self.free_slots, list(self.free_gpus), dict(self.reserved))
+
+
+def schedulable(workers: Iterable[Worker], heard: Container[str]) -> list[Worker]:
+    """The workers new jobs may go to: those heard from since this broker started.
+
+    A worker the store shows Ready but that has not registered or heartbeat to this
+    broker may be long dead (the store keeps what the last broker believed); it gets
+    one lease to speak (workers.await_known_workers) and nothing new meanwhile.
+    """
+    return [w for w in workers if w.name in heard]
 
 
 def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Capacity]:

@@ -4,7 +4,8 @@ Two readings: `now()`, the wall time that is stored on resources, and `monotonic
 seconds the work queue's timers and backoff run on. `move_on_at(deadline)` is the one way
 to wait on the monotonic time: a cancel scope that ends its body once the deadline passes.
 On the `FakeClock` time passes only by `advance()`, which moves both readings together
-and ends the scopes whose deadline it passed, so a test drives every timer by hand.
+and ends the scopes whose deadline it passed, so a test drives every timer by hand;
+`suspend()` moves the wall time alone, as a host's sleep does.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ class FakeClock(Clock):
         for scope, deadline in list(self._waiting.items()):
             if deadline <= self._monotonic:
                 scope.cancel()
+
+    def suspend(self, seconds: float) -> None:
+        """The host slept: wall time moved on, the monotonic clock (Linux's) did not."""
+        self._now += timedelta(seconds=seconds)
 
     @contextmanager
     def move_on_at(self, deadline: float) -> Iterator[anyio.CancelScope]:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from jobd.api.models import Worker
 from jobd.controllers.clock import Clock, SystemClock
+from jobd.controllers.observed import ObservedTime
 from jobd.controllers.view import ClusterView
 from jobd.store.base import Change, EventRecord, Store
 
@@ -23,16 +24,34 @@ class Settings:
     sweep_interval_s: float = 300.0
     lost_timeout_s: float = 300.0
     default_grace_s: float = 60.0
+    # A stretch longer than this between two looks at the clock (a stalled loop, a
+    # suspended host) is time the broker did not observe: no deadline runs out on it.
+    unobserved_gap_s: float = 5.0
 
 
 class LeaseTable(dict[str, datetime]):
-    """The newest lease renewal of each worker, in memory.
+    """The newest lease renewal of each worker, in memory, and who was heard since start.
 
     A heartbeat that changes nothing else writes nothing, so a thousand workers renewing
     cost no commits and wake no controller; `workers.last_renewal` takes the newer of this
     and the stored renewal. Committed Worker changes keep it in step with the store (a
     deleted worker leaves it, a stored renewal newer than the one held replaces it).
+
+    `heard` holds the workers that registered or heartbeat to *this* broker process. A
+    stored worker that shows Ready is only what an earlier broker believed: it is given
+    nothing new until it speaks (capacity.schedulable).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heard: set[str] = set()
+
+    def heard_from(self, name: str, at: datetime) -> bool:
+        """`name` registered or heartbeat at `at`; True the first time since start."""
+        self.renewed(name, at)
+        first = name not in self.heard
+        self.heard.add(name)
+        return first
 
     def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
         for change in changes:
@@ -40,6 +59,7 @@ class LeaseTable(dict[str, datetime]):
                 continue
             if change.op == "DELETED":
                 self.pop(change.key, None)
+                self.heard.discard(change.key)
             elif isinstance(change.obj, Worker):
                 self.renewed(change.key, change.obj.status.last_renewal)
 
@@ -58,6 +78,7 @@ class LeaseTable(dict[str, datetime]):
         stored = {worker.name: worker for worker in workers}
         for name in self.keys() - stored.keys():
             del self[name]
+        self.heard &= stored.keys()
         for name, worker in stored.items():
             self.setdefault(name, now)
             self.renewed(name, worker.status.last_renewal)
@@ -75,8 +96,10 @@ class Context:
     # passes False, and its wiring (broker/wiring.py) registers the caches in its order.
     follow_store: bool = True
     view: ClusterView = field(init=False)
+    observed: ObservedTime = field(init=False)
 
     def __post_init__(self) -> None:
         self.view = ClusterView(self.store)
+        self.observed = ObservedTime(self.clock, self.settings.unobserved_gap_s)
         if self.follow_store:
             self.store.subscribe(self.view.on_commit)

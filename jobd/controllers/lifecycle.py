@@ -4,7 +4,8 @@ A child waits in Pending until its parents end. When they all have ended as requ
 it joins the queue (next stage: the scheduler binds it); when one ended badly it is
 Cancelled (`dependency_failed`), which in turn reaches its own children through their
 keys. A job Lost for longer than the lost timeout ends as it was driven, else Failed
-(a `requeue_after` timer, not a poll). Opt-in `auto_resume` resubmits a preempted job
+(a `requeue_after` timer, not a poll); only time the broker observed counts towards
+it (observed.py). Opt-in `auto_resume` resubmits a preempted job
 whose checkpoint completed. The moves themselves are the state machine's
 (transitions.py); the verbs that users and workers send live in verbs/.
 """
@@ -88,7 +89,7 @@ class LifecycleController:
     def _check_lost(self, job: Job) -> Result:
         assert job.status.lost_at is not None
         now = self.ctx.clock.now()
-        waited = (now - job.status.lost_at).total_seconds()
+        waited = self.ctx.observed.elapsed_since(job.status.lost_at)
         remaining = self.ctx.settings.lost_timeout_s - waited
         if remaining > 0:
             return Result(requeue_after=remaining)

@@ -15,7 +15,13 @@ from collections.abc import Iterable
 
 from jobd.api.models import BOUND_PHASES, Job, Phase
 from jobd.controllers import transitions
-from jobd.controllers.capacity import Capacity, capacity_of, choose_worker, reserve_nominated
+from jobd.controllers.capacity import (
+    Capacity,
+    capacity_of,
+    choose_worker,
+    reserve_nominated,
+    schedulable,
+)
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.store.base import Change, Conflict
@@ -57,7 +63,8 @@ class SchedulerController:
     async def reconcile(self, key: str) -> Result:
         store = self.ctx.store
         view = self.ctx.view
-        caps = capacity_of(view.workers.values(), view.bound.values())
+        workers = schedulable(view.workers.values(), self.ctx.leases.heard)
+        caps = capacity_of(workers, view.bound.values())
         # Most passes under load end here, on memory alone: no room anywhere.
         if not any(c.free_slots > 0 for c in caps.values()):
             return DONE

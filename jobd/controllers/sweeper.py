@@ -16,7 +16,13 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from jobd.api.models import Job, Phase
-from jobd.controllers.capacity import Capacity, capacity_of, choose_worker, reserve_nominated
+from jobd.controllers.capacity import (
+    Capacity,
+    capacity_of,
+    choose_worker,
+    reserve_nominated,
+    schedulable,
+)
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.verbs.preempt import nominate, request_preemption
@@ -57,7 +63,8 @@ class SweeperController:
     def _sweep(self) -> Result:
         settings, now = self.ctx.settings, self.ctx.clock.now()
         bound = list(self.ctx.view.bound.values())
-        caps = capacity_of(self.ctx.view.workers.values(), bound)
+        workers = schedulable(self.ctx.view.workers.values(), self.ctx.leases.heard)
+        caps = capacity_of(workers, bound)
         preemptible = [
             j
             for j in bound

@@ -35,6 +35,7 @@ __all__ = [
     "complete",
     "dependencies_met",
     "dependency_failed",
+    "fence",
     "finish",
     "lose",
     "lost_timeout",
@@ -158,16 +159,28 @@ def mark_resumed(job: Job, resumed_by: int) -> tuple[Job, Events]:
 # Worker reports
 
 
-def _check_worker(job: Job, worker: str) -> None:
+def fence(job: Job, worker: str, attempt: int | None) -> None:
+    """Refuse a report from another worker than the job's, or about another run of it.
+
+    The fence comes before anything else a report does, whatever the job's phase: a
+    report of a run that was superseded (the job unbound and bound again, even to the
+    same worker) must change nothing. A report without an attempt (an agent older than
+    fencing) is judged by its worker alone.
+    """
     if job.status.worker != worker:
         raise TransitionError(
             f"job {job.id} is bound to {job.status.worker!r}, not {worker!r}; report refused"
         )
+    if attempt is not None and attempt != job.status.attempt:
+        raise TransitionError(
+            f"job {job.id} is on attempt {job.status.attempt}; "
+            f"a report of attempt {attempt} is refused"
+        )
 
 
-def start(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
+def start(job: Job, worker: str, now: datetime, attempt: int | None = None) -> tuple[Job, Events]:
     """The workload runs: a Scheduled job starts, a Lost one is recovered."""
-    _check_worker(job, worker)
+    fence(job, worker, attempt)
     if job.status.phase in allowed(Verb.STARTED, job):
         return job, []  # a retried report
     job = job.evolve()
@@ -180,9 +193,11 @@ def start(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
     return job, [EventRecord(name, job=job.id, worker=worker)]
 
 
-def stopping(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
+def stopping(
+    job: Job, worker: str, now: datetime, attempt: int | None = None
+) -> tuple[Job, Events]:
     """The worker has sent SIGTERM: Preempting or Cancelling, as the signal says."""
-    _check_worker(job, worker)
+    fence(job, worker, attempt)
     to = allowed(Verb.STOPPING, job)
     target = _STOP_TARGET.get(job.status.signal or "")
     if target is None or target not in to or target == job.status.phase:
@@ -194,12 +209,17 @@ def stopping(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
 
 
 def complete(
-    job: Job, worker: str, exit_code: int | None, exit_signal: int | None, now: datetime
+    job: Job,
+    worker: str,
+    exit_code: int | None,
+    exit_signal: int | None,
+    now: datetime,
+    attempt: int | None = None,
 ) -> tuple[Job, Events]:
     """The workload exited; the final phase follows from the desired one and the exit."""
+    fence(job, worker, attempt)
     if job.status.phase in TERMINAL_PHASES:
         return job, []  # a retried or late report: what was decided stays decided
-    _check_worker(job, worker)
     allowed(Verb.COMPLETE, job)
     job = job.evolve()
     job.status.exit_code, job.status.exit_signal = exit_code, exit_signal
@@ -216,13 +236,14 @@ def complete(
     return job, _end(job, phase, now, reason)
 
 
-def checkpoint_complete(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
+def checkpoint_complete(
+    job: Job, worker: str, now: datetime, attempt: int | None = None
+) -> tuple[Job, Events]:
     """The sentinel was seen: recorded once, the flag being the retry's dedup key."""
+    fence(job, worker, attempt)
     preemption = job.status.preemption
     if preemption is None:
         raise TransitionError(f"job {job.id} is not being preempted; no checkpoint was asked for")
-    if job.status.worker != worker:
-        raise TransitionError(f"job {job.id} is bound to {job.status.worker!r}, not {worker!r}")
     allowed(Verb.CHECKPOINT_COMPLETE, job)
     if preemption.checkpoint_complete:
         return job, []
@@ -244,6 +265,7 @@ def bind(job: Job, worker: str, gpus: list[int], now: datetime) -> tuple[Job, Ev
     job = job.evolve()
     status = job.status
     status.phase, status.worker = P.SCHEDULED, worker
+    status.attempt += 1  # a new run: reports of any earlier one are fenced off
     status.scheduled_at = now
     if status.nominated_worker is not None:
         message = "the held capacity was taken"
@@ -251,7 +273,7 @@ def bind(job: Job, worker: str, gpus: list[int], now: datetime) -> tuple[Job, Ev
     status.nominated_worker = None
     status.gpus = gpus
     set_condition(status, "Scheduled", True, "Bound", f"bound to {worker}", now=now)
-    fields = {"gpus": status.gpus}
+    fields = {"gpus": status.gpus, "attempt": status.attempt}
     return job, [EventRecord("job_scheduled", job=job.id, worker=worker, fields=fields)]
 
 

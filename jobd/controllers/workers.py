@@ -2,7 +2,8 @@
 
 A worker's lease is renewed by its heartbeat (verbs/worker_lease.py), in memory. This loop,
 keyed by worker name, sleeps until the lease would run out (`requeue_after`, never a
-polling loop); if no renewal came, the worker is Lost, its Scheduled jobs go back to
+polling loop); if no renewal came within a lease of time the broker observed
+(observed.py), the worker is Lost, its Scheduled jobs go back to
 the queue (`unbind`), its started jobs are Lost (`lose`), and capacity held for a queued
 job on it is released. Next stage: the lifecycle loop ends jobs Lost too long; a
 worker that comes back recovers them with its next heartbeat.
@@ -11,7 +12,7 @@ worker that comes back recovers them with its next heartbeat.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from jobd.api.models import BOUND_PHASES, Phase, Worker
 from jobd.controllers import transitions
@@ -19,7 +20,31 @@ from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.store.base import Change, Conflict, EventRecord
 
-__all__ = ["WorkersController", "last_renewal"]
+__all__ = ["WorkersController", "await_known_workers", "last_renewal"]
+
+
+def await_known_workers(ctx: Context) -> list[str]:
+    """At broker start: give every worker the store shows Ready one lease to speak, and say so.
+
+    Nothing is bound to them meanwhile (capacity.schedulable); one that registers or
+    heartbeats is schedulable at once, one that stays silent is Lost when the lease is
+    out (this loop). One `worker_awaited` event per worker names the deadline.
+    """
+    now, events = ctx.clock.now(), []
+    for worker in ctx.store.list_workers():
+        if worker.status.phase != "Ready" or worker.name in ctx.leases.heard:
+            continue
+        ctx.leases[worker.name] = now  # a full lease from now, whatever the store says
+        deadline = now + timedelta(seconds=worker.spec.lease_duration_s)
+        fields = {"deadline": _rfc3339(deadline), "lease_s": worker.spec.lease_duration_s}
+        events.append(EventRecord("worker_awaited", worker=worker.name, fields=fields))
+    if events:
+        ctx.store.append_events(events)
+    return [e.worker or "" for e in events]
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def last_renewal(ctx: Context, worker: Worker) -> datetime:
@@ -53,7 +78,7 @@ class WorkersController:
         if worker is None:
             return DONE
         if worker.status.phase == "Ready":
-            age = (self.ctx.clock.now() - last_renewal(self.ctx, worker)).total_seconds()
+            age = self.ctx.observed.elapsed_since(last_renewal(self.ctx, worker))
             remaining = worker.spec.lease_duration_s - age
             if remaining > 0:
                 return Result(requeue_after=remaining)

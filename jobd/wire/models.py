@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 from jobd.api.models import Phase, WorkerSpec
 
@@ -103,6 +104,9 @@ class Registration(_Body):
 
 class Heartbeat(_Body):
     running: list[int] = Field(default_factory=list)
+    # The attempt of each job in `running` (job id -> status.attempt), so the broker
+    # tells an old run from a new one of the same job on this worker.
+    attempts: dict[int, int] = Field(default_factory=dict)
 
 
 class LogsAppendQuery(BaseModel):
@@ -122,9 +126,16 @@ class WorkerEvents(_Body):
 
 
 class Report(_Body):
-    """What every report says: who makes it. `stopping` and `checkpoint-complete` say no more."""
+    """What every report says: who makes it, and of which run (the job's `status.attempt`
+    when the worker got it). `stopping` and `checkpoint-complete` say no more.
+
+    A report for another attempt than the job's, or from a worker the job is not bound
+    to, is refused (409). A report without an attempt (an agent older than fencing) is
+    judged by its worker alone.
+    """
 
     worker: str
+    attempt: int | None = Field(default=None, ge=0)
 
 
 class Started(Report):
@@ -164,10 +175,11 @@ def _batched_report(bodies: dict[str, type[Report]]) -> type[_BatchedReportBase]
     fields: dict[str, Any] = {"verb": (Literal[tuple(bodies)], ...)}
     for body in bodies.values():
         for name, info in body.model_fields.items():
-            if name in Report.model_fields or name in fields:
+            if name == "worker" or name in fields:
                 assert name not in fields or fields[name][0] == info.annotation, name
                 continue
-            fields[name] = (info.annotation, None)
+            # Optional here, with the constraints its body gives it.
+            fields[name] = (info.annotation, FieldInfo.merge_field_infos(info, default=None))
     return create_model(
         "BatchedReport",
         __base__=_BatchedReportBase,

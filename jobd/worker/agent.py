@@ -11,6 +11,7 @@ reconcile the other direction. Next stage: Execution, one per job.
 from __future__ import annotations
 
 import socket
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -126,7 +127,8 @@ class Agent:
             if job.status.phase == Phase.SCHEDULED and job.status.worker == self.settings.name:
                 if job.status.signal is not None:
                     # Stopped before it started: report at once, nothing to kill.
-                    self._tg.start_soon(self.link.report, job.id, "complete")
+                    report = partial(self.link.report, attempt=job.status.attempt)
+                    self._tg.start_soon(report, job.id, "complete")
                     return
                 self._start(job)
             return
@@ -156,7 +158,8 @@ class Agent:
         interval = self.lease_duration_s / 3
         while True:
             await anyio.sleep(interval)
-            body = Heartbeat(running=sorted(self.executions))
+            attempts = {i: e.attempt for i, e in self.executions.items()}
+            body = Heartbeat(running=sorted(self.executions), attempts=attempts)
             answer = await self.link.call(calls.heartbeat(self.settings.name, body))
             if answer is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)

@@ -12,6 +12,7 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, ClassVar
 
@@ -104,6 +105,11 @@ class Execution:
     def job_id(self) -> int:
         return self.job.id
 
+    @property
+    def attempt(self) -> int:
+        """The run this is (`status.attempt` when it was bound): every report says it."""
+        return self.job.status.attempt
+
     async def run(self) -> None:
         """Start, supervise and report the workload until it has ended and been reported."""
         ckpt = ensure_checkpoint_dir(self.settings.checkpoint_root, self.job_id)
@@ -118,13 +124,16 @@ class Execution:
                 await self._checkpoint_reported.wait()
             latest = find_resume_target(ckpt)
             complete = {
+                "attempt": self.attempt,
                 "exit_code": result[0],
                 "signal": result[1],
                 "checkpoint_latest": str(latest) if latest != ckpt else str(ckpt) + "/",
             }
             reports = [("complete", complete)]
             if self.handle is not None and not self._started_told:
-                reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
+                reports.insert(
+                    0, ("started", {"attempt": self.attempt, "checkpoint_dir": f"{ckpt}/"})
+                )
             await self.link.report_many(self.job_id, reports)
             self.link.event("process_exited", self.job_id, exit_code=result[0], signal=result[1])
 
@@ -191,7 +200,7 @@ class Execution:
         self.link.event("checkpoint_sentinel_seen", self.job_id)
 
         async def report() -> None:
-            await self.link.report(self.job_id, "checkpoint-complete")
+            await self.link.report(self.job_id, "checkpoint-complete", attempt=self.attempt)
             done.set()
 
         assert self._tg is not None
@@ -207,7 +216,9 @@ class Execution:
             await self._report_started_now.wait()
         if not self.exited:
             self._started_told = True
-            await self.link.report(self.job_id, "started", checkpoint_dir=f"{ckpt}/")
+            await self.link.report(
+                self.job_id, "started", attempt=self.attempt, checkpoint_dir=f"{ckpt}/"
+            )
         self._started_reported.set()
 
     async def kill_if_running(self, report_within_s: float = 3.0) -> None:
@@ -221,7 +232,9 @@ class Execution:
         self.link.event("job_killed_on_shutdown", self.job_id)
         await self.handle.signal(signal.SIGKILL)
         with anyio.move_on_after(report_within_s):
-            await self.link.report(self.job_id, "complete", signal=signal.SIGKILL)
+            await self.link.report(
+                self.job_id, "complete", attempt=self.attempt, signal=signal.SIGKILL
+            )
 
     async def stop(self, reason: str) -> None:
         """SIGTERM the whole job, wait its grace, SIGKILL what is left."""
@@ -238,7 +251,7 @@ class Execution:
         self.scanner.reset()
         self.link.event("signal_sent", self.job_id, signal="SIGTERM", reason=reason, grace_s=grace)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self.link.report, self.job_id, "stopping")
+            tg.start_soon(partial(self.link.report, self.job_id, "stopping", attempt=self.attempt))
             result = await self.handle.stop(grace, signal.SIGTERM)
         if result.signal == signal.SIGKILL:
             self.link.event("signal_sent", self.job_id, signal="SIGKILL", reason="grace_expired")

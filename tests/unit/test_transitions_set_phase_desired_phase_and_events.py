@@ -33,8 +33,9 @@ def test_bind_gives_worker_and_gpus_and_takes_the_held_capacity() -> None:
     conditions = {c.type: (c.status, c.last_transition_time) for c in s.conditions}
     assert conditions == {"Scheduled": ("True", LATER), "Nominated": ("False", LATER)}
     assert [(e.event, e.worker, e.fields) for e in events] == [
-        ("job_scheduled", "w2", {"gpus": [1]})
+        ("job_scheduled", "w2", {"gpus": [1], "attempt": 1})
     ]
+    assert s.attempt == 1, "the first bind is the first attempt"
 
 
 def test_unbind_and_lose_follow_an_expired_lease() -> None:

@@ -110,8 +110,15 @@ def test_a_checkpoint_nobody_asked_for_or_from_another_worker_is_refused() -> No
     with pytest.raises(TransitionError, match="not being preempted"):
         transitions.checkpoint_complete(job_in(Phase.PREEMPTING), "w", NOW)
     asked = job_in(Phase.PREEMPTING, preemption=PreemptionStatus(requested_at=NOW))
-    with pytest.raises(TransitionError, match=r"bound to 'w', not 'x'$"):
+    with pytest.raises(TransitionError, match=r"bound to 'w', not 'x'; report refused$"):
         transitions.checkpoint_complete(asked, "x", NOW)
+
+
+def test_a_finished_job_refuses_a_report_from_elsewhere_and_stays_as_decided() -> None:
+    ended = job_in(Phase.PREEMPTED, worker="elsewhere")
+    with pytest.raises(TransitionError, match="bound to 'elsewhere', not 'w'"):
+        transitions.complete(ended, "w", 0, None, NOW)
+    assert ended.status.phase == Phase.PREEMPTED
 
 
 @pytest.mark.parametrize(
@@ -123,7 +130,7 @@ def test_a_checkpoint_nobody_asked_for_or_from_another_worker_is_refused() -> No
         (Verb.STOPPING, job_in(Phase.RUNNING)),  # no signal: nothing to stop for
         (Verb.STOPPING, job_in(Phase.CANCELLED)),
         (Verb.COMPLETE, job_in(Phase.SUCCEEDED)),  # what was decided stays decided
-        (Verb.COMPLETE, job_in(Phase.PREEMPTED, worker="elsewhere")),  # even from elsewhere
+        (Verb.COMPLETE, job_in(Phase.PREEMPTED)),
         (Verb.NOMINATE, job_in(Phase.PENDING, nominated_worker="w2")),
         (
             Verb.CHECKPOINT_COMPLETE,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from jobd.api.models import Job
 from jobd.controllers import transitions
-from jobd.controllers.capacity import capacity_of
+from jobd.controllers.capacity import capacity_of, schedulable
 from jobd.controllers.context import Context
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.transitions import PreemptReason, Verb
@@ -44,7 +44,7 @@ def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
             "preempting would not let it run"
         )
     bound = list(ctx.view.bound.values())
-    caps = capacity_of(ctx.view.workers.values(), bound)
+    caps = capacity_of(schedulable(ctx.view.workers.values(), ctx.leases.heard), bound)
     if not caps:
         raise TransitionError("no worker is Ready, so no preemption can make room")
     prio = candidate.status.effective.priority

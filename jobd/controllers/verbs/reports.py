@@ -1,9 +1,12 @@
 """The worker's reports on a job it runs: started, stopping, complete, checkpoint-complete.
 
-Each is a compare-and-swap on the job the broker read, so a late report from a worker
-presumed dead cannot clobber what happened since; a retried report changes nothing and
-writes nothing. Next stage: the loops see the commit (a finished job frees its slot for
-the scheduler and may release or cancel its children in lifecycle).
+Each is fenced first (transitions.fence): a report from a worker the job is not bound
+to, or of another attempt than the job's `status.attempt`, is refused (409) and changes
+nothing. Each is then a compare-and-swap on the job the broker read, so a late report
+from a worker presumed dead cannot clobber what happened since; a retried report
+changes nothing and writes nothing. Next stage: the loops see the commit (a finished
+job frees its slot for the scheduler and may release or cancel its children in
+lifecycle).
 """
 
 from __future__ import annotations
@@ -25,29 +28,37 @@ def _write(ctx: Context, old: Job, new: Job, events: list[EventRecord]) -> Job:
     return old if new is old else ctx.store.update_job(new, events)
 
 
-def report_started(ctx: Context, job: Job, worker: str) -> Job:
+def report_started(ctx: Context, job: Job, worker: str, attempt: int | None = None) -> Job:
     """The workload runs (again, for a Lost job whose worker came back)."""
-    new, events = transitions.start(job, worker, ctx.clock.now())
+    new, events = transitions.start(job, worker, ctx.clock.now(), attempt)
     return _write(ctx, job, new, events)
 
 
-def report_stopping(ctx: Context, job: Job, worker: str) -> Job:
+def report_stopping(ctx: Context, job: Job, worker: str, attempt: int | None = None) -> Job:
     """The worker has sent SIGTERM: Running becomes Preempting or Cancelling."""
-    new, events = transitions.stopping(job, worker, ctx.clock.now())
+    new, events = transitions.stopping(job, worker, ctx.clock.now(), attempt)
     return _write(ctx, job, new, events)
 
 
 def report_complete(
-    ctx: Context, job: Job, worker: str, exit_code: int | None, exit_signal: int | None
+    ctx: Context,
+    job: Job,
+    worker: str,
+    exit_code: int | None,
+    exit_signal: int | None,
+    attempt: int | None = None,
 ) -> Job:
     """The workload exited; the final phase follows from the desired one and the exit."""
-    new, events = transitions.complete(job, worker, exit_code, exit_signal, ctx.clock.now())
+    now = ctx.clock.now()
+    new, events = transitions.complete(job, worker, exit_code, exit_signal, now, attempt)
     return _write(ctx, job, new, events)
 
 
-def record_checkpoint_complete(ctx: Context, job: Job, worker: str) -> Job:
+def record_checkpoint_complete(
+    ctx: Context, job: Job, worker: str, attempt: int | None = None
+) -> Job:
     """Pure observability (the seed's path B), recorded exactly once: the worker retries
     the report until acknowledged, so the flag in the preemption status is the dedup key,
     committed with its event."""
-    new, events = transitions.checkpoint_complete(job, worker, ctx.clock.now())
+    new, events = transitions.checkpoint_complete(job, worker, ctx.clock.now(), attempt)
     return _write(ctx, job, new, events)

@@ -11,11 +11,13 @@ the worker's key.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from datetime import timedelta
 
 from jobd.api.models import Job, ObjectMeta, Phase, Worker, WorkerSpec
 from jobd.controllers import transitions
 from jobd.controllers.context import Context
+from jobd.controllers.scheduler import QUEUE_KEY
 from jobd.controllers.verbs.reports import report_started
 from jobd.store.base import Conflict, EventRecord
 
@@ -36,7 +38,7 @@ def register_worker(
     worker.status.phase = "Ready"
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
-    ctx.leases[name] = worker.status.last_renewal
+    ctx.leases.heard_from(name, worker.status.last_renewal)
     events = (
         []
         if live and live.status.phase == "Ready"
@@ -49,17 +51,23 @@ def register_worker(
     return ctx.store.put_worker(worker, events)
 
 
-def heartbeat(ctx: Context, name: str, running: list[int]) -> tuple[Worker, list[int]]:
+def heartbeat(
+    ctx: Context, name: str, running: list[int], attempts: Mapping[int, int] | None = None
+) -> tuple[Worker, list[int]]:
     """Renew the lease and reconcile both ways; returns the jobs the worker must stop.
 
+    `attempts` gives the run (`status.attempt`) of each running job where the worker says
+    it: a run of a job that has since been bound again is an old one, to be stopped.
     The renewal itself is kept in memory; the Worker is written only when its phase or
-    its list of jobs changes.
+    its list of jobs changes. The first word from a worker since this broker started
+    makes it schedulable (capacity.schedulable): the scheduler is asked to look now.
     """
     live = ctx.view.workers.get(name)
     if live is None:
         raise LookupError(f"worker {name} is not registered")
     now = ctx.clock.now()
-    ctx.leases[name] = now
+    if ctx.leases.heard_from(name, now):
+        ctx.enqueue("scheduler", QUEUE_KEY)
     worker = live.model_copy(deep=True)
     came_back = worker.status.phase == "Lost"
     if came_back or worker.status.jobs != sorted(running):
@@ -69,21 +77,30 @@ def heartbeat(ctx: Context, name: str, running: list[int]) -> tuple[Worker, list
         events = [EventRecord("worker_recovered", worker=name)] if came_back else []
         worker = ctx.store.put_worker(worker, events)
     worker.status.last_renewal = now
-    return worker, _reconcile_jobs(ctx, name, set(running))
+    return worker, _reconcile_jobs(ctx, name, set(running), attempts or {})
 
 
-def _reconcile_jobs(ctx: Context, name: str, running: set[int]) -> list[int]:
+def _reconcile_jobs(
+    ctx: Context, name: str, running: set[int], attempts: Mapping[int, int]
+) -> list[int]:
     store = ctx.store
     stop: list[int] = []
     for job_id in sorted(running):
         job = ctx.view.bound.get(job_id) or store.get_job(job_id)
+        attempt = attempts.get(job_id)
         if job is not None and job.status.worker == name and job.status.phase.terminal:
             stop.append(job_id)  # ended here a moment ago; the worker is still tidying up
         elif job is None or job.status.worker != name:
             stop.append(job_id)
             store.append_events([EventRecord("worker_unknown_job", job=job_id, worker=name)])
+        elif attempt is not None and attempt != job.status.attempt:
+            stop.append(job_id)  # a superseded run of a job bound here again
+            fields = {"attempt": attempt, "current_attempt": job.status.attempt}
+            store.append_events(
+                [EventRecord("worker_stale_attempt", job=job_id, worker=name, fields=fields)]
+            )
         elif job.status.phase == Phase.LOST:
-            report_started(ctx, job, name)  # recovered
+            report_started(ctx, job, name, attempt)  # recovered
     # Lost too: a worker that came back without a job will never report it.
     for job in ctx.view.bound_to(name):
         if job.status.phase not in _STARTED_PHASES and job.status.phase != Phase.LOST:
