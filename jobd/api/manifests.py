@@ -24,6 +24,9 @@ from ruamel.yaml.error import MarkedYAMLError
 from jobd.api.models import ADMISSION, API_VERSION, Job, Project, Resource, Worker
 
 __all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_DEPTH",
+    "MAX_MANIFEST_BYTES",
     "Document",
     "ManifestError",
     "dump_yaml",
