@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_PROJECT",
     "MAX_GRACE_S",
     "MAX_ID",
+    "MAX_INT",
     "TERMINAL_PHASES",
     "Condition",
     "Effective",
@@ -44,6 +45,7 @@ __all__ = [
     "ProjectSpec",
     "Resource",
     "Resources",
+    "StoreId",
     "StoreInt",
     "Strict",
     "Worker",
@@ -65,9 +67,11 @@ ADMISSION_KEY = "admission"
 # The validation context of what is submitted (see `admitting`).
 ADMISSION: dict[str, bool] = {ADMISSION_KEY: True}
 
-# The largest integer the store holds (SQLite's INTEGER and PostgreSQL's BIGINT): ids,
-# revisions, offsets and limits past it are refused as invalid, never sent to the store.
-MAX_ID = 2**63 - 1
+# The largest numbers the store holds, on both backends: job ids and event sequence
+# numbers are PostgreSQL INTEGER columns (SQLite's hold more), revisions BIGINT. What is
+# past them is refused as invalid (422), never sent to the store (which would answer 500).
+MAX_ID = 2**31 - 1
+MAX_INT = 2**63 - 1
 
 _NAME_RE = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 # Characters no label should hold: they break terminals, logs and selectors.
@@ -137,8 +141,10 @@ def normalise_worker_name(raw: str) -> str:
         raise ValueError(f"worker name {shown} cannot be used: it {exc}") from None
 
 
-StoreInt = Annotated[int, Field(ge=0, le=MAX_ID)]
-"""A non-negative integer the store can hold (ids, revisions, offsets, limits)."""
+StoreId = Annotated[int, Field(ge=0, le=MAX_ID)]
+"""A job id (or event number) as a filter or reference: none past what the store holds."""
+StoreInt = Annotated[int, Field(ge=0, le=MAX_INT)]
+"""A non-negative count the store can hold (revisions, byte offsets, limits)."""
 
 
 class Strict(BaseModel):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from jobd.api.models import Phase, StoreInt, WorkerSpec
+from jobd.api.models import Phase, StoreId, StoreInt, WorkerSpec
 
 __all__ = [
     "REPORT_BODIES",
@@ -82,9 +82,9 @@ class LogsQuery(BaseModel):
 
 
 class EventsQuery(BaseModel):
-    job: StoreInt | None = None
+    job: StoreId | None = None
     type: str | None = None
-    after: StoreInt = 0
+    after: StoreId = 0
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
     limit: int = Field(default=1000, ge=1, le=10_000)
@@ -109,7 +109,7 @@ class Registration(_Body):
 
 
 class Heartbeat(_Body):
-    running: list[StoreInt] = Field(default_factory=list)
+    running: list[StoreId] = Field(default_factory=list)
 
 
 class LogsAppendQuery(BaseModel):
@@ -118,7 +118,7 @@ class LogsAppendQuery(BaseModel):
 
 class WorkerEvent(_Body):
     event: str = Field(min_length=1, max_length=64)
-    job: StoreInt | None = None
+    job: StoreId | None = None
     ts: str = Field(default="", max_length=40, description="when the worker saw it (RFC 3339)")
     fields: dict[str, Any] = Field(default_factory=dict)
 
@@ -157,7 +157,7 @@ class _BatchedReportBase(_Body):
     """One report of a batch: the job, the verb, and that verb's own fields (not the worker,
     which the batch's path names)."""
 
-    job: StoreInt
+    job: StoreId
     verb: str  # one of REPORT_BODIES, as the derived model says
 
 
