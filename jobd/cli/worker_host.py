@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import click
 
-__all__ = ["StartupError", "check_gpus", "detect_gpus", "parse_gpus", "worker_name"]
+__all__ = ["Detected", "StartupError", "check_gpus", "detect_gpus", "parse_gpus", "worker_name"]
 
 _NVIDIA_SMI_TIMEOUT_S = 10
 _GPU_ENTRY = re.compile(r"(-?\d+)(?::(\d+(?:\.\d+)?)\s*([KMGT]i?B?)?)?", re.IGNORECASE)

@@ -8,13 +8,14 @@ preempted one checkpoints in its grace window with `jobd.client`'s helper.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Jobd, start_jobd, stop_jobd, write_script
+from tests.e2e.harness import BIN, Jobd, start_jobd, stop_jobd, write_script
 
 NAME = "gpu-box.lab"
 CHECKPOINTS = """\
@@ -54,6 +55,13 @@ def _worker(jobd: Jobd) -> dict[str, object]:
     return found
 
 
+def _wait_ready(jobd: Jobd, job_id: int) -> None:
+    deadline = time.monotonic() + 30
+    while "ready" not in jobd.ok("logs", str(job_id)):
+        assert time.monotonic() < deadline, f"job {job_id} never printed ready"
+        time.sleep(0.1)
+
+
 def test_a_hostname_with_capitals_registers_lower_cased(jobd: Jobd) -> None:
     assert _worker(jobd)["metadata"]["name"] == NAME  # type: ignore[index]
     assert jobd.events(event="worker_registered")[0]["worker"] == NAME
@@ -76,14 +84,26 @@ def test_a_cordoned_worker_runs_no_new_job_until_uncordoned(jobd: Jobd) -> None:
 
 
 def test_drain_waits_for_a_running_job_to_end(jobd: Jobd) -> None:
-    job_id = _submit(jobd, "--", "sleep", "1.5")
+    flag = jobd.root / "may-end"
+    script = f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)\n"
+    job_id = _submit(jobd, "--", *write_script(jobd.root, "waits.py", script))
     jobd.wait_phase(job_id, "Running")
-    started = time.monotonic()
-    result = jobd.job("drain", NAME, "--timeout", "30")
-    assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started >= 0.5  # it waited for the job, not just cordoned
-    assert result.stdout.splitlines()[-1] == f"worker/{NAME} drained"
-    assert f"job/{job_id} (Running)" in result.stderr  # the progress it showed
+    drain = subprocess.Popen(
+        [str(BIN / "job"), "drain", NAME, "--timeout", "60"],
+        env=jobd.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert drain.stderr is not None
+    # It shows what it waits for, and goes on waiting while the job runs.
+    assert drain.stderr.readline().strip() == f"waiting for 1 job on {NAME}: job/{job_id} (Running)"
+    time.sleep(1.0)
+    assert drain.poll() is None
+    flag.touch()
+    out, _ = drain.communicate(timeout=30)
+    assert drain.returncode == 0
+    assert out.splitlines() == [f"worker/{NAME} cordoned", f"worker/{NAME} drained"]
     assert jobd.get(job_id)["status"]["phase"] == "Succeeded"  # ended on its own
     assert _worker(jobd)["spec"]["cordoned"] is True  # type: ignore[index]
 
@@ -92,7 +112,7 @@ def test_drain_preempt_preempts_with_the_grace_and_exits_0(jobd: Jobd) -> None:
     argv = write_script(jobd.root, "checkpoints.py", CHECKPOINTS)
     job_id = _submit(jobd, "--preemptible", "--checkpoint-grace", "20", "--", *argv)
     jobd.wait_phase(job_id, "Running")
-    time.sleep(0.5)  # its SIGTERM handler is installed once it printed "ready"
+    _wait_ready(jobd, job_id)  # its SIGTERM handler is installed once it printed "ready"
     result = jobd.job("drain", NAME, "--preempt", "--timeout", "30", "-o", "json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
