@@ -89,13 +89,15 @@ class FastRoutes:
         self.state = state
         self._exact = {(f.route.method, f.route.path): f for f in routes if not f.route.params}
         fast = {f.route: f for f in routes}
-        self._templated: dict[str, list[tuple[_Template, FastRoute | None]]] = {}
+        # By method and number of segments: a path is tried only against its own kind.
+        self._templated: dict[tuple[str, int], list[tuple[_Template, FastRoute | None]]] = {}
         # The fast ones first: they are the busiest. A route matched but not fast is
         # FastAPI's to answer, once its parameters are found valid.
         for route in [*fast, *(r for r in ROUTES if r not in fast)]:
             if route.params:
-                entry = (_Template(route), fast.get(route))
-                self._templated.setdefault(route.method, []).append(entry)
+                template = _Template(route)
+                key = (route.method, template.size)
+                self._templated.setdefault(key, []).append((template, fast.get(route)))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self._match(scope) if scope["type"] == "http" else None
@@ -116,10 +118,10 @@ class FastRoutes:
         exact = self._exact.get((method, path))
         if exact is not None:
             return exact, {}
-        templates = self._templated.get(method)
+        parts = path.split("/")
+        templates = self._templated.get((method, len(parts)))
         if not templates:
             return None
-        parts = path.split("/")
         for template, fast in templates:
             try:
                 args = template.match(parts)
