@@ -28,6 +28,7 @@ from jobd.wire.answers import (
     ApplyResult,
     BlockersResult,
     Document,
+    DrainResult,
     EventPage,
     JobList,
     LogChunk,
@@ -43,6 +44,7 @@ __all__ = [
     "BlockersResult",
     "BrokerUnreachable",
     "Document",
+    "DrainResult",
     "EventPage",
     "JobList",
     "JobdClient",
@@ -181,6 +183,18 @@ class JobdClient(Client):
 
     def list_projects(self) -> list[Document]:
         return self.run(calls.list_projects())
+
+    def get_worker(self, name: str) -> Document:
+        return self.run(calls.get_worker(name))
+
+    def cordon_worker(self, name: str) -> Document:
+        return self.run(calls.cordon_worker(name))
+
+    def uncordon_worker(self, name: str) -> Document:
+        return self.run(calls.uncordon_worker(name))
+
+    def drain_worker(self, name: str, *, preempt: bool = False) -> DrainResult:
+        return self.run(calls.drain_worker(name, preempt=preempt))
 
     # -- streams
 

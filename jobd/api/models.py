@@ -28,6 +28,8 @@ __all__ = [
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
     "MAX_GRACE_S",
+    "MAX_ID",
+    "MAX_INT",
     "TERMINAL_PHASES",
     "Condition",
     "Effective",
@@ -43,6 +45,8 @@ __all__ = [
     "ProjectSpec",
     "Resource",
     "Resources",
+    "StoreId",
+    "StoreInt",
     "Strict",
     "Worker",
     "WorkerSpec",
@@ -51,6 +55,7 @@ __all__ = [
     "assign",
     "check_name",
     "dump",
+    "normalise_worker_name",
     "set_condition",
     "utcnow",
 ]
@@ -61,6 +66,12 @@ DEFAULT_PROJECT = "default"
 ADMISSION_KEY = "admission"
 # The validation context of what is submitted (see `admitting`).
 ADMISSION: dict[str, bool] = {ADMISSION_KEY: True}
+
+# The largest numbers the store holds, on both backends: job ids and event sequence
+# numbers are PostgreSQL INTEGER columns (SQLite's hold more), revisions BIGINT. What is
+# past them is refused as invalid (422), never sent to the store (which would answer 500).
+MAX_ID = 2**31 - 1
+MAX_INT = 2**63 - 1
 
 _NAME_RE = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 # Characters no label should hold: they break terminals, logs and selectors.
@@ -114,6 +125,26 @@ def check_name(value: str, strict: bool = True) -> str:
             "starting and ending with a letter or digit"
         )
     return value
+
+
+def normalise_worker_name(raw: str) -> str:
+    """A worker's name from a hostname: lower case, as Kubernetes makes node names.
+
+    `GPU-Box.lab.` becomes `gpu-box.lab` (a trailing dot only says the name is fully
+    qualified). Raises ValueError, one sentence, when what is left is still no name.
+    """
+    name = raw.strip().rstrip(".").lower()
+    try:
+        return check_name(name)
+    except ValueError as exc:
+        shown = f"{raw!r} (as {name!r})" if name != raw else repr(raw)
+        raise ValueError(f"worker name {shown} cannot be used: it {exc}") from None
+
+
+StoreId = Annotated[int, Field(ge=0, le=MAX_ID)]
+"""A job id (or event number) as a filter or reference: none past what the store holds."""
+StoreInt = Annotated[int, Field(ge=0, le=MAX_INT)]
+"""A non-negative count the store can hold (revisions, byte offsets, limits)."""
 
 
 class Strict(BaseModel):
@@ -219,6 +250,14 @@ class JobSpec(Strict):
                 raise ValueError(f"word {i} holds a NUL byte, which no program can be given")
         return value
 
+    @field_validator("depends_on")
+    @classmethod
+    def _parents_are_ids_or_names(cls, refs: list[int | str]) -> list[int | str]:
+        for ref in refs:
+            if isinstance(ref, int) and not 1 <= ref <= MAX_ID:
+                raise ValueError(f"{ref} is not a job id (an integer, 1 to {MAX_ID})")
+        return refs
+
     @field_validator("cwd")
     @classmethod
     def _cwd_is_a_path(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -251,7 +290,7 @@ class Effective(Strict):
 
 class PreemptionStatus(Strict):
     candidate_job: int | None = None
-    reason: Literal["sweeper", "manual", "blockers"] = "manual"
+    reason: Literal["sweeper", "manual", "blockers", "drain"] = "manual"
     requested_at: datetime = Field(default_factory=utcnow)
     checkpoint_complete: bool = False
 
@@ -343,6 +382,20 @@ class WorkerSpec(Strict):
     slots: int = Field(default=1, ge=1, le=1024)
     gpus: list[int] = Field(default_factory=list)
     lease_duration_s: float = Field(default=15.0, gt=0)
+    # `job cordon`: no new job is placed here; what runs goes on (Kubernetes'
+    # `spec.unschedulable`). Set by users, kept when the worker registers again.
+    cordoned: bool = False
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indices(cls, gpus: list[int], info: ValidationInfo) -> list[int]:
+        # Under admission only: a stored worker row may hold what an older broker took.
+        if admitting(info):
+            if any(g < 0 for g in gpus):
+                raise ValueError(f"GPU indices must not be negative: {gpus}")
+            if len(set(gpus)) != len(gpus):
+                raise ValueError(f"GPU indices must not repeat: {gpus}")
+        return gpus
 
 
 class WorkerStatus(Strict):

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobd.api.models import ADMISSION
 from jobd.broker.responses import status_for, validation_detail
 from jobd.broker.state import BrokerState, state_of
-from jobd.wire.routes import PATH_PARAMS, Route
+from jobd.wire.routes import PATH_PARAMS, ROUTES, Route, parse_path_param
 
 __all__ = ["MAX_BODY", "FastRoute", "FastRoutes", "PathArgs", "answer", "declare"]
 
@@ -77,40 +77,58 @@ async def answer(
 
 
 class FastRoutes:
-    """Answers the fast routes ahead of FastAPI's routing; passes everything else on."""
+    """Answers the fast routes ahead of FastAPI's routing; passes everything else on.
+
+    It also checks the path parameters of every route of the wire (`ROUTES`), fast or
+    not, before anything else sees them: a parameter no route takes (a job id of 2^63, a
+    worker name with a capital) is answered 422 here, naming it, whatever the handler.
+    """
 
     def __init__(self, app: ASGIApp, state: BrokerState, routes: Sequence[FastRoute]) -> None:
         self.app = app
         self.state = state
         self._exact = {(f.route.method, f.route.path): f for f in routes if not f.route.params}
-        self._templated: dict[str, list[tuple[_Template, FastRoute]]] = {}
-        for f in routes:
-            if f.route.params:
-                self._templated.setdefault(f.route.method, []).append((_Template(f.route), f))
+        fast = {f.route: f for f in routes}
+        # By method and number of segments: a path is tried only against its own kind.
+        self._templated: dict[tuple[str, int], list[tuple[_Template, FastRoute | None]]] = {}
+        # The fast ones first: they are the busiest. A route matched but not fast is
+        # FastAPI's to answer, once its parameters are found valid.
+        for route in [*fast, *(r for r in ROUTES if r not in fast)]:
+            if route.params:
+                template = _Template(route)
+                key = (route.method, template.size)
+                self._templated.setdefault(key, []).append((template, fast.get(route)))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self._match(scope) if scope["type"] == "http" else None
         if found is None:
             await self.app(scope, receive, send)
             return
+        if isinstance(found, bytes):
+            await _send(send, 422, found)
+            return
         fast, args = found
         body = await _read_body(receive) if fast.route.body is not None else b""
         status, text = await answer(fast, self.state, args, body, scope.get("query_string", b""))
         await _send(send, status, text)
 
-    def _match(self, scope: Scope) -> tuple[FastRoute, PathArgs] | None:
+    def _match(self, scope: Scope) -> tuple[FastRoute, PathArgs] | bytes | None:
+        """The fast route and its arguments; a refusal's body; None: FastAPI's to answer."""
         method, path = scope.get("method", ""), scope.get("path", "")
         exact = self._exact.get((method, path))
         if exact is not None:
             return exact, {}
-        templates = self._templated.get(method)
+        parts = path.split("/")
+        templates = self._templated.get((method, len(parts)))
         if not templates:
             return None
-        parts = path.split("/")
         for template, fast in templates:
-            args = template.match(parts)
+            try:
+                args = template.match(parts)
+            except ValueError as exc:
+                return _detail(str(exc))
             if args is not None:
-                return fast, args
+                return (fast, args) if fast is not None else None
         return None
 
 
@@ -124,17 +142,14 @@ class _Template:
         self.params = [(i, s[1:-1]) for i, s in enumerate(segments) if s.startswith("{")]
 
     def match(self, parts: list[str]) -> PathArgs | None:
+        """The path's arguments; None when it is not this route's; ValueError: it is, but
+        a parameter is invalid (the message names it)."""
         if len(parts) != self.size or any(parts[i] != s for i, s in self.fixed):
             return None
-        args: PathArgs = {}
-        for i, name in self.params:
-            if not parts[i]:
-                return None
-            try:
-                args[name] = PATH_PARAMS[name](parts[i])  # ASGI paths come percent-decoded
-            except ValueError:
-                return None  # FastAPI's routing answers it
-        return args
+        if any(not parts[i] for i, _ in self.params):
+            return None  # `/jobs//cancel` is no route's: a 404
+        # ASGI paths come percent-decoded.
+        return {name: parse_path_param(name, parts[i]) for i, name in self.params}
 
 
 # -- the FastAPI side: documentation from the same declaration, answered by answer()
@@ -150,9 +165,9 @@ class _AnsweredByFastPath(APIRoute):
             raw = await request.body() if fast.route.body is not None else b""
             body = raw if len(raw) <= MAX_BODY else None
             try:
-                args = {k: PATH_PARAMS[k](v) for k, v in request.path_params.items()}
-            except ValueError:
-                return Response(_detail("path: invalid parameter"), 422, media_type=_JSON_TYPE)
+                args = {k: parse_path_param(k, v) for k, v in request.path_params.items()}
+            except ValueError as exc:
+                return Response(_detail(str(exc)), 422, media_type=_JSON_TYPE)
             query = request.scope.get("query_string", b"")
             status, text = await answer(fast, state_of(request), args, body, query)
             return Response(text, status_code=status, media_type=_JSON_TYPE)

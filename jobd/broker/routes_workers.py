@@ -8,19 +8,20 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from jobd.api.models import Job
+from jobd.api.models import Job, Worker
 from jobd.broker.fastpath import FastRoute, PathArgs, declare
-from jobd.broker.responses import doc, encode_json, json_response, status_for
+from jobd.broker.responses import RawJSON, doc, encode_json, json_response, status_for
 from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import workers
 from jobd.controllers.errors import TransitionError
-from jobd.controllers.verbs import reports, worker_lease
+from jobd.controllers.verbs import drain, reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import (
     REPORT_BODIES,
     Completion,
+    DrainQuery,
     Heartbeat,
     LogsAppendQuery,
     Registration,
@@ -34,11 +35,21 @@ from jobd.wire.models import (
 router = APIRouter(tags=["workers"])
 
 
-@route(router, routes.REGISTER_WORKER)
-async def register(request: Request, name: str, body: Registration) -> Response:
-    state = state_of(request)
-    worker = worker_lease.register_worker(state.ctx, name, body.spec, body.hostname, body.runner)
-    return json_response({"worker": doc(worker), "revision": state.feed.revision})
+async def register(state: BrokerState, path: PathArgs, body: Registration) -> str:
+    """Create or refresh the worker; Ready, with a fresh lease.
+
+    The name is the path's, checked as every route's is: lower case (a worker agent
+    normalises its hostname so). The body is parsed under admission's rules, as every
+    request body is: negative or repeated GPU indices are a 422.
+    """
+    ctx = state.ctx
+    worker = worker_lease.register_worker(ctx, path["name"], body.spec, body.hostname, body.runner)
+    return encode_json({"worker": doc(worker), "revision": state.feed.revision})
+
+
+# Answered through fastpath.answer, not for speed: so its body is parsed as admission's.
+REGISTER = FastRoute(routes.REGISTER_WORKER, register, inspect.getdoc(register))
+declare(router, REGISTER)
 
 
 async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat) -> str:
@@ -62,6 +73,51 @@ async def list_workers(request: Request) -> Response:
         worker.status.last_renewal = workers.last_renewal(state.ctx, worker)
         items.append(doc(worker))
     return json_response({"items": items})
+
+
+def _worker_doc(state: BrokerState, worker: Worker) -> RawJSON:
+    worker = worker.model_copy(deep=True)
+    worker.status.last_renewal = workers.last_renewal(state.ctx, worker)
+    return doc(worker)
+
+
+@route(router, routes.GET_WORKER)
+async def get_worker(request: Request, name: str) -> Response:
+    state = state_of(request)
+    return json_response(_worker_doc(state, drain.worker_or_404(state.ctx, name)))
+
+
+@route(router, routes.CORDON_WORKER)
+async def cordon(request: Request, name: str) -> Response:
+    state = state_of(request)
+    return json_response(_worker_doc(state, drain.cordon(state.ctx, name, True)))
+
+
+@route(router, routes.UNCORDON_WORKER)
+async def uncordon(request: Request, name: str) -> Response:
+    state = state_of(request)
+    return json_response(_worker_doc(state, drain.cordon(state.ctx, name, False)))
+
+
+@route(router, routes.DRAIN_WORKER)
+async def drain_worker(
+    request: Request, name: str, query: Annotated[DrainQuery, Query()]
+) -> Response:
+    """Cordon the worker and, with `preempt`, preempt its preemptible Running jobs.
+
+    Answers the worker, the ids preempted by this request, and the jobs still bound to
+    the worker; asked again, it preempts only what started since. `job drain` asks
+    until no job is left.
+    """
+    state = state_of(request)
+    result = drain.drain(state.ctx, name, query.preempt)
+    return json_response(
+        {
+            "worker": _worker_doc(state, result.worker),
+            "preempted": [j.id for j in result.preempted],
+            "remaining": [doc(j) for j in result.remaining],
+        }
+    )
 
 
 def _started(state: BrokerState, job: Job, body: Started) -> Job:
@@ -184,4 +240,4 @@ async def ingest_events(request: Request, body: WorkerEvents) -> Response:
 
 __all__ = ["FAST", "router"]
 
-FAST = (HEARTBEAT, REPORT_BATCH)
+FAST = (HEARTBEAT, REPORT_BATCH, REGISTER)

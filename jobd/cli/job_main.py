@@ -22,7 +22,7 @@ import httpx
 
 from jobd.api.manifests import ManifestError, dump_yaml, load_path, parse_resource
 from jobd.api.models import BOUND_PHASES, MAX_GRACE_S, Phase, dump
-from jobd.cli import render
+from jobd.cli import drain, render
 from jobd.cli.submit import SubmitError, build_submit_job
 from jobd.http import (
     ApiError,
@@ -576,3 +576,7 @@ def workers(settings: Settings) -> None:
         click.echo("No workers registered.", err=True)
         return
     render.emit(render.make_console(), render.workers_table(found, used))
+
+
+for _verb in drain.VERBS:  # job cordon, uncordon, drain
+    cli.add_command(_verb)

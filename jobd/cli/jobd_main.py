@@ -54,36 +54,22 @@ def _default_data_dir() -> Path:
     return Path(xdg) / "jobd" if xdg else Path.home() / ".local" / "share" / "jobd"
 
 
-def _detect_gpus() -> list[int]:
-    import shutil
-    import subprocess
+def _name_option(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    from jobd.cli.worker_host import worker_name
 
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [int(line) for line in out.split() if line.strip().isdigit()]
+    name = worker_name(value)
+    if name != value:
+        ctx.meta[_NAME_GIVEN] = value  # logged once logging is set up (_worker_settings)
+    return name
 
 
-def _parse_gpus(value: str | None) -> list[int]:
-    if value is None:
-        return _detect_gpus()
-    if value.strip().lower() in ("", "none"):
-        return []
-    try:
-        return sorted({int(v) for v in value.split(",") if v.strip()})
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r}: expected comma-separated GPU indices like 0,1"
-        ) from None
+_NAME_GIVEN = "jobd.worker_name_given"
+
+
+def _gpus_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    from jobd.cli.worker_host import parse_gpus
+
+    return parse_gpus(value)
 
 
 def broker_options(f: F) -> F:
@@ -178,7 +164,8 @@ def worker_options(f: F) -> F:
             "--name",
             envvar="JOBD_WORKER_NAME",
             default=socket.gethostname,
-            help="Worker identity. [default: hostname]",
+            callback=_name_option,
+            help="Worker identity, lower-cased (GPU-Box.lab is gpu-box.lab). [default: hostname]",
         ),
         click.option(
             "--slots",
@@ -189,7 +176,11 @@ def worker_options(f: F) -> F:
         click.option(
             "--gpus",
             envvar="JOBD_WORKER_GPUS",
-            help="GPU indices to hand out, e.g. 0,1, or 'none'. [default: from nvidia-smi]",
+            callback=_gpus_option,
+            help=(
+                "GPU indices to hand out, e.g. 0,1 or 0:24GiB,1:80GiB, or 'none'; checked "
+                "against nvidia-smi where it answers. [default: from nvidia-smi]"
+            ),
         ),
         click.option(
             "--checkpoint-root",
@@ -256,7 +247,10 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     from jobd.worker.checkpoints import checkpoint_root
     from jobd.worker.execution import WorkerSettings
 
-    gpus = _parse_gpus(kw["gpus"])
+    given = click.get_current_context().meta.get(_NAME_GIVEN)
+    if given is not None:
+        _log().info("worker_name_normalised", worker=kw["name"], given=given)
+    gpus = _host_gpus(kw["gpus"])
     env = dict(os.environ)
     if kw["checkpoint_root"]:
         env["JOBD_WORKER_CHECKPOINT_ROOT"] = kw["checkpoint_root"]
@@ -270,6 +264,16 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
         output_dir=output,
         checkpoint_ttl_days=kw["checkpoint_ttl_days"],
     )
+
+
+def _host_gpus(declared: list[int] | None) -> list[int]:
+    """The GPUs to hand out: declared or detected, checked against nvidia-smi."""
+    from jobd.cli.worker_host import check_gpus, detect_gpus
+
+    gpus, warning = check_gpus(declared, detect_gpus())
+    if warning:
+        _log().warning("gpu_detection_failed", message=warning)
+    return gpus
 
 
 def _server(app: Any, host: str, port: int) -> uvicorn.Server:

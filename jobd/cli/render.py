@@ -341,8 +341,14 @@ def workers_table(
         jobs = ",".join(str(j) for j in status.get("jobs") or []) or "-"
         slots = f"{slots_used.get(name, 0)}/{spec.get('slots', 1)}"
         lease = f"{_age(status.get('last_renewal'), now)} ago"
-        table.add_row(name, status.get("phase", "Ready"), slots, gpus, lease, jobs)
+        table.add_row(name, _worker_status(spec, status), slots, gpus, lease, jobs)
     return table
+
+
+def _worker_status(spec: Document, status: Document) -> str:
+    """The phase, and `SchedulingDisabled` when cordoned, as kubectl shows a node."""
+    phase = str(status.get("phase", "Ready"))
+    return f"{phase},SchedulingDisabled" if spec.get("cordoned") else phase
 
 
 # -- documents -------------------------------------------------------------------------------

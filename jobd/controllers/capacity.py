@@ -66,11 +66,15 @@ def schedulable(workers: Iterable[Worker], heard: Container[str]) -> list[Worker
 
 
 def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Capacity]:
-    """Free slots and GPUs of each Ready worker, given the jobs bound to workers."""
+    """Free slots and GPUs of each Ready worker not cordoned, given the jobs bound to workers.
+
+    A cordoned worker has no room to offer: nothing is bound there, and no preemption
+    frees room there for a queued job (`job cordon`, verbs/drain.py).
+    """
     caps = {
         w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus))
         for w in workers
-        if w.status.phase == "Ready"
+        if w.status.phase == "Ready" and not w.spec.cordoned
     }
     for job in bound:
         cap = caps.get(job.status.worker or "")

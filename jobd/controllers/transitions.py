@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 Events = list[EventRecord]
-PreemptReason = Literal["sweeper", "manual", "blockers"]
+PreemptReason = Literal["sweeper", "manual", "blockers", "drain"]
 P = Phase
 _STOP_TARGET = {"preempt": P.PREEMPTING, "cancel": P.CANCELLING}
 

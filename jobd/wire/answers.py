@@ -15,6 +15,7 @@ __all__ = [
     "ApplyResult",
     "BlockersResult",
     "Document",
+    "DrainResult",
     "EventPage",
     "HeartbeatAnswer",
     "JobList",
@@ -75,6 +76,13 @@ class BlockersResult:
     worker: str | None
     victims: list[Document]
     dry_run: bool
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    worker: Document
+    preempted: list[int]  # preempted by this request
+    remaining: list[Document]  # the jobs still bound to the worker
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from jobd.wire.answers import (
     ApplyResult,
     BlockersResult,
     Document,
+    DrainResult,
     EventPage,
     HeartbeatAnswer,
     JobList,
@@ -37,9 +38,12 @@ __all__ = [
     "append_logs",
     "apply",
     "cancel_job",
+    "cordon_worker",
     "create_job",
     "delete_job",
+    "drain_worker",
     "get_job",
+    "get_worker",
     "heartbeat",
     "ingest_events",
     "list_events",
@@ -52,6 +56,7 @@ __all__ = [
     "register_worker",
     "resume_job",
     "send_reports",
+    "uncordon_worker",
     "watch",
 ]
 
@@ -151,6 +156,15 @@ def _blockers(dry_run: bool) -> Callable[[httpx.Response], BlockersResult]:
     return parse
 
 
+def _drained(response: httpx.Response) -> DrainResult:
+    body = response.json()
+    return DrainResult(
+        worker=body["worker"],
+        preempted=[int(i) for i in body.get("preempted", [])],
+        remaining=body.get("remaining", []),
+    )
+
+
 def _registered(response: httpx.Response) -> Registered:
     body = response.json()
     return Registered(worker=body["worker"], revision=int(body["revision"]))
@@ -232,6 +246,25 @@ def resume_job(job_id: int) -> Call[Document]:
 
 def list_workers() -> Call[list[Document]]:
     return Call(routes.LIST_WORKERS, routes.LIST_WORKERS.url(), _items)
+
+
+def get_worker(name: str) -> Call[Document]:
+    return Call(routes.GET_WORKER, routes.GET_WORKER.url(name=name), _document)
+
+
+def cordon_worker(name: str) -> Call[Document]:
+    return Call(routes.CORDON_WORKER, routes.CORDON_WORKER.url(name=name), _document)
+
+
+def uncordon_worker(name: str) -> Call[Document]:
+    return Call(routes.UNCORDON_WORKER, routes.UNCORDON_WORKER.url(name=name), _document)
+
+
+def drain_worker(name: str, *, preempt: bool) -> Call[DrainResult]:
+    """Cordon `name` (and preempt its preemptible jobs); the answer lists what is still bound."""
+    route = routes.DRAIN_WORKER
+    params = {"preempt": _flag(preempt)}
+    return Call(route, route.url(name=name), _drained, params=params)
 
 
 def list_projects() -> Call[list[Document]]:

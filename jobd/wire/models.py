@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from jobd.api.models import Phase, WorkerSpec
+from jobd.api.models import Phase, StoreId, StoreInt, WorkerSpec
 
 __all__ = [
     "REPORT_BODIES",
@@ -24,6 +24,7 @@ __all__ = [
     "BatchedReport",
     "BlockersQuery",
     "Completion",
+    "DrainQuery",
     "EventsQuery",
     "Heartbeat",
     "JobsQuery",
@@ -62,23 +63,29 @@ class JobsQuery(BaseModel):
     phase: list[Phase] | None = None
     worker: str | None = None
     name: str | None = None
-    limit: int | None = Field(default=None, ge=1)
+    limit: StoreInt | None = Field(default=None, ge=1)
 
 
 class BlockersQuery(BaseModel):
     dry_run: bool = False
 
 
+class DrainQuery(BaseModel):
+    preempt: bool = Field(
+        default=False, description="Also preempt the worker's preemptible running jobs"
+    )
+
+
 class LogsQuery(BaseModel):
-    offset: int = Field(default=0, ge=0)
+    offset: StoreInt = 0
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
 
 
 class EventsQuery(BaseModel):
-    job: int | None = None
+    job: StoreId | None = None
     type: str | None = None
-    after: int = Field(default=0, ge=0)
+    after: StoreId = 0
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
     limit: int = Field(default=1000, ge=1, le=10_000)
@@ -87,7 +94,7 @@ class EventsQuery(BaseModel):
 class WatchQuery(BaseModel):
     """The watch's query parameters (parsed by the broker's fast path, see fastpath.py)."""
 
-    since: int = Field(default=0, ge=0)
+    since: StoreInt = 0
     kind: str | None = None
     worker: str | None = None
     timeout: float = Field(default=30.0, ge=0, le=300)
@@ -103,19 +110,19 @@ class Registration(_Body):
 
 
 class Heartbeat(_Body):
-    running: list[int] = Field(default_factory=list)
+    running: list[StoreId] = Field(default_factory=list)
     # The attempt of each job in `running` (job id -> status.attempt), so the broker
     # tells an old run from a new one of the same job on this worker.
-    attempts: dict[int, int] = Field(default_factory=dict)
+    attempts: dict[StoreId, int] = Field(default_factory=dict)
 
 
 class LogsAppendQuery(BaseModel):
-    offset: int = Field(default=0, ge=0)
+    offset: StoreInt = 0
 
 
 class WorkerEvent(_Body):
     event: str = Field(min_length=1, max_length=64)
-    job: int | None = None
+    job: StoreId | None = None
     ts: str = Field(default="", max_length=40, description="when the worker saw it (RFC 3339)")
     fields: dict[str, Any] = Field(default_factory=dict)
 
@@ -161,7 +168,7 @@ class _BatchedReportBase(_Body):
     """One report of a batch: the job, the verb, and that verb's own fields (not the worker,
     which the batch's path names)."""
 
-    job: int
+    job: StoreId
     verb: str  # one of REPORT_BODIES, as the derived model says
 
 

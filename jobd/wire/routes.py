@@ -12,17 +12,20 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from jobd.api.models import Job
+from jobd.api.models import MAX_ID, Job, check_name
 from jobd.wire import models as m
 
 __all__ = [
     "APPEND_LOGS",
     "APPLY",
     "CANCEL_JOB",
+    "CORDON_WORKER",
     "CREATE_JOB",
     "DELETE_JOB",
+    "DRAIN_WORKER",
     "GET_JOB",
     "GET_PROJECT",
+    "GET_WORKER",
     "HEALTHZ",
     "HEARTBEAT",
     "INGEST_EVENTS",
@@ -43,12 +46,31 @@ __all__ = [
     "REPORT_BATCH",
     "RESUME_JOB",
     "ROUTES",
+    "UNCORDON_WORKER",
     "WATCH",
     "Route",
+    "parse_path_param",
 ]
 
 # The type of each path parameter, by its name in the templates below.
 PATH_PARAMS: dict[str, type[int] | type[str]] = {"job_id": int, "name": str}
+
+
+def parse_path_param(name: str, text: str) -> int | str:
+    """A path parameter's value; ValueError, naming the parameter, for what no route takes.
+
+    Every route's parameters are checked by this one function before a handler runs
+    (broker/fastpath.py), so a job id the store cannot hold (2^63 and up) or a name no
+    resource can have is a 422, never a handler's or the store's 500.
+    """
+    if PATH_PARAMS[name] is int:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ID:
+            raise ValueError(f"{name}: {text!r} is not a job id (an integer, 1 to {MAX_ID})")
+        return int(text)
+    try:
+        return check_name(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {text!r} {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +131,22 @@ HEARTBEAT = Route(
     body=m.Heartbeat,
 )
 LIST_WORKERS = Route("GET", "/workers", "List workers")
+
+# -- cordon and drain: what users do to a worker
+
+GET_WORKER = Route("GET", "/workers/{name}", "One worker, with the jobs bound to it")
+CORDON_WORKER = Route(
+    "POST", "/workers/{name}/cordon", "Place no new job on this worker (job cordon)"
+)
+UNCORDON_WORKER = Route(
+    "POST", "/workers/{name}/uncordon", "Place jobs on this worker again (job uncordon)"
+)
+DRAIN_WORKER = Route(
+    "POST",
+    "/workers/{name}/drain",
+    "Cordon, optionally preempt the preemptible jobs; answers the jobs still bound",
+    query=m.DrainQuery,
+)
 _REPORT_SUMMARIES = {
     "started": "Worker: the workload process started",
     "stopping": "Worker: SIGTERM sent, grace running",
@@ -174,6 +212,10 @@ ROUTES: tuple[Route, ...] = (
     REGISTER_WORKER,
     HEARTBEAT,
     LIST_WORKERS,
+    GET_WORKER,
+    CORDON_WORKER,
+    UNCORDON_WORKER,
+    DRAIN_WORKER,
     *REPORTS.values(),
     REPORT_BATCH,
     APPEND_LOGS,

@@ -31,10 +31,14 @@ _VANISHED_AFTER = timedelta(seconds=5)
 def register_worker(
     ctx: Context, name: str, spec: WorkerSpec, hostname: str, runner: str
 ) -> Worker:
-    """Create or refresh a worker; it is Ready with a fresh lease."""
+    """Create or refresh a worker; it is Ready with a fresh lease.
+
+    The worker says what it has (slots, GPUs, lease); whether it is cordoned is the
+    users' to say (`job cordon`), so a registration keeps what is stored.
+    """
     live = ctx.store.get_worker(name)
     worker = live.model_copy(deep=True) if live else Worker(metadata=ObjectMeta(name=name))
-    worker.spec = spec
+    worker.spec = spec.model_copy(update={"cordoned": bool(live and live.spec.cordoned)})
     worker.status.phase = "Ready"
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
