@@ -14,6 +14,7 @@ from jobd.broker.batching import CreateBatcher
 from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
+from jobd.broker.storage import StorageWatch
 from jobd.broker.wiring import Wiring, broker_listeners
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
@@ -79,6 +80,10 @@ class BrokerState:
             broker_listeners(self.ctx, self.feed, self.manager, self.logs, self.events)
         )
         self.store.subscribe(self.wiring.on_commit)
+        if self.events.behind:  # completing the file at start failed: retried until it works
+            self.wiring.stale.add("events_file")
+        self.storage = StorageWatch(self.store, self.manager, self.wiring)
+        self.tasks_down: dict[str, str] = {}  # lifespan loops that failed, until restarted
 
     def release_waiters(self) -> None:
         """Answer every long-poll now: the broker is about to stop."""

@@ -110,8 +110,10 @@ class EventRecord:
     ts: str = ""
     seq: int = 0
 
-    def as_json(self) -> dict[str, Any]:
-        line: dict[str, Any] = {"ts": self.ts, "event": self.event}
+    def as_json(self, *, seq: bool = False) -> dict[str, Any]:
+        """The event's fields; with `seq`, its place in the events table after `ts`."""
+        line: dict[str, Any] = {"ts": self.ts, "seq": self.seq} if seq else {"ts": self.ts}
+        line["event"] = self.event
         if self.job is not None:
             line["job"] = self.job
         if self.worker is not None:
@@ -124,9 +126,13 @@ class EventRecord:
         return to_json(self.fields).decode()
 
     def line(self) -> str:
-        """This event as one compact events.jsonl line (without its newline)."""
+        """This event as one compact events.jsonl line (without its newline).
+
+        The line carries `seq`, so whoever reads the file's last line knows where it
+        stands in the table (the broker completes the file at start from there).
+        """
         # pydantic's encoder, in Rust: json.dumps cost 3 µs of Python per small dict.
-        return to_json(self.as_json()).decode()
+        return to_json(self.as_json(seq=True)).decode()
 
 
 CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
@@ -134,6 +140,8 @@ CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
 
 class Store(Protocol):
     """Persistence for resources, their change feed and the event record."""
+
+    where: str  # where the data is, for messages: a file, or a server's URL without password
 
     def migrate(self) -> None: ...
     def close(self) -> None: ...
