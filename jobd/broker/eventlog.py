@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -45,6 +46,8 @@ class EventLog:
         self._good_size = self._file.tell()
         # While lines are missing: the seq of the first event the file lacks.
         self._missing_from: int | None = self._after(last)
+        self.retry_s = 1.0
+        self._retry_at = 0.0  # after a failure: when catch_up may try again
         self._complete_at_start()
 
     @property
@@ -105,20 +108,36 @@ class EventLog:
         self._append(events)
         self._missing_from = None
 
-    def catch_up(self, page: int = 1000) -> None:
-        """Append from the events table the lines this file missed, if any."""
-        if self._missing_from is None:
+    def catch_up(self, page: int = 1000, *, force: bool = False) -> None:
+        """Append from the events table the lines this file missed, if any.
+
+        After a failure (a full disk) it is tried at most once per `retry_s`: a busy
+        broker commits hundreds of times a second, and each try would fail and be
+        logged. Until then it returns with the file still `behind`; the storage watch
+        (broker/storage.py) calls it with `force`, on its own slower beat, so the file
+        catches up without a commit.
+        """
+        if self._missing_from is None or (not force and time.monotonic() < self._retry_at):
             return
-        self._reopen()
-        while records := self.store.list_events(after_seq=self._missing_from - 1, limit=page):
-            self._append(records)
-            self._missing_from = records[-1].seq + 1
+        try:
+            self._reopen()
+            while records := self.store.list_events(after_seq=self._missing_from - 1, limit=page):
+                self._append(records)
+                self._missing_from = records[-1].seq + 1
+        except OSError:
+            self._retry_at = time.monotonic() + self.retry_s
+            raise
         self._missing_from = None
 
     def _append(self, events: Sequence[EventRecord]) -> None:
         # The store already holds these durably; the file is a derived, greppable copy.
-        self._file.write("".join(ev.line() + "\n" for ev in events))
-        self._file.flush()
+        try:
+            self._file.write("".join(ev.line() + "\n" for ev in events))
+            self._file.flush()
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._reopen()  # no half line left for a reader while the disk is full
+            raise
         self._good_size = self._file.tell()
 
     def _reopen(self) -> None:

@@ -84,7 +84,7 @@ class BrokerState:
         self.store.subscribe(self.wiring.on_commit)
         if self.events.behind:  # completing the file at start failed: retried until it works
             self.wiring.stale.add("events_file")
-        self.storage = StorageWatch(self.store, self.manager, self.wiring)
+        self.storage = StorageWatch(self.store, self.manager, self.wiring, self.events)
         self.tasks_down: dict[str, str] = {}  # lifespan loops that failed, until restarted
 
     def release_waiters(self) -> None:

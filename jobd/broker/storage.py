@@ -10,15 +10,16 @@ jobs are scheduled without a restart.
 
 Readiness is the last write's outcome, not a probe per request: a monitor polling
 /readyz must not write to the store, and a write that failed is the one fact that
-matters. A listener left stale by a failure (events.jsonl on a full log disk) is
-resynced here too, every `resync_every` probes, so the file catches up from the events
-table when its disk has room again, even if no commit comes to trigger it.
+matters. A listener left stale by a failure, and events.jsonl left behind by a full
+log disk, are resynced here too, every `resync_every` passes, so the file catches up
+from the events table when its disk has room again, even if no commit comes.
 """
 
 from __future__ import annotations
 
 import anyio
 
+from jobd.broker.eventlog import EventLog
 from jobd.broker.wiring import Wiring
 from jobd.controllers.manager import Manager
 from jobd.logconfig import get_logger
@@ -35,10 +36,11 @@ class StorageWatch:
         store: Store,
         manager: Manager,
         wiring: Wiring,
+        events: EventLog,
         interval_s: float = 1.0,
-        resync_every: int = 10,
+        resync_every: int = 5,
     ) -> None:
-        self.store, self.manager, self.wiring = store, manager, wiring
+        self.store, self.manager, self.wiring, self.events = store, manager, wiring, events
         self.interval_s, self.resync_every = interval_s, resync_every
         self._reported: str | None = None  # the fault last logged, so it is logged once
         self._ticks = 0
@@ -53,8 +55,17 @@ class StorageWatch:
         self._ticks += 1
         if self.store.write_error is not None:
             self._probe()
-        if self.wiring.stale and self._ticks % self.resync_every == 0:
+        if self._ticks % self.resync_every == 0:
+            self._resync()
+
+    def _resync(self) -> None:
+        if self.wiring.stale:
             self.wiring.resync(set(self.wiring.stale))
+        if self.events.behind:
+            try:
+                self.events.catch_up(force=True)
+            except OSError as exc:
+                log.warning("events_file_behind", path=str(self.events.path), error=str(exc))
 
     def _probe(self) -> None:
         fault = self.store.write_error
