@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check lint typecheck unit run bench clean
+.PHONY: test check lint typecheck unit soak run bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
+
+# Long repetitions of faults (e.g. kill -9 of the broker 200 times during submits).
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak
 
 # The venv's bin goes first on PATH so workloads' `python3` can import jobd.client.
 run: $(STAMP)

@@ -10,8 +10,9 @@ errors become HTTP statuses.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -28,6 +29,7 @@ from jobd.broker.wiring import resync_forever
 from jobd.controllers.clock import Clock
 from jobd.controllers.projects import watch_projects_file
 from jobd.logconfig import get_logger, redact_url
+from jobd.store.base import StoreUnavailable
 from jobd.wire import routes as wire_routes
 
 __all__ = ["create_app"]
@@ -62,13 +64,20 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(state.manager.run)
-            tg.start_soon(_compact_forever, state)
-            tg.start_soon(_checkpoint_forever, state)
-            tg.start_soon(resync_forever, state.wiring, state.ctx)
-            tg.start_soon(state.ctx.observed.watch)
+            tasks: dict[str, Callable[[], Awaitable[None]]] = {
+                "manager": state.manager.run,
+                "compact": partial(_compact_forever, state),
+                "checkpoint": partial(_checkpoint_forever, state),
+                "resync": partial(resync_forever, state.wiring, state.ctx),
+                "storage_watch": state.storage.run,
+                "observed_time": state.ctx.observed.watch,
+            }
             if config.projects_file is not None:
-                tg.start_soon(watch_projects_file, state.ctx, config.projects_file)
+                tasks["projects_file"] = partial(
+                    watch_projects_file, state.ctx, config.projects_file
+                )
+            for name, run in tasks.items():
+                tg.start_soon(_keep_running, state, name, run)
             log.info(
                 "broker_started", store=redact_url(config.store_url), log_dir=str(config.log_dir)
             )
@@ -118,19 +127,57 @@ def _with_bearer_scheme(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
+async def _keep_running(
+    state: BrokerState, name: str, run: Callable[[], Awaitable[None]], max_delay_s: float = 30.0
+) -> None:
+    """Run one of the lifespan's loops, and run it again if it ever raises.
+
+    An exception escaping one of them would end the task group, and with it every loop,
+    while HTTP went on serving. A loop that fails is logged (`background_task_failed`),
+    marked down for /healthz until it is running again, and restarted with backoff.
+    """
+    delay = 0.5
+    while True:
+        try:
+            await run()
+            return
+        except Exception as exc:
+            state.tasks_down[name] = f"{type(exc).__name__}: {exc}"
+            log.exception("background_task_failed", task=name, retry_s=delay)
+        await anyio.sleep(delay)
+        state.tasks_down.pop(name, None)
+        delay = min(delay * 2, max_delay_s)
+
+
 async def _compact_forever(state: BrokerState) -> None:
     while True:
         await anyio.sleep(60)
-        removed = state.store.compact(state.config.compact_keep)
+        try:
+            removed = state.store.compact(state.config.compact_keep)
+        except StoreUnavailable as exc:  # tried again in a minute
+            log.warning("compaction_failed", error=str(exc))
+            continue
         if removed:
             log.info("changes_compacted", removed=removed)
 
 
 async def _checkpoint_forever(state: BrokerState, interval_s: float = 1.0) -> None:
-    """The store's log copied back in a thread, once a second when something was written."""
-    written = -1
+    """The store's log copied back in a thread, once a second when something was written.
+
+    A checkpoint that fails (a full disk: the database file cannot grow) is retried the
+    next second; the log keeps the writes meanwhile. Logged once per fault, not per try.
+    """
+    written, failing = -1, ""
     while True:
         await anyio.sleep(interval_s)
-        if state.feed.revision != written:
-            written = state.feed.revision
+        if state.feed.revision == written and not failing:
+            continue
+        revision = state.feed.revision
+        try:
             await anyio.to_thread.run_sync(state.store.checkpoint)
+        except StoreUnavailable as exc:
+            if str(exc) != failing:
+                log.warning("checkpoint_failed", error=str(exc))
+            failing = str(exc)
+            continue
+        written, failing = revision, ""

@@ -9,6 +9,10 @@ There is no waiting for company: the batch is written at the next turn of the lo
 load the batches grow by themselves, as requests pile up in the sockets while a commit
 runs; a lone create is not held up (a 2 ms window cost `dispatch` its latency and bought
 `submit` no throughput).
+
+A batch the store could not write at all (StoreUnavailable: a full disk, a server that is
+down) is not retried alone: every create of it gets that error (507 or 503), and none is
+acknowledged, since none was committed.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 from jobd.api.models import Job
 from jobd.controllers.context import Context
 from jobd.controllers.verbs.admission import create_jobs
+from jobd.store.base import StoreUnavailable
 
 __all__ = ["CreateBatcher"]
 
@@ -45,6 +50,11 @@ class CreateBatcher:
         try:
             jobs = [job for job, _ in batch]
             created = create_jobs(self.ctx.store, jobs, self.ctx.clock, self.ctx.view.projects)
+        except StoreUnavailable as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
         except Exception:
             for job, future in batch:
                 self._create_alone(job, future)

@@ -4,19 +4,33 @@ The store commits an event together with the change that justifies it; EventLog 
 the line only after that commit, from a store listener (see wiring.py). The table is the
 record; the file is derived from it, so a write that failed (a full disk, a closed file)
 is made good from the table by `catch_up`, in order, before any later line.
+
+At start the same catch-up completes the file after a crash (the broker killed between a
+commit and its line). Each line carries the event's `seq`, so the file's last whole line
+says where the file stands in the table; only the file's tail is read, whatever its
+size. A half-written last line is cut off first (the table has that event too). A file
+written before lines carried `seq` is located by matching its last line's text against
+the table, read in pages: once, on the first start after the upgrade.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
+from pydantic_core import to_json
+
+from jobd.logconfig import get_logger
 from jobd.store.base import Change, EventRecord, Store
 
-__all__ = ["EventLog"]
+__all__ = ["EventLog", "last_whole_line"]
+
+log = get_logger()
 
 
 class EventLog:
@@ -26,11 +40,60 @@ class EventLog:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / "events.jsonl"
         self.store = store
+        last = last_whole_line(self.path)  # a half-written line is cut off here
         self._file: TextIO = self._open()
         # The size after the last whole write: a line written in part is cut back to it.
         self._good_size = self._file.tell()
         # While lines are missing: the seq of the first event the file lacks.
-        self._missing_from: int | None = None
+        self._missing_from: int | None = self._after(last)
+        self.retry_s = 1.0
+        self._retry_at = 0.0  # after a failure: when catch_up may try again
+        self._complete_at_start()
+
+    @property
+    def behind(self) -> bool:
+        """Lines are missing: the table has events the file does not."""
+        return self._missing_from is not None
+
+    def _after(self, last: bytes | None) -> int | None:
+        """The seq of the first event after the file's last line; None: do not append."""
+        if last is None:
+            return 1
+        try:
+            seq = json.loads(last).get("seq")
+        except (ValueError, AttributeError):
+            seq = None
+        if isinstance(seq, int):
+            return seq + 1
+        found = self._find_in_table(last.decode("utf-8", "replace"))
+        if found is None:
+            log.warning("events_file_unmatched", path=str(self.path), line=last[:200].decode())
+            return None
+        return found + 1
+
+    def _find_in_table(self, line: str, page: int = 1000) -> int | None:
+        """The seq of the newest event whose line (as written before `seq`) is `line`."""
+        found, after = None, 0
+        while records := self.store.list_events(after_seq=after, limit=page):
+            for ev in records:
+                if to_json(ev.as_json()).decode() == line:
+                    found = ev.seq
+            after = records[-1].seq
+        return found
+
+    def _complete_at_start(self) -> None:
+        if self._missing_from is None:
+            return
+        before = self._good_size
+        try:
+            self.catch_up()
+        except OSError as exc:  # a full log disk: the next commit or resync tries again
+            log.error("events_file_behind", path=str(self.path), error=str(exc))
+            return
+        if self._good_size > before:
+            log.warning(
+                "events_file_completed", path=str(self.path), bytes=self._good_size - before
+            )
 
     def _open(self) -> TextIO:
         return self.path.open("a", buffering=1, encoding="utf-8")
@@ -45,20 +108,36 @@ class EventLog:
         self._append(events)
         self._missing_from = None
 
-    def catch_up(self, page: int = 1000) -> None:
-        """Append from the events table the lines this file missed, if any."""
-        if self._missing_from is None:
+    def catch_up(self, page: int = 1000, *, force: bool = False) -> None:
+        """Append from the events table the lines this file missed, if any.
+
+        After a failure (a full disk) it is tried at most once per `retry_s`: a busy
+        broker commits hundreds of times a second, and each try would fail and be
+        logged. Until then it returns with the file still `behind`; the storage watch
+        (broker/storage.py) calls it with `force`, on its own slower beat, so the file
+        catches up without a commit.
+        """
+        if self._missing_from is None or (not force and time.monotonic() < self._retry_at):
             return
-        self._reopen()
-        while records := self.store.list_events(after_seq=self._missing_from - 1, limit=page):
-            self._append(records)
-            self._missing_from = records[-1].seq + 1
+        try:
+            self._reopen()
+            while records := self.store.list_events(after_seq=self._missing_from - 1, limit=page):
+                self._append(records)
+                self._missing_from = records[-1].seq + 1
+        except OSError:
+            self._retry_at = time.monotonic() + self.retry_s
+            raise
         self._missing_from = None
 
     def _append(self, events: Sequence[EventRecord]) -> None:
         # The store already holds these durably; the file is a derived, greppable copy.
-        self._file.write("".join(ev.line() + "\n" for ev in events))
-        self._file.flush()
+        try:
+            self._file.write("".join(ev.line() + "\n" for ev in events))
+            self._file.flush()
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._reopen()  # no half line left for a reader while the disk is full
+            raise
         self._good_size = self._file.tell()
 
     def _reopen(self) -> None:
@@ -69,4 +148,37 @@ class EventLog:
         self._file = self._open()
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # what a full disk kept in the buffer: the table has it
+            self._file.close()
+
+
+def last_whole_line(path: Path, block: int = 64 * 1024) -> bytes | None:
+    """The file's last complete line (without its newline), reading only its tail.
+
+    What follows the last newline (a line cut short by a crash) is truncated away first.
+    None when the file holds no complete line.
+    """
+    if not path.exists():
+        return None
+    with path.open("r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        end = _last_newline(f, size, block)
+        if end + 1 < size:  # a half-written line: the table has its event
+            f.truncate(end + 1)
+        if end < 0:
+            return None
+        begin = _last_newline(f, end, block) + 1
+        f.seek(begin)
+        return f.read(end - begin)
+
+
+def _last_newline(f: BinaryIO, before: int, block: int) -> int:
+    """The offset of the last newline before offset `before`, read backwards; -1: none."""
+    while before > 0:
+        start = max(0, before - block)
+        f.seek(start)
+        found = f.read(before - start).rfind(b"\n")
+        if found >= 0:
+            return start + found
+        before = start
+    return -1

@@ -1,43 +1,103 @@
-"""Job output shipped by workers, kept as one file per job under the broker's log dir.
+"""Job output shipped by workers, kept as one capped file per job under the broker's log dir.
 
 Appends and reads are by byte offset, so `job logs -f` from any machine resumes exactly
-where it left off; followers are woken when bytes arrive or the job ends.
+where it left off; followers are woken when bytes arrive or the job ends. Each job keeps
+at most `max_bytes` (its head and its newest bytes, see outputfile.py); a reader that
+crosses what was dropped gets a line saying how many bytes were dropped there.
+
+Who may write: a job bound to a worker (Scheduled on: its agent may start it before its
+`started` report lands), until `grace_s` after it ended, for chunks still on their way
+(completion is reported apart from log shipping, which may lag behind a full disk).
+Anything else is refused (409): a job that has not started, has long ended, or bytes at
+an offset already written that differ from those held. A POST to a future job's id no
+longer writes anything, since no such job exists yet (404).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from jobd.api.models import Job, Phase
 from jobd.broker.feed import Notifier
+from jobd.broker.outputfile import OutputConflict, OutputFile, Read
+from jobd.controllers.errors import TransitionError
 from jobd.store.base import Change, EventRecord
 
-__all__ = ["JobLogs"]
+__all__ = ["DEFAULT_MAX_LOG_BYTES", "JobLogs", "LogRead", "dropped_note"]
+
+DEFAULT_MAX_LOG_BYTES = 1 << 30
+
+
+def dropped_note(n: int, new_line: bool) -> bytes:
+    """What a reader sees where output was dropped: one line of its own."""
+    return (b"\n" if new_line else b"") + f"[jobd: {n:,} bytes dropped here]\n".encode()
+
+
+@dataclass(frozen=True)
+class LogRead:
+    data: bytes  # the output, or the note of a drop
+    next_offset: int
+    end: int  # the output's end, as the broker holds it
 
 
 class JobLogs:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(
+        self, log_dir: Path, max_bytes: int = DEFAULT_MAX_LOG_BYTES, grace_s: float = 3600.0
+    ) -> None:
         self.dir = log_dir / "jobs"
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.grace = timedelta(seconds=grace_s)
         self._notifiers: dict[int, Notifier] = {}
 
     def path(self, job_id: int) -> Path:
         return self.dir / f"{job_id}.log"
 
+    def output(self, job_id: int) -> OutputFile:
+        return OutputFile(self.path(job_id), self.max_bytes)
+
     def notifier(self, job_id: int) -> Notifier:
         return self._notifiers.setdefault(job_id, Notifier())
 
-    def append(self, job_id: int, offset: int, data: bytes) -> int:
-        """Write `data` at the worker's `offset`; a retried chunk is not written twice."""
-        path = self.path(job_id)
-        size = path.stat().st_size if path.exists() else 0
-        if offset < size:
-            data = data[size - offset :]
+    def append(self, job: Job, offset: int, data: bytes, now: datetime) -> int:
+        """Write `data` at the worker's `offset`; a chunk sent again is not written twice.
+
+        Raises TransitionError (409) for a job that takes no output now or bytes that
+        differ from those already written, StorageFull (507) for a full log disk.
+        """
+        self._check_writable(job, now)
+        try:
+            end = self.output(job.id).append(offset, data)
+        except OutputConflict as exc:
+            raise TransitionError(f"job {job.id}'s output: {exc}") from None
         if data:
-            with path.open("ab") as f:
-                f.write(data)
-            self.wake(job_id)
-        return size + len(data)
+            self.wake(job.id)
+        return end
+
+    def _check_writable(self, job: Job, now: datetime) -> None:
+        status = job.status
+        if status.worker is None and status.phase in (Phase.PENDING, Phase.SCHEDULED):
+            raise TransitionError(f"job {job.id} has not started: it has no output yet")
+        if status.phase.terminal and status.worker is None and status.started_at is None:
+            raise TransitionError(f"job {job.id} never ran: it has no output")
+        ended = status.finished_at
+        if status.phase.terminal and ended is not None and now - ended > self.grace:
+            raise TransitionError(
+                f"job {job.id} ended at {ended.isoformat()}: output is accepted until "
+                f"{self.grace.total_seconds():g} s after a job's end"
+            )
+
+    def read(self, job_id: int, offset: int, limit: int = 1 << 20) -> LogRead:
+        output = self.output(job_id)
+        found: Read = output.read(offset, limit)
+        end = output.end()
+        if found.dropped:
+            new_line = output.byte_before(offset) not in (b"", b"\n")
+            return LogRead(dropped_note(found.dropped, new_line), found.next_offset, end)
+        return LogRead(found.data, found.next_offset, end)
 
     def notifiers(self) -> list[Notifier]:
         return list(self._notifiers.values())
@@ -58,13 +118,5 @@ class JobLogs:
         if notifier is not None:
             notifier.notify()
 
-    def read(self, job_id: int, offset: int, limit: int = 1 << 20) -> bytes:
-        path = self.path(job_id)
-        if not path.exists():
-            return b""
-        with path.open("rb") as f:
-            f.seek(offset)
-            return f.read(limit)
-
     def remove(self, job_id: int) -> None:
-        self.path(job_id).unlink(missing_ok=True)
+        self.output(job_id).remove()

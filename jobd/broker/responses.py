@@ -16,7 +16,7 @@ from pydantic_core import to_json
 
 from jobd.api.manifests import ManifestError
 from jobd.controllers.errors import AdmissionError, TransitionError
-from jobd.store.base import Conflict, Gone, NotFound
+from jobd.store.base import Conflict, Gone, NotFound, StorageFull, StoreUnavailable
 
 __all__ = [
     "ERROR_STATUSES",
@@ -28,8 +28,12 @@ __all__ = [
     "validation_detail",
 ]
 
-# How the exceptions of the layers below become HTTP statuses, for every route.
+# How the exceptions of the layers below become HTTP statuses, for every route; the
+# first that matches counts. A storage fault says what failed and where (CONTRACT.md §5):
+# 507 for a write the store could not persist, 503 for a store that cannot be reached.
 ERROR_STATUSES: tuple[tuple[type[Exception], int], ...] = (
+    (StorageFull, 507),
+    (StoreUnavailable, 503),
     (NotFound, 404),
     (LookupError, 404),
     (Conflict, 409),

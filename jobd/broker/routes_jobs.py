@@ -193,15 +193,15 @@ async def read_logs(
 ) -> Response:
     state = state_of(request)
     offset, follow, timeout = query.offset, query.follow, query.timeout
-    data = state.logs.read(job_id, offset)
+    found = state.logs.read(job_id, offset)
     job = job_or_404(state, job_id)
-    if follow and not data and not job.status.phase.terminal:
+    if follow and not found.data and not job.status.phase.terminal:
         await state.logs.notifier(job_id).wait(timeout)
-        data = state.logs.read(job_id, offset)
+        found = state.logs.read(job_id, offset)
         job = job_or_404(state, job_id)
-    done = job.status.phase.terminal and not state.logs.read(job_id, offset + len(data), 1)
-    headers = {"X-Jobd-Offset": str(offset + len(data)), "X-Jobd-Done": str(done).lower()}
-    return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
+    done = job.status.phase.terminal and found.next_offset >= found.end
+    headers = {"X-Jobd-Offset": str(found.next_offset), "X-Jobd-Done": str(done).lower()}
+    return Response(found.data, media_type="text/plain; charset=utf-8", headers=headers)
 
 
 __all__ = ["FAST", "router"]

@@ -23,16 +23,23 @@ router = APIRouter(tags=["system"])
 
 
 @route(public, routes.HEALTHZ)
-async def healthz() -> Response:
+async def healthz(request: Request) -> Response:
+    """Alive, and every loop of the broker running (one that failed is being restarted)."""
+    down = state_of(request).tasks_down
+    if down:
+        return json_response({"status": "failing", "loops": down}, status_code=503)
     return json_response({"status": "ok"})
 
 
 @route(public, routes.READYZ)
 async def readyz(request: Request) -> Response:
-    ok = state_of(request).store.ping()
-    return PlainTextResponse(
-        "ok\n" if ok else "store unreachable\n", status_code=200 if ok else 503
-    )
+    """Ready: the store answers, and its last write succeeded (broker/storage.py)."""
+    store = state_of(request).store
+    failed = store.write_error
+    if failed is None and store.ping():
+        return PlainTextResponse("ok\n")
+    reason = str(failed) if failed is not None else f"the store at {store.where} is unreachable"
+    return PlainTextResponse(reason + "\n", status_code=503)
 
 
 @route(public, routes.METRICS)

@@ -227,7 +227,9 @@ async def append_logs(
 ) -> Response:
     state = state_of(request)
     data = await request.body()
-    return json_response({"offset": state.logs.append(job_id, query.offset, data)})
+    job = reported_job_or_404(state, job_id)
+    end = state.logs.append(job, query.offset, data, state.ctx.clock.now())
+    return json_response({"offset": end})
 
 
 @route(router, routes.INGEST_EVENTS)

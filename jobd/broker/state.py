@@ -13,7 +13,8 @@ from jobd.api.models import Job
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
-from jobd.broker.joblogs import JobLogs
+from jobd.broker.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
+from jobd.broker.storage import StorageWatch
 from jobd.broker.wiring import Wiring, broker_listeners
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
@@ -41,6 +42,8 @@ class BrokerConfig:
     projects_file: Path | None = None
     settings: Settings = field(default_factory=Settings)
     compact_keep: int = 100_000
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES  # per job: the head and the newest bytes
+    log_grace_s: float = 3600.0  # how long after its end a job's late output is taken
 
     @property
     def store_url(self) -> str:
@@ -71,7 +74,7 @@ class BrokerState:
         self.store: Store = open_store(config.store_url)
         self.events = EventLog(config.log_dir, self.store)
         self.feed = ChangeFeed(self.store)
-        self.logs = JobLogs(config.log_dir)
+        self.logs = JobLogs(config.log_dir, config.max_log_bytes, config.log_grace_s)
         clock = clock or SystemClock()
         self.ctx = Context(self.store, config.settings, clock, follow_store=False)
         self.manager = Manager(self.ctx)
@@ -82,6 +85,10 @@ class BrokerState:
         self.store.subscribe(self.wiring.on_commit)
         # After the wiring, so events.jsonl has the events too.
         await_known_workers(self.ctx)
+        if self.events.behind:  # completing the file at start failed: retried until it works
+            self.wiring.stale.add("events_file")
+        self.storage = StorageWatch(self.store, self.manager, self.wiring, self.events)
+        self.tasks_down: dict[str, str] = {}  # lifespan loops that failed, until restarted
 
     def release_waiters(self) -> None:
         """Answer every long-poll now: the broker is about to stop."""

@@ -115,6 +115,14 @@ def broker_options(f: F) -> F:
             help="Where events.jsonl and job logs go. [default: ~/jobd/logs]",
         ),
         click.option(
+            "--max-log-bytes",
+            envvar="JOBD_MAX_LOG_BYTES",
+            type=click.IntRange(min=2),
+            default=1 << 30,
+            show_default=True,
+            help="Output the broker keeps per job: its first half and newest half.",
+        ),
+        click.option(
             "--projects",
             envvar="JOBD_PROJECTS",
             type=click.Path(path_type=Path),
@@ -234,6 +242,7 @@ def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
         db_url=kw["db"],
         token=kw["token"] or None,
         projects_file=kw["projects"],
+        max_log_bytes=kw["max_log_bytes"],
         settings=Settings(
             auto_preempt_queued_s=kw["auto_preempt_queued"],
             auto_preempt_min_runtime_s=kw["auto_preempt_min_runtime"],

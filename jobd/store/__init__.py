@@ -1,6 +1,15 @@
 """Persistence: the Store protocol and its SQL implementation (SQLite, PostgreSQL)."""
 
-from jobd.store.base import Change, Conflict, EventRecord, Gone, NotFound, Store
+from jobd.store.base import (
+    Change,
+    Conflict,
+    EventRecord,
+    Gone,
+    NotFound,
+    StorageFull,
+    Store,
+    StoreUnavailable,
+)
 from jobd.store.sql import SQLStore, normalize_url, open_store, sqlite_url
 
 __all__ = [
@@ -10,7 +19,9 @@ __all__ = [
     "Gone",
     "NotFound",
     "SQLStore",
+    "StorageFull",
     "Store",
+    "StoreUnavailable",
     "normalize_url",
     "open_store",
     "sqlite_url",

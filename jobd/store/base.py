@@ -4,6 +4,14 @@ Every write is a compare-and-swap on `metadata.resource_version`, which is a glo
 monotonic revision (like etcd's): the same number orders the change feed, so a watcher
 that has seen revision N asks for everything after N. Events that a write justifies are
 committed in the same transaction and handed to subscribers only after the commit.
+
+Raises, for every method: `Conflict`, `NotFound` and `Gone` as each method says, and
+`StoreUnavailable` when the database itself fails, which is part of the interface too:
+`StorageFull` (a subclass) when a write could not be persisted (the disk is full, the
+file is read-only or fails with I/O errors), the plain `StoreUnavailable` when the
+database cannot be reached or opened at all. A write that raised either was not
+committed: nothing of it is stored, and no listener hears of it. store/faults.py is the
+one place that turns the drivers' errors into these.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ __all__ = [
     "Kind",
     "NotFound",
     "Op",
+    "StorageFull",
     "Store",
+    "StoreUnavailable",
 ]
 
 Kind = Literal["Job", "Project", "Worker"]
@@ -44,6 +54,22 @@ class NotFound(Exception):
 
 class Gone(Exception):
     """The requested revision has been compacted away: list again, then watch."""
+
+
+class StoreUnavailable(Exception):
+    """The database could not be reached, opened or read: nothing was done (HTTP 503).
+
+    The message says what failed and where, e.g. "the store at /var/lib/jobd/jobd.db
+    could not be reached: unable to open database file".
+    """
+
+
+class StorageFull(StoreUnavailable):
+    """A write the database could not persist: nothing of it was committed (HTTP 507).
+
+    A full disk above all ("the store at /var/lib/jobd/jobd.db could not write: database
+    or disk is full"); also a read-only file and I/O errors on write.
+    """
 
 
 @dataclass(frozen=True)
@@ -84,8 +110,10 @@ class EventRecord:
     ts: str = ""
     seq: int = 0
 
-    def as_json(self) -> dict[str, Any]:
-        line: dict[str, Any] = {"ts": self.ts, "event": self.event}
+    def as_json(self, *, seq: bool = False) -> dict[str, Any]:
+        """The event's fields; with `seq`, its place in the events table after `ts`."""
+        line: dict[str, Any] = {"ts": self.ts, "seq": self.seq} if seq else {"ts": self.ts}
+        line["event"] = self.event
         if self.job is not None:
             line["job"] = self.job
         if self.worker is not None:
@@ -98,9 +126,13 @@ class EventRecord:
         return to_json(self.fields).decode()
 
     def line(self) -> str:
-        """This event as one compact events.jsonl line (without its newline)."""
+        """This event as one compact events.jsonl line (without its newline).
+
+        The line carries `seq`, so whoever reads the file's last line knows where it
+        stands in the table (the broker completes the file at start from there).
+        """
         # pydantic's encoder, in Rust: json.dumps cost 3 µs of Python per small dict.
-        return to_json(self.as_json()).decode()
+        return to_json(self.as_json(seq=True)).decode()
 
 
 CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
@@ -109,10 +141,26 @@ CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
 class Store(Protocol):
     """Persistence for resources, their change feed and the event record."""
 
+    where: str  # where the data is, for messages: a file, or a server's URL without password
+
     def migrate(self) -> None: ...
     def close(self) -> None: ...
     def checkpoint(self) -> None: ...
     def ping(self) -> bool: ...
+
+    @property
+    def write_error(self) -> StoreUnavailable | None:
+        """Why the last write failed; None once a write (or `probe_write`) has succeeded."""
+        ...
+
+    def probe_write(self) -> None:
+        """One small write transaction, to learn whether writes work again.
+
+        Raises StoreUnavailable (StorageFull) as a write would; success clears
+        `write_error`. It records nothing and no listener hears of it.
+        """
+        ...
+
     def revision(self) -> int: ...
     def subscribe(self, listener: CommitListener) -> None:
         """Call `listener` after every commit, while the write lock is still held.

@@ -37,9 +37,13 @@ from jobd.store.base import (
     Kind,
     NotFound,
     Op,
+    StorageFull,
+    StoreUnavailable,
 )
+from jobd.store.faults import describe_store, storage_fault
 
 __all__ = [
+    "PROBE_FREE_BYTES",
     "SQLStore",
     "normalize_url",
     "open_store",
@@ -48,6 +52,8 @@ __all__ = [
 ]
 
 _Named = TypeVar("_Named", Project, Worker)
+# What a SQLite store's disk must have free for probe_write to call it writable again.
+PROBE_FREE_BYTES = 256 * 1024
 EventsFor = Callable[[Job], Iterable[EventRecord]]
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _MODELS: dict[str, type[Job] | type[Project] | type[Worker]] = {
@@ -97,6 +103,11 @@ class SQLStore:
         self._hot = _HotStatements(self.engine.dialect)
         self._batch: _Tx | None = None  # the open transaction of batch(), if any
         self._batch_durable = False
+        self.where = describe_store(self.url)
+        self._write_error: StoreUnavailable | None = None
+        # Every error of a statement SQLAlchemy runs passes here: storage faults leave
+        # as the store's own errors (store/faults.py), with where they happened.
+        sa.event.listen(self.engine, "handle_error", self._translate)
 
     @staticmethod
     def _make_engine(url: str) -> Engine:
@@ -138,8 +149,67 @@ class SQLStore:
             with self.engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
             return True
-        except sa.exc.SQLAlchemyError:
+        except (sa.exc.SQLAlchemyError, StoreUnavailable):
             return False
+
+    @property
+    def write_error(self) -> StoreUnavailable | None:
+        return self._write_error
+
+    def probe_write(self) -> None:
+        """Rewrite one row as it is, durably; with SQLite, also ask for room on the disk.
+
+        SQLite reuses the space of its write-ahead log, so a one-row write succeeds on a
+        full disk while a submit fails: a SQLite store also needs PROBE_FREE_BYTES free
+        on its file system to count as writable. The next failing write sets
+        `write_error` again in any case.
+        """
+        with self._lock, self._writing(durable=True) as conn:
+            conn.execute(
+                sa.update(t.meta).where(t.meta.c.key == "revision").values(value=t.meta.c.value)
+            )
+            self._check_room()
+
+    def _check_room(self) -> None:
+        path = self.url.split("///", 1)[-1] if self._sqlite else ""
+        if not path or path == ":memory:":
+            return
+        fs = os.statvfs(Path(path).parent)
+        free = fs.f_bavail * fs.f_frsize
+        if free < PROBE_FREE_BYTES:
+            raise StorageFull(
+                f"the store at {self.where} could not write: {free} bytes free on its disk"
+            )
+
+    def _translate(self, context: sa.engine.ExceptionContext) -> None:
+        statement = (context.statement or "").lstrip()[:6].upper()
+        doing = "read" if statement == "SELECT" else "write"
+        failed = context.sqlalchemy_exception or context.original_exception
+        fault = storage_fault(failed, self.where, doing)
+        if fault is not None:
+            raise fault from context.original_exception
+
+    @contextmanager
+    def _writing(self, durable: bool) -> Iterator[Connection]:
+        """A write transaction whose storage fault is remembered as `write_error`.
+
+        Committed when the block ends; what raises rolls it back. Whether the last write
+        succeeded is what /readyz reports, so a success clears the fault.
+        """
+        try:
+            with self.engine.begin() as conn:
+                if self._sqlite:
+                    _set_synchronous(conn, "FULL" if durable else "NORMAL")
+                yield conn
+        except Exception as exc:
+            fault = storage_fault(exc, self.where, "write")
+            if fault is None:
+                raise
+            self._write_error = fault
+            if fault is exc:
+                raise
+            raise fault from exc
+        self._write_error = None
 
     def subscribe(self, listener: CommitListener) -> None:
         self._listeners.append(listener)
@@ -168,9 +238,7 @@ class SQLStore:
                     raise RuntimeError("a durable write inside a batch that is not durable")
                 yield self._batch
                 return
-            with self.engine.begin() as conn:
-                if self._sqlite:
-                    _set_synchronous(conn, "FULL" if durable else "NORMAL")
+            with self._writing(durable) as conn:
                 tx = _Tx(conn, self._hot)
                 yield tx
             # Committed: now, and only now, may anyone hear of it.
@@ -438,13 +506,19 @@ class SQLStore:
         if after is not None:
             statement = self._hot.queue_after
             params["prio"], params["last_id"] = after
-        with self.engine.connect() as conn:
-            cursor = conn.connection.cursor()
-            try:
-                cursor.execute(statement.sql, statement.params(params))
-                rows = cursor.fetchall()
-            finally:
-                cursor.close()
+        try:
+            with self.engine.connect() as conn:
+                cursor = conn.connection.cursor()
+                try:
+                    cursor.execute(statement.sql, statement.params(params))
+                    rows = cursor.fetchall()
+                finally:
+                    cursor.close()
+        except Exception as exc:
+            fault = storage_fault(exc, self.where, "read")
+            if fault is None or fault is exc:
+                raise
+            raise fault from exc
         return [Job.model_validate_json(row[0]) for row in rows]
 
     def count_jobs_by_phase(self) -> dict[str, int]:
