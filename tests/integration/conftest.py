@@ -1,9 +1,10 @@
 """Fixtures and helpers shared by the integration tests: a real SQLite store, an injected
-clock, and job documents for the broker's API."""
+clock, the broker's app driven in-process, and job documents for its API."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import httpx
 import pytest
 
 from jobd.api.models import Job, Phase
+from jobd.broker.app import create_app
+from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.store.sql import open_store
@@ -55,3 +58,39 @@ def bind(api: httpx.AsyncClient, job_id: int, worker: str) -> None:
     bound = store.get_job(job_id).evolve()
     bound.status.phase, bound.status.worker = Phase.SCHEDULED, worker
     store.update_job(bound)
+
+
+TOKEN = "test-token"
+
+
+@asynccontextmanager
+async def broker_client(config: BrokerConfig) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the broker's ASGI app, through httpx.ASGITransport, holding the token.
+
+    The app's lifespan is not started, so no loop runs: what is asserted is what the API
+    itself answers, and what a test does to the store by hand.
+    """
+    app = create_app(config)
+    transport = httpx.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {config.token}"}
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://jobd", headers=headers
+        ) as client:
+            yield client
+    finally:
+        app.state.broker.close()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """The broker's API on a fresh SQLite store in tmp_path."""
+    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
+    async with broker_client(config) as client:
+        yield client
+
+
+def broker_state(api: httpx.AsyncClient) -> BrokerState:
+    """What the app behind `api` holds: its store, context, wiring."""
+    state: BrokerState = api._transport.app.state.broker  # type: ignore[attr-defined]
+    return state

@@ -8,7 +8,7 @@ the manager's queues show what the commits queued.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,34 +17,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from jobd.api.models import WorkerSpec
-from jobd.broker.app import create_app
 from jobd.broker.feed import FeedEntry
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import Listener
 from jobd.controllers.queueing import WorkQueue
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.controllers.view import ClusterView
-from tests.integration.conftest import bind, job_document
+from tests.integration.conftest import TOKEN, bind, broker_state, job_document
 
 pytestmark = pytest.mark.anyio
-
-TOKEN = "test-token"
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
-    app = create_app(config)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
-        yield c
-    app.state.broker.close()
-
-
-def _state(api: httpx.AsyncClient) -> BrokerState:
-    state: BrokerState = api._transport.app.state.broker  # type: ignore[attr-defined]
-    return state
 
 
 @pytest.fixture
@@ -90,7 +71,7 @@ async def _register(api: httpx.AsyncClient, name: str) -> None:
 async def test_a_closed_events_file_fails_no_request_and_is_caught_up_from_the_table(
     api: httpx.AsyncClient, logs: list[dict[str, Any]]
 ) -> None:
-    state = _state(api)
+    state = broker_state(api)
     await api.post("/jobs", json=job_document("before"))
     state.events._file.close()  # as a full disk would make every write fail
 
@@ -110,7 +91,7 @@ async def test_a_closed_events_file_fails_no_request_and_is_caught_up_from_the_t
 async def test_a_view_that_missed_a_commit_is_reloaded_at_once(
     api: httpx.AsyncClient, logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = _state(api)
+    state = broker_state(api)
     await _register(api, "gpu-1")
     job_id = (await api.post("/jobs", json=job_document("a"))).json()["metadata"]["id"]
 
@@ -132,7 +113,7 @@ async def test_a_view_that_missed_a_commit_is_reloaded_at_once(
 async def test_a_feed_that_missed_a_commit_answers_watches_from_the_store(
     api: httpx.AsyncClient, logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = _state(api)
+    state = broker_state(api)
     start = (await api.get("/jobs")).json()["revision"]
     await api.post("/jobs", json=job_document("seen"))
 
@@ -155,7 +136,7 @@ async def test_a_feed_that_missed_a_commit_answers_watches_from_the_store(
 async def test_a_manager_that_missed_a_commit_requeues_every_key(
     api: httpx.AsyncClient, logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = _state(api)
+    state = broker_state(api)
     lifecycle = state.manager.controllers["lifecycle"]
 
     def broken(_change: object) -> list[str]:
@@ -176,7 +157,7 @@ async def test_a_manager_that_missed_a_commit_requeues_every_key(
 async def test_an_injected_listener_that_raises_every_time_stops_none_after_it(
     api: httpx.AsyncClient, logs: list[dict[str, Any]]
 ) -> None:
-    state = _state(api)
+    state = broker_state(api)
 
     def always(_changes: object, _events: object) -> None:
         raise OSError(28, "No space left on device")

@@ -16,33 +16,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig, BrokerState
-from tests.integration.conftest import bind, job_document
+from tests.integration.conftest import TOKEN, bind, broker_client, broker_state, job_document
 from tests.tmpfs import fill, mounted_tmpfs
 
 pytestmark = pytest.mark.anyio
-
-TOKEN = "test-token"
 
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     with mounted_tmpfs(tmp_path / "logs", "1m") as logs:
         config = BrokerConfig(data_dir=tmp_path / "data", log_dir=logs, token=TOKEN)
-        app = create_app(config)
-        transport = httpx.ASGITransport(app=app)
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://jobd", headers=headers
-        ) as client:
+        async with broker_client(config) as client:
             yield client
-        app.state.broker.close()
-
-
-def _state(api: httpx.AsyncClient) -> BrokerState:
-    state: BrokerState = api._transport.app.state.broker  # type: ignore[attr-defined]
-    return state
 
 
 def _file_seqs(state: BrokerState) -> list[int]:
@@ -50,7 +36,7 @@ def _file_seqs(state: BrokerState) -> list[int]:
 
 
 async def test_a_full_log_disk_refuses_output_only(api: httpx.AsyncClient) -> None:
-    state = _state(api)
+    state = broker_state(api)
     job_id = (await api.post("/jobs", json=job_document("j"))).json()["metadata"]["id"]
     bind(api, job_id, "w1")
     assert (await api.post(f"/jobs/{job_id}/started", json={"worker": "w1"})).status_code == 200

@@ -7,30 +7,13 @@ what the API itself answers: auth, validation, conflicts, apply, watch, logs, me
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from jobd.broker.app import create_app
-from jobd.broker.state import BrokerConfig
 from tests.integration.conftest import bind, job_document
 
 pytestmark = pytest.mark.anyio
-
-TOKEN = "test-token"
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
-    app = create_app(config)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
-        yield c
-    app.state.broker.close()
 
 
 async def test_requests_without_the_token_get_401_except_health_and_metrics(

@@ -11,8 +11,6 @@ lifespan is not started), so binds are made here with the scheduler's own `bind`
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,52 +18,32 @@ import httpx
 import pytest
 
 from jobd.api.models import Job
-from jobd.broker.app import create_app
-from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.controllers import transitions
-from tests.integration.conftest import job_document
+from tests.integration.conftest import broker_state, job_document
 
 pytestmark = pytest.mark.anyio
 
-TOKEN = "test-token"
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
-    app = create_app(config)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
-        yield c
-    app.state.broker.close()
-
-
-def _state(api: httpx.AsyncClient) -> BrokerState:
-    state: BrokerState = api._transport.app.state.broker  # type: ignore[attr-defined]
-    return state
-
 
 def _job(api: httpx.AsyncClient, job_id: int) -> Job:
-    job = _state(api).store.get_job(job_id)
+    job = broker_state(api).store.get_job(job_id)
     assert job is not None
     return job
 
 
 def _bind(api: httpx.AsyncClient, job_id: int, worker: str) -> int:
     """Bind as the scheduler does (a new attempt); returns the attempt."""
-    state = _state(api)
+    state = broker_state(api)
     bound = state.store.update_job(*transitions.bind(_job(api, job_id), worker, [], _now(api)))
     return bound.status.attempt
 
 
 def _unbind(api: httpx.AsyncClient, job_id: int) -> None:
     """The worker's lease ran out before the job started: back to the queue."""
-    _state(api).store.update_job(*transitions.unbind(_job(api, job_id)))
+    broker_state(api).store.update_job(*transitions.unbind(_job(api, job_id)))
 
 
 def _now(api: httpx.AsyncClient) -> Any:
-    return _state(api).ctx.clock.now()
+    return broker_state(api).ctx.clock.now()
 
 
 async def _submit(api: httpx.AsyncClient, name: str) -> int:
@@ -73,7 +51,7 @@ async def _submit(api: httpx.AsyncClient, name: str) -> int:
 
 
 def _events(api: httpx.AsyncClient, job_id: int) -> list[str]:
-    return [e.event for e in _state(api).store.list_events(job=job_id)]
+    return [e.event for e in broker_state(api).store.list_events(job=job_id)]
 
 
 async def _report(
@@ -243,6 +221,6 @@ async def test_a_heartbeat_naming_an_old_run_has_it_stopped(api: httpx.AsyncClie
     again = (await api.post("/workers/w1/heartbeat", json=current)).json()
 
     assert answer["stop"] == [job_id] and again["stop"] == []
-    [event] = _state(api).store.list_events(job=job_id, event="worker_stale_attempt")
+    [event] = broker_state(api).store.list_events(job=job_id, event="worker_stale_attempt")
     assert event.fields == {"attempt": old, "current_attempt": new}
     assert _job(api, job_id).status.phase == "Scheduled"

@@ -22,16 +22,15 @@ import pytest
 
 from jobd.api.models import WorkerSpec
 from jobd.broker.app import create_app
-from jobd.broker.state import BrokerConfig, BrokerState
+from jobd.broker.state import BrokerConfig
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import open_store, sqlite_url
-from tests.integration.conftest import job_document
+from tests.integration.conftest import TOKEN, broker_state, job_document
 
 pytestmark = pytest.mark.anyio
 
-TOKEN = "test-token"
 LEASE_S = 10.0
 T0 = datetime(2026, 6, 1, 12, tzinfo=UTC)
 
@@ -62,11 +61,6 @@ async def _broker(tmp_path: Path, clock: FakeClock) -> AsyncIterator[httpx.Async
         yield api
 
 
-def _state(api: httpx.AsyncClient) -> BrokerState:
-    state: BrokerState = api._transport.app.state.broker  # type: ignore[attr-defined]
-    return state
-
-
 async def _settle(clock: FakeClock) -> None:
     """Let the loops act on what just happened (a few ms of fake time, real turns)."""
     for _ in range(5):
@@ -84,13 +78,13 @@ async def _step(api: httpx.AsyncClient, clock: FakeClock, seconds: int, beat: bo
 
 
 def _phase(api: httpx.AsyncClient, worker: str) -> str:
-    found = _state(api).store.get_worker(worker)
+    found = broker_state(api).store.get_worker(worker)
     assert found is not None
     return found.status.phase
 
 
 def _placement(api: httpx.AsyncClient) -> list[str | None]:
-    return [job.status.worker for job in _state(api).store.list_jobs()]
+    return [job.status.worker for job in broker_state(api).store.list_jobs()]
 
 
 async def test_a_silent_worker_gets_no_job_and_is_lost_after_one_observed_lease(
@@ -98,7 +92,7 @@ async def test_a_silent_worker_gets_no_job_and_is_lost_after_one_observed_lease(
 ) -> None:
     clock = FakeClock(T0)
     async with _broker(tmp_path, clock) as api:
-        store = _state(api).store
+        store = broker_state(api).store
         awaited = store.list_events(event="worker_awaited")
         deadline = (T0 + timedelta(seconds=LEASE_S)).isoformat(timespec="milliseconds")
         assert sorted(e.worker or "" for e in awaited) == ["dead", "live"]

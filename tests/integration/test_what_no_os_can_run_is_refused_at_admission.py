@@ -8,7 +8,6 @@ and by the CLI's manifest loader alike, and the store is left as it was.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,11 @@ import pytest
 
 from jobd.api.manifests import ManifestError, load_path, parse_resource
 from jobd.api.models import Job, JobSpec, ObjectMeta
-from jobd.broker.app import create_app
-from jobd.broker.state import BrokerConfig
 from jobd.store.sql import open_store
 from tests.integration.conftest import job_document
 
 pytestmark = pytest.mark.anyio
 
-TOKEN = "test-token"
 
 POISON: list[tuple[dict[str, Any], dict[str, Any], str]] = [
     ({}, {"command": ["python3", "-c", "print(1)\x00"]}, "spec.command: word 2 holds a NUL"),
@@ -44,17 +40,6 @@ def _poisoned(meta: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     doc = job_document("poison", **spec)
     doc["metadata"].update(meta)
     return doc
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
-    app = create_app(config)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
-        yield c
-    app.state.broker.close()
 
 
 @pytest.mark.parametrize(("meta", "spec", "detail"), POISON)
