@@ -8,6 +8,7 @@ place that takes a Project takes that form too.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -76,7 +77,10 @@ def load_documents(text: str, source: str = "<stdin>") -> list[Document]:
             f"{source}: {len(text):,} bytes is over the {MAX_MANIFEST_BYTES:,} a manifest may hold"
         )
     try:
-        if "&" in text or "*" in text or _flow_depth(text) > MAX_DEPTH:
+        deep_at = _too_deep_at(text)
+        if deep_at is not None:
+            _check_shape_of_head(text, deep_at, source)
+        if "&" in text or "*" in text or deep_at is not None:
             _check_shape(text, source)  # aliases (or their characters), or deep brackets
         raw = [d for d in _yaml().load_all(text) if d is not None]
     except MarkedYAMLError as exc:
@@ -94,16 +98,26 @@ def load_documents(text: str, source: str = "<stdin>") -> list[Document]:
     return docs
 
 
-def _flow_depth(text: str) -> int:
-    """How deep brackets nest, quotes ignored: a cheap upper bound that says whether the
-    exact check is needed (ruamel.yaml spends seconds on 10,000 brackets before failing)."""
+def _too_deep_at(text: str) -> int | None:
+    """Where brackets first nest past MAX_DEPTH, quotes ignored, else None: a cheap bound
+    that says whether the exact check is needed (ruamel.yaml spends seconds on 10,000
+    brackets before it fails)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return 0
-    depth = deepest = 0
+        return None
+    depth = 0
     for match in _BRACKETS.finditer(text):
         depth += 1 if match.group() in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
+        if depth > MAX_DEPTH:
+            return match.end()
+    return None
+
+
+def _check_shape_of_head(text: str, end: int, source: str) -> None:
+    """The exact check on the text up to where brackets go too deep: a real nesting is
+    refused after reading that much, not the whole text. (Brackets inside quotes may have
+    misled the count: then the head ends unfinished and the whole text is checked.)"""
+    with contextlib.suppress(MarkedYAMLError):
+        _check_shape(text[:end], source)
 
 
 _BRACKETS = re.compile(r"[\[\]{}]")

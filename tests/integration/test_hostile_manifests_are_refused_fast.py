@@ -120,3 +120,11 @@ async def test_the_brokers_parser_refuses_deep_nesting_with_422(tmp_path: Path) 
             assert resp.status_code == 422 and "recursion limit" in resp.json()["detail"]
             assert time.monotonic() - started < 1.0
     app.state.broker.close()
+
+
+def test_brackets_inside_quotes_are_not_nesting() -> None:
+    """The cheap bracket count ignores quotes; the exact check then clears the text."""
+    word = "[" * 200
+    text = f"kind: Job\nmetadata: {{name: q}}\nspec: {{command: [echo, '{word}']}}\n"
+    (doc,) = load_documents(text, "quoted.yaml")
+    assert doc.data["spec"]["command"] == ["echo", word]
