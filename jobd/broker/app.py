@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from jobd.broker import routes_jobs, routes_system, routes_workers
+from jobd.broker import routes_jobs, routes_system, routes_tokens, routes_workers
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.fastpath import FastRoutes
 from jobd.broker.responses import ERROR_STATUSES, validation_detail
@@ -71,6 +71,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
                 "resync": partial(resync_forever, state.wiring, state.ctx),
                 "storage_watch": state.storage.run,
                 "observed_time": state.ctx.observed.watch,
+                "tokens": partial(_tokens_forever, state),
             }
             if config.projects_file is not None:
                 tasks["projects_file"] = partial(
@@ -103,9 +104,14 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     fast = (*routes_jobs.FAST, *routes_workers.FAST, *routes_system.FAST)
     app.add_middleware(FastRoutes, state=state, routes=fast)  # inside TokenAuth: added first
-    app.add_middleware(TokenAuth, token=state.token)
+    app.add_middleware(TokenAuth, tokens=state.tokens)
     # Routes are matched in order: the busiest (creates, reports, watches) first.
-    for router in (routes_jobs.router, routes_workers.router, routes_system.router):
+    for router in (
+        routes_jobs.router,
+        routes_workers.router,
+        routes_system.router,
+        routes_tokens.router,
+    ):
         app.include_router(router)
     app.include_router(routes_system.public)
 
@@ -159,6 +165,21 @@ async def _compact_forever(state: BrokerState) -> None:
             continue
         if removed:
             log.info("changes_compacted", removed=removed)
+
+
+async def _tokens_forever(state: BrokerState, flush_every: int = 60) -> None:
+    """Tokens made or revoked against the store directly (`jobd token`) count within a
+    second; when each token was last used is written once a minute, never per request."""
+    ticks = 0
+    while True:
+        await anyio.sleep(1.0)
+        ticks += 1
+        try:
+            state.tokens.reload()
+            if ticks % flush_every == 0:
+                state.tokens.flush()
+        except StoreUnavailable as exc:  # tried again next second: the table stays as read
+            log.warning("tokens_not_reloaded", error=str(exc))
 
 
 async def _checkpoint_forever(state: BrokerState, interval_s: float = 1.0) -> None:
