@@ -92,30 +92,46 @@ def refusal(who: Principal, route: Route) -> str | None:
 
 
 class RouteIndex:
-    """The wire's route of a method and path, without checking its parameters."""
+    """The wire's route of a method and path, without checking its parameters.
+
+    A templated path is found by one dict look-up per shape (where its parameters sit):
+    the path with those segments masked, as each route's template is.
+    """
 
     def __init__(self, routes: Iterable[Route] = ROUTES) -> None:
         self._exact: dict[tuple[str, str], Route] = {}
-        self._templated: dict[tuple[str, int], list[tuple[list[tuple[int, str]], Route]]] = {}
+        self._masked: dict[tuple[str, tuple[str, ...]], Route] = {}
+        self._shapes: dict[tuple[str, int], list[tuple[int, ...]]] = {}
         for route in routes:
             if route.public:
                 continue
-            segments = route.path.split("/")
             if not route.params:
                 self._exact[(route.method, route.path)] = route
                 continue
-            fixed = [(i, s) for i, s in enumerate(segments) if not s.startswith("{")]
-            self._templated.setdefault((route.method, len(segments)), []).append((fixed, route))
+            segments = route.path.split("/")
+            at = tuple(i for i, s in enumerate(segments) if s.startswith("{"))
+            shapes = self._shapes.setdefault((route.method, len(segments)), [])
+            if at not in shapes:
+                shapes.append(at)
+            self._masked[(route.method, _masked(segments, at))] = route
 
     def find(self, method: str, path: str) -> Route | None:
         exact = self._exact.get((method, path))
         if exact is not None:
             return exact
         parts = path.split("/")
-        for fixed, route in self._templated.get((method, len(parts)), ()):
-            if all(parts[i] == s for i, s in fixed):
-                return route
+        for at in self._shapes.get((method, len(parts)), ()):
+            found = self._masked.get((method, _masked(parts, at)))
+            if found is not None:
+                return found
         return None
+
+
+def _masked(segments: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
+    masked = list(segments)
+    for i in at:
+        masked[i] = "{}"
+    return tuple(masked)
 
 
 def principal_of(request: Request) -> Principal:
