@@ -127,10 +127,24 @@ def _with_bearer_scheme(document: dict[str, Any]) -> dict[str, Any]:
     components = document.setdefault("components", {})
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     document["security"] = [{"bearer": []}]
-    for path in PUBLIC_PATHS:
-        for operation in document.get("paths", {}).get(path, {}).values():
-            operation["security"] = []
+    for path, operations in document.get("paths", {}).items():
+        for operation in operations.values():
+            if path in PUBLIC_PATHS:
+                operation["security"] = []
+                continue
+            responses = operation.setdefault("responses", {})
+            for status, said in _AUTH_ANSWERS.items():
+                responses.setdefault(status, {"description": said, "content": _DETAIL})
     return document
+
+
+_DETAIL = {
+    "application/json": {"schema": {"type": "object", "properties": {"detail": {"type": "string"}}}}
+}
+_AUTH_ANSWERS = {
+    "401": "No valid bearer token",
+    "403": "The token's role or scope does not allow this (the detail names the project or worker)",
+}
 
 
 async def _keep_running(
