@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from pydantic import ValidationError
 
-from jobd.wire.models import TokenCreated, TokenInfo, TokenRequest
+if TYPE_CHECKING:  # jobd.wire loads httpx: not at import, which `jobd worker` shares
+    from jobd.wire.models import TokenCreated, TokenInfo, TokenRequest
 
 __all__ = ["token"]
 
@@ -61,6 +61,7 @@ class _Tokens:
             created: TokenCreated = self._api(lambda c: c.run(calls.create_token(request)))
             return created
         from jobd.broker.tokens import mint, token_info
+        from jobd.wire.models import TokenCreated
 
         store = self._store()
         try:
@@ -116,6 +117,8 @@ def _fail(message: str) -> None:
 
 def _guarded(run: Callable[[], Any]) -> Any:
     """Errors as one sentence on stderr, exit 1: the API's, the store's, a bad request's."""
+    from pydantic import ValidationError
+
     from jobd.store.base import Conflict, NotFound, StoreUnavailable
     from jobd.wire.client import ApiError, BrokerUnreachable
 
@@ -148,6 +151,8 @@ def create(
     """Make a token and print it, once: nothing keeps it but its SHA-256 digest."""
 
     def make() -> TokenCreated:
+        from jobd.wire.models import TokenRequest
+
         request = TokenRequest(role=role, projects=list(projects), worker=worker, name=name)
         return _Tokens(kw).create(request)
 
