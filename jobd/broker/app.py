@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from jobd.broker import routes_jobs, routes_system, routes_workers
+from jobd.broker import routes_jobs, routes_system, routes_tokens, routes_workers
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.fastpath import FastRoutes
 from jobd.broker.responses import ERROR_STATUSES, validation_detail
@@ -71,6 +71,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
                 "resync": partial(resync_forever, state.wiring, state.ctx),
                 "storage_watch": state.storage.run,
                 "observed_time": state.ctx.observed.watch,
+                "tokens": partial(_tokens_forever, state),
             }
             if config.projects_file is not None:
                 tasks["projects_file"] = partial(
@@ -103,9 +104,14 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     fast = (*routes_jobs.FAST, *routes_workers.FAST, *routes_system.FAST)
     app.add_middleware(FastRoutes, state=state, routes=fast)  # inside TokenAuth: added first
-    app.add_middleware(TokenAuth, token=state.token)
+    app.add_middleware(TokenAuth, tokens=state.tokens)
     # Routes are matched in order: the busiest (creates, reports, watches) first.
-    for router in (routes_jobs.router, routes_workers.router, routes_system.router):
+    for router in (
+        routes_jobs.router,
+        routes_workers.router,
+        routes_system.router,
+        routes_tokens.router,
+    ):
         app.include_router(router)
     app.include_router(routes_system.public)
 
@@ -121,10 +127,24 @@ def _with_bearer_scheme(document: dict[str, Any]) -> dict[str, Any]:
     components = document.setdefault("components", {})
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     document["security"] = [{"bearer": []}]
-    for path in PUBLIC_PATHS:
-        for operation in document.get("paths", {}).get(path, {}).values():
-            operation["security"] = []
+    for path, operations in document.get("paths", {}).items():
+        for operation in operations.values():
+            if path in PUBLIC_PATHS:
+                operation["security"] = []
+                continue
+            responses = operation.setdefault("responses", {})
+            for status, said in _AUTH_ANSWERS.items():
+                responses.setdefault(status, {"description": said, "content": _DETAIL})
     return document
+
+
+_DETAIL = {
+    "application/json": {"schema": {"type": "object", "properties": {"detail": {"type": "string"}}}}
+}
+_AUTH_ANSWERS = {
+    "401": "No valid bearer token",
+    "403": "The token's role or scope does not allow this (the detail names the project or worker)",
+}
 
 
 async def _keep_running(
@@ -159,6 +179,21 @@ async def _compact_forever(state: BrokerState) -> None:
             continue
         if removed:
             log.info("changes_compacted", removed=removed)
+
+
+async def _tokens_forever(state: BrokerState, flush_every: int = 60) -> None:
+    """Tokens made or revoked against the store directly (`jobd token`) count within a
+    second; when each token was last used is written once a minute, never per request."""
+    ticks = 0
+    while True:
+        await anyio.sleep(1.0)
+        ticks += 1
+        try:
+            state.tokens.reload()
+            if ticks % flush_every == 0:
+                state.tokens.flush()
+        except StoreUnavailable as exc:  # tried again next second: the table stays as read
+            log.warning("tokens_not_reloaded", error=str(exc))
 
 
 async def _checkpoint_forever(state: BrokerState, interval_s: float = 1.0) -> None:

@@ -1,39 +1,56 @@
 """Bearer-token authentication as a plain ASGI middleware (CONTRACT.md §8).
 
-Every request needs the admin token except the monitors' paths. A middleware checks it
-before any routing or dependency resolution runs, which keeps the cost of the check to a
-header comparison on the hottest paths.
+Every request but the monitors' needs a token. The middleware resolves it to a
+`Principal` (one SHA-256 and one dict hit: broker/tokens.py) before any routing runs,
+refuses what is not a valid token (401), refuses a route the principal's role may not
+call at all (403, access.ROLES), and leaves the principal in the ASGI scope, where the
+handlers (FastAPI's and the fast path's alike) find it for what else they check.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from jobd.broker.access import PRINCIPAL, RouteIndex, refusal
+from jobd.broker.tokens import Tokens
 from jobd.wire.routes import PUBLIC_PATHS
 
 __all__ = ["PUBLIC_PATHS", "TokenAuth"]
 
-_REFUSAL = json.dumps({"detail": "a valid bearer token is required (see JOBD_TOKEN)"}).encode()
+_UNAUTHORIZED = json.dumps({"detail": "a valid bearer token is required (see JOBD_TOKEN)"}).encode()
+_HEADERS = [(b"content-type", b"application/json")]
 
 
 class TokenAuth:
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.tokens = tokens
+        self.routes = RouteIndex()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or self._allowed(scope):
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
-        headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": _REFUSAL})
-
-    def _allowed(self, scope: Scope) -> bool:
+        who = None
         for name, value in scope["headers"]:
             if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)
-        return False
+                who = self.tokens.resolve(value)
+                break  # the first Authorization header counts, as before
+        if who is None:
+            headers = [*_HEADERS, (b"www-authenticate", b"Bearer")]
+            await _send(send, 401, headers, _UNAUTHORIZED)
+            return
+        route = self.routes.find(scope["method"], scope["path"])
+        refused = refusal(who, route) if route is not None else None
+        if refused is not None:
+            await _send(send, 403, _HEADERS, json.dumps({"detail": refused}).encode())
+            return
+        scope[PRINCIPAL] = who
+        await self.app(scope, receive, send)
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

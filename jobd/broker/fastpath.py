@@ -27,8 +27,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobd.api.models import ADMISSION
+from jobd.broker.access import PRINCIPAL
 from jobd.broker.responses import status_for, validation_detail
 from jobd.broker.state import BrokerState, state_of
+from jobd.broker.tokens import Principal
 from jobd.wire.routes import PATH_PARAMS, ROUTES, Route, parse_path_param
 
 __all__ = ["MAX_BODY", "FastRoute", "FastRoutes", "PathArgs", "answer", "declare"]
@@ -38,8 +40,8 @@ _JSON_TYPE = "application/json"
 _JSON = [(b"content-type", _JSON_TYPE.encode())]
 
 PathArgs = dict[str, Any]
-# (state, the path's parameters, the parsed body or query) -> the answer's JSON text
-Handler = Callable[[BrokerState, PathArgs, Any], Awaitable[str]]
+# (state, the path's parameters, the parsed body or query, who asks) -> the answer's JSON text
+Handler = Callable[[BrokerState, PathArgs, Any, Principal], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,12 @@ class FastRoute:
 
 
 async def answer(
-    fast: FastRoute, state: BrokerState, args: PathArgs, body: bytes | None, query: bytes
+    fast: FastRoute,
+    state: BrokerState,
+    args: PathArgs,
+    body: bytes | None,
+    query: bytes,
+    who: Principal,
 ) -> tuple[int, bytes]:
     """The status and JSON body of a fast route's answer; `body` None: it was too large."""
     route = fast.route
@@ -65,7 +72,7 @@ async def answer(
             parsed = route.query.model_validate(dict(parse_qsl(query.decode("latin-1"))))
         else:
             parsed = None
-        text = await fast.handle(state, args, parsed)
+        text = await fast.handle(state, args, parsed, who)
     except ValidationError as exc:
         return 422, _detail(validation_detail(exc.errors()))
     except Exception as exc:
@@ -109,7 +116,8 @@ class FastRoutes:
             return
         fast, args = found
         body = await _read_body(receive) if fast.route.body is not None else b""
-        status, text = await answer(fast, self.state, args, body, scope.get("query_string", b""))
+        query = scope.get("query_string", b"")
+        status, text = await answer(fast, self.state, args, body, query, scope[PRINCIPAL])
         await _send(send, status, text)
 
     def _match(self, scope: Scope) -> tuple[FastRoute, PathArgs] | bytes | None:
@@ -169,7 +177,8 @@ class _AnsweredByFastPath(APIRoute):
             except ValueError as exc:
                 return Response(_detail(str(exc)), 422, media_type=_JSON_TYPE)
             query = request.scope.get("query_string", b"")
-            status, text = await answer(fast, state_of(request), args, body, query)
+            who = request.scope[PRINCIPAL]
+            status, text = await answer(fast, state_of(request), args, body, query, who)
             return Response(text, status_code=status, media_type=_JSON_TYPE)
 
         return handler

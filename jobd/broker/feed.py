@@ -35,12 +35,18 @@ class FeedEntry(NamedTuple):
     op: str
     text: str
     worker: str | None  # the worker a job is bound to; None for anything else
+    project: str | None  # a job's project, a project's name; None for a worker
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
         job = change.job
         worker = job.status.worker if job is not None else None
-        return cls(change.revision, change.kind, change.op, change.text, worker)
+        project = job.project if job is not None else _project_name(change)
+        return cls(change.revision, change.kind, change.op, change.text, worker, project)
+
+
+def _project_name(change: Change) -> str | None:
+    return change.key if change.kind == "Project" else None
 
 
 Filter = Callable[[FeedEntry], bool]

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from jobd.api.manifests import ManifestError
+from jobd.broker.access import Forbidden
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.store.base import Conflict, Gone, NotFound, StorageFull, StoreUnavailable
 
@@ -34,6 +35,7 @@ __all__ = [
 ERROR_STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (StorageFull, 507),
     (StoreUnavailable, 503),
+    (Forbidden, 403),
     (NotFound, 404),
     (LookupError, 404),
     (Conflict, 409),

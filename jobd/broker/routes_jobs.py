@@ -13,10 +13,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from jobd.api.manifests import Document, parse_resource
 from jobd.api.models import ADMISSION, Job, Project, Resource
+from jobd.broker import access
+from jobd.broker.access import Forbidden, principal_of
 from jobd.broker.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.responses import doc, encode_json, json_response
 from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
+from jobd.broker.tokens import Principal
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.verbs import admission, preempt
 from jobd.controllers.verbs.cancel import cancel
@@ -67,18 +70,20 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
 @route(router, routes.APPLY, openapi_extra=_json_body(ApplyRequest))
 async def apply(request: Request, query: Annotated[ApplyQuery, Query()]) -> Response:
     body = await request.body()
+    who = principal_of(request)
     with _collector_paused():
-        text = _apply(state_of(request), body, query.objects)
+        text = _apply(state_of(request), body, query.objects, who)
     return Response(text, media_type="application/json")
 
 
-def _apply(state: BrokerState, raw: bytes, objects: bool) -> str:
+def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str:
     """The apply's answer, as JSON text. Everything else it made is gone when it returns."""
     resources, dry_run = _apply_body(raw)
     projects = [r for r in resources if isinstance(r, Project)]
     jobs = [r for r in resources if isinstance(r, Job)]
     if len(jobs) + len(projects) != len(resources):
         raise AdmissionError("kind: Worker documents are written by workers only")
+    _may_apply(who, projects, jobs)
     if projects:  # refuse before writing anything: a bad job must not leave its projects
         admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
     results = [admission.apply_project(state.store, p, dry_run) for p in projects]
@@ -90,6 +95,16 @@ def _apply(state: BrokerState, raw: bytes, objects: bool) -> str:
             item["object"] = doc(r.obj)
         items.append(item)
     return encode_json({"results": items})
+
+
+def _may_apply(who: Principal, projects: list[Project], jobs: list[Job]) -> None:
+    """Nothing of an apply is written unless its principal may write all of it."""
+    if who.admin:
+        return
+    if projects:
+        raise Forbidden(f"token {who.label!r} may not write projects (project/{projects[0].name})")
+    for project in sorted({job.project for job in jobs}):
+        access.project(who, project)
 
 
 @contextmanager
@@ -111,7 +126,9 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-async def create_job(state: BrokerState, _path: PathArgs, job: Job) -> str:
+async def create_job(state: BrokerState, _path: PathArgs, job: Job, who: Principal) -> str:
+    if not who.admin:
+        access.project(who, job.project)
     return doc(await state.creates.create(job))
 
 
@@ -121,10 +138,12 @@ declare(router, CREATE_JOB)
 
 @route(router, routes.LIST_JOBS)
 async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> Response:
-    state = state_of(request)
+    state, who = state_of(request), principal_of(request)
+    access.jobs_visible(who, query.project, query.worker)
     revision = state.feed.revision
     items = state.store.list_jobs(
         project=query.project,
+        projects=access.projects(who) if who.role == "user" else None,
         phases=query.phase,
         worker=query.worker,
         name=query.name,
@@ -135,13 +154,18 @@ async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> R
 
 @route(router, routes.GET_JOB)
 async def get_job(request: Request, job_id: int) -> Response:
-    return json_response(doc(job_or_404(state_of(request), job_id)))
+    return json_response(doc(_job(request, job_id)))
+
+
+def _job(request: Request, job_id: int) -> Job:
+    """The job, if the request's principal may read or act on it (403 naming why)."""
+    return access.job(principal_of(request), job_or_404(state_of(request), job_id))
 
 
 @route(router, routes.DELETE_JOB)
 async def delete_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    job = job_or_404(state, job_id)
+    job = _job(request, job_id)
     if not job.status.phase.terminal:
         raise TransitionError(
             f"job {job_id} is {job.status.phase}; cancel it first, then delete it"
@@ -154,13 +178,13 @@ async def delete_job(request: Request, job_id: int) -> Response:
 @route(router, routes.CANCEL_JOB)
 async def cancel_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return json_response(doc(cancel(state.ctx, job_or_404(state, job_id))))
+    return json_response(doc(cancel(state.ctx, _job(request, job_id))))
 
 
 @route(router, routes.PREEMPT_JOB)
 async def preempt_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    job = job_or_404(state, job_id)
+    job = _job(request, job_id)
     return json_response(doc(preempt.request_preemption(state.ctx, job, "manual")))
 
 
@@ -168,9 +192,13 @@ async def preempt_job(request: Request, job_id: int) -> Response:
 async def preempt_blockers(
     request: Request, job_id: int, query: Annotated[BlockersQuery, Query()]
 ) -> Response:
-    state = state_of(request)
+    state, who = state_of(request), principal_of(request)
     dry_run = query.dry_run
-    plan = preempt.preempt_blockers(state.ctx, job_or_404(state, job_id), dry_run)
+    candidate = _job(request, job_id)
+    if not who.admin:  # a user preempts only its own projects' jobs, for its own
+        for victim in preempt.preempt_blockers(state.ctx, candidate, dry_run=True).victims:
+            access.job(who, victim)
+    plan = preempt.preempt_blockers(state.ctx, candidate, dry_run)
     return json_response(
         {
             "candidate": job_id,
@@ -184,7 +212,7 @@ async def preempt_blockers(
 @route(router, routes.RESUME_JOB)
 async def resume(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return json_response(doc(resume_job(state.ctx, job_or_404(state, job_id))), status_code=201)
+    return json_response(doc(resume_job(state.ctx, _job(request, job_id))), status_code=201)
 
 
 @route(router, routes.READ_LOGS)
@@ -193,8 +221,8 @@ async def read_logs(
 ) -> Response:
     state = state_of(request)
     offset, follow, timeout = query.offset, query.follow, query.timeout
+    job = _job(request, job_id)
     found = state.logs.read(job_id, offset)
-    job = job_or_404(state, job_id)
     if follow and not found.data and not job.status.phase.terminal:
         await state.logs.notifier(job_id).wait(timeout)
         found = state.logs.read(job_id, offset)

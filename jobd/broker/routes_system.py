@@ -9,12 +9,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from jobd.api.models import Phase
+from jobd.broker import access
+from jobd.broker.access import principal_of
 from jobd.broker.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.feed import FeedEntry
 from jobd.broker.responses import RawJSON, doc, encode_json, json_response
 from jobd.broker.routing import route
-from jobd.broker.state import BrokerState, state_of
-from jobd.store.base import NotFound
+from jobd.broker.state import BrokerState, job_or_404, state_of
+from jobd.broker.tokens import Principal
+from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import EventsQuery, WatchQuery
 
@@ -68,15 +71,22 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
-async def watch(state: BrokerState, _path: PathArgs, query: WatchQuery) -> str:
-    return encode_json(await run_watch(state, query))
+async def watch(state: BrokerState, _path: PathArgs, query: WatchQuery, who: Principal) -> str:
+    return encode_json(await run_watch(state, query, who))
 
 
-async def run_watch(state: BrokerState, query: WatchQuery) -> dict[str, Any]:
+async def run_watch(
+    state: BrokerState, query: WatchQuery, who: Principal | None = None
+) -> dict[str, Any]:
     kind, worker = query.kind, query.worker
+    if who is not None and who.role == "worker":
+        access.jobs_visible(who, None, worker)  # a worker watches its own jobs only
+    seen = access.projects(who) if who is not None and who.role == "user" else None
 
     def accept(entry: FeedEntry) -> bool:
         if kind is not None and entry.kind != kind:
+            return False
+        if seen is not None and entry.kind != "Worker" and entry.project not in seen:
             return False
         return worker is None or entry.worker == worker
 
@@ -96,23 +106,35 @@ declare(router, WATCH)
 
 @route(router, routes.LIST_EVENTS)
 async def events(request: Request, query: Annotated[EventsQuery, Query()]) -> Response:
-    state = state_of(request)
+    state, who = state_of(request), principal_of(request)
     job, after, limit = query.job, query.after, query.limit
-    found = state.store.list_events(job=job, event=query.type, after_seq=after, limit=limit)
+    if job is not None and not who.admin:
+        access.job(who, job_or_404(state, job))
+    seen = access.projects(who)
+
+    def found_now() -> list[EventRecord]:
+        return state.store.list_events(
+            job=job, event=query.type, after_seq=after, limit=limit, projects=seen
+        )
+
+    found = found_now()
     if query.follow and not found:
         await state.feed.events_added.wait(query.timeout)
-        found = state.store.list_events(job=job, event=query.type, after_seq=after, limit=limit)
+        found = found_now()
     items = [ev.as_json() | {"seq": ev.seq} for ev in found]
     return json_response({"items": items, "last": found[-1].seq if found else after})
 
 
 @route(router, routes.LIST_PROJECTS)
 async def list_projects(request: Request) -> Response:
-    return json_response({"items": [doc(p) for p in state_of(request).store.list_projects()]})
+    seen = access.projects(principal_of(request))
+    found = state_of(request).store.list_projects()
+    return json_response({"items": [doc(p) for p in found if seen is None or p.name in seen]})
 
 
 @route(router, routes.GET_PROJECT)
 async def get_project(request: Request, name: str) -> Response:
+    access.project(principal_of(request), name)
     project = state_of(request).store.get_project(name)
     if project is None:
         raise NotFound(f"project {name} not found")

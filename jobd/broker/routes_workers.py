@@ -9,10 +9,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from jobd.api.models import Job, Worker
+from jobd.broker import access
+from jobd.broker.access import principal_of
 from jobd.broker.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.responses import RawJSON, doc, encode_json, json_response, status_for
 from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
+from jobd.broker.tokens import Principal
 from jobd.controllers import workers
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.verbs import drain, reports, worker_lease
@@ -35,13 +38,14 @@ from jobd.wire.models import (
 router = APIRouter(tags=["workers"])
 
 
-async def register(state: BrokerState, path: PathArgs, body: Registration) -> str:
+async def register(state: BrokerState, path: PathArgs, body: Registration, who: Principal) -> str:
     """Create or refresh the worker; Ready, with a fresh lease.
 
     The name is the path's, checked as every route's is: lower case (a worker agent
     normalises its hostname so). The body is parsed under admission's rules, as every
     request body is: negative or repeated GPU indices are a 422.
     """
+    access.as_worker(who, path["name"])
     ctx = state.ctx
     worker = worker_lease.register_worker(ctx, path["name"], body.spec, body.hostname, body.runner)
     return encode_json({"worker": doc(worker), "revision": state.feed.revision})
@@ -52,7 +56,8 @@ REGISTER = FastRoute(routes.REGISTER_WORKER, register, inspect.getdoc(register))
 declare(router, REGISTER)
 
 
-async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat) -> str:
+async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat, who: Principal) -> str:
+    access.as_worker(who, path["name"])
     return encode_json(run_heartbeat(state, path["name"], body))
 
 
@@ -84,6 +89,8 @@ def _worker_doc(state: BrokerState, worker: Worker) -> RawJSON:
 @route(router, routes.GET_WORKER)
 async def get_worker(request: Request, name: str) -> Response:
     state = state_of(request)
+    if principal_of(request).role == "worker":
+        access.as_worker(principal_of(request), name)
     return json_response(_worker_doc(state, drain.worker_or_404(state.ctx, name)))
 
 
@@ -143,29 +150,35 @@ def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
     return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt)
 
 
+def _reported(request: Request, job_id: int, body: Report) -> Job:
+    """The job a report is about; a worker token reports as its own worker only, and
+    fencing (transitions.fence) refuses a job not bound to that worker, or another run."""
+    access.as_worker(principal_of(request), body.worker)
+    return reported_job_or_404(state_of(request), job_id)
+
+
 @route(router, routes.REPORTS["started"])
 async def started(request: Request, job_id: int, body: Started) -> Response:
-    state = state_of(request)
-    return json_response(doc(_started(state, reported_job_or_404(state, job_id), body)))
+    job = _reported(request, job_id, body)
+    return json_response(doc(_started(state_of(request), job, body)))
 
 
 @route(router, routes.REPORTS["stopping"])
 async def stopping(request: Request, job_id: int, body: Report) -> Response:
-    state = state_of(request)
-    return json_response(doc(_stopping(state, reported_job_or_404(state, job_id), body)))
+    job = _reported(request, job_id, body)
+    return json_response(doc(_stopping(state_of(request), job, body)))
 
 
 @route(router, routes.REPORTS["complete"])
 async def complete(request: Request, job_id: int, body: Completion) -> Response:
-    state = state_of(request)
-    return json_response(doc(_complete(state, reported_job_or_404(state, job_id), body)))
+    job = _reported(request, job_id, body)
+    return json_response(doc(_complete(state_of(request), job, body)))
 
 
 @route(router, routes.REPORTS["checkpoint-complete"])
 async def checkpoint_complete(request: Request, job_id: int, body: Report) -> Response:
-    state = state_of(request)
-    job = reported_job_or_404(state, job_id)
-    return json_response(doc(_checkpoint_complete(state, job, body)))
+    job = _reported(request, job_id, body)
+    return json_response(doc(_checkpoint_complete(state_of(request), job, body)))
 
 
 # What each report does; its body is models.REPORT_BODIES[verb].
@@ -180,21 +193,26 @@ _REPORTS: dict[str, Callable[[BrokerState, Job, Any], Job]] = {
 _REFUSED: tuple[type[Exception], ...] = (NotFound, Conflict, TransitionError)
 
 
-async def report_batch(state: BrokerState, path: PathArgs, body: ReportBatch) -> str:
+async def report_batch(
+    state: BrokerState, path: PathArgs, body: ReportBatch, who: Principal
+) -> str:
     """Runs each report in order as its own route would; one refused does not stop the rest.
 
     A busy worker sends what piled up while its previous request was in flight: a
     job's `started` and `complete` reports often travel together, with its events. All
     of a batch is written in one transaction, with one commit.
     """
-    return encode_json(run_report_batch(state, path["name"], body))
+    access.as_worker(who, path["name"])
+    return encode_json(run_report_batch(state, path["name"], body, who))
 
 
 REPORT_BATCH = FastRoute(routes.REPORT_BATCH, report_batch, inspect.getdoc(report_batch))
 declare(router, REPORT_BATCH)
 
 
-def run_report_batch(state: BrokerState, name: str, body: ReportBatch) -> dict[str, Any]:
+def run_report_batch(
+    state: BrokerState, name: str, body: ReportBatch, who: Principal | None = None
+) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
     with state.store.batch():
@@ -210,15 +228,30 @@ def run_report_batch(state: BrokerState, name: str, body: ReportBatch) -> dict[s
                 results.append({"job": item.job, "status": status, "detail": str(exc)})
             else:
                 results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
-        if body.events:
-            state.store.append_events(_records(name, body.events))
-    return {"results": results, "events": len(body.events)}
+        events = _records(state, name, body.events, who)
+        if events:
+            state.store.append_events(events)
+    return {"results": results, "events": len(events)}
 
 
-def _records(worker: str, events: list[WorkerEvent]) -> list[EventRecord]:
+def _records(
+    state: BrokerState, worker: str, events: list[WorkerEvent], who: Principal | None
+) -> list[EventRecord]:
+    """The events as records; a worker token's, only those of its own jobs (or of no job).
+
+    An event about a job bound to another worker is dropped, not refused: it is a record
+    of what the worker saw, and refusing the request would also lose the rest.
+    """
+    if who is not None and who.role == "worker":
+        events = [e for e in events if e.job is None or _bound_here(state, e.job, worker)]
     return [
         EventRecord(e.event, job=e.job, worker=worker, fields=e.fields, ts=e.ts) for e in events
     ]
+
+
+def _bound_here(state: BrokerState, job_id: int, worker: str) -> bool:
+    bound = state.ctx.view.bound.get(job_id) or state.store.get_job(job_id)
+    return bound is not None and bound.status.worker == worker
 
 
 @route(router, routes.APPEND_LOGS)
@@ -227,15 +260,16 @@ async def append_logs(
 ) -> Response:
     state = state_of(request)
     data = await request.body()
-    job = reported_job_or_404(state, job_id)
+    job = access.job(principal_of(request), reported_job_or_404(state, job_id))
     end = state.logs.append(job, query.offset, data, state.ctx.clock.now())
     return json_response({"offset": end})
 
 
 @route(router, routes.INGEST_EVENTS)
 async def ingest_events(request: Request, body: WorkerEvents) -> Response:
-    state = state_of(request)
-    records = _records(body.worker, body.events)
+    state, who = state_of(request), principal_of(request)
+    access.as_worker(who, body.worker)
+    records = _records(state, body.worker, body.events, who)
     state.store.append_events(records)
     return json_response({"accepted": len(records)})
 

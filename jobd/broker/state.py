@@ -15,11 +15,13 @@ from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
 from jobd.broker.storage import StorageWatch
+from jobd.broker.tokens import Tokens
 from jobd.broker.wiring import Wiring, broker_listeners
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.manager import Manager
 from jobd.controllers.workers import await_known_workers
+from jobd.logconfig import get_logger
 from jobd.store.base import NotFound, Store
 from jobd.store.sql import open_store, sqlite_url
 
@@ -31,6 +33,8 @@ __all__ = [
     "reported_job_or_404",
     "state_of",
 ]
+
+log = get_logger()
 
 
 @dataclass
@@ -72,6 +76,7 @@ class BrokerState:
         self.config = config
         self.token = ensure_token(config)
         self.store: Store = open_store(config.store_url)
+        self.tokens = Tokens(self.store, self.token)
         self.events = EventLog(config.log_dir, self.store)
         self.feed = ChangeFeed(self.store)
         self.logs = JobLogs(config.log_dir, config.max_log_bytes, config.log_grace_s)
@@ -96,6 +101,10 @@ class BrokerState:
             notifier.close()
 
     def close(self) -> None:
+        try:
+            self.tokens.flush()  # when each token was last used, if the store takes it
+        except Exception as exc:
+            log.warning("token_use_not_recorded", error=str(exc))
         self.events.close()
         self.store.close()
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import click
 
+from jobd.cli.tokens import token
+
 if TYPE_CHECKING:
     import uvicorn
 
@@ -365,8 +367,9 @@ def broker(**kw: Any) -> None:
     from jobd.broker.app import create_app
     from jobd.logconfig import configure_logging
 
-    configure_logging("broker")
     config = _broker_config(kw)
+    _refuse_weak_token(config, kw["host"])
+    configure_logging("broker")
     app = create_app(config)
     server = _server(app, kw["host"], kw["port"])
     _say_where(config, kw["host"], kw["port"])
@@ -399,22 +402,31 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
     "--token", envvar="JOBD_TOKEN", help="Bearer token. [default: <data-dir>/admin.token]"
 )
 @click.option(
+    "--token-file",
+    envvar="JOBD_TOKEN_FILE",
+    type=click.Path(path_type=Path),
+    help="Read the token from this file, mode 0600 (a systemd credential works): "
+    "preferred to --token, which the agent's environment would show.",
+)
+@click.option(
     "--log-dir",
     envvar="JOBD_LOG_DIR",
     type=click.Path(path_type=Path),
     help="Local copies of job output go to <log-dir>/worker/. [default: ~/jobd/logs]",
 )
 @worker_options
-def worker(server: str, token: str | None, **kw: Any) -> None:
+def worker(server: str, token: str | None, token_file: Path | None, **kw: Any) -> None:
     """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
     _without_rich()
     from jobd.http import default_token
     from jobd.logconfig import configure_logging
     from jobd.worker.agent import Agent
 
+    token = _worker_token(server, token, token_file) or default_token(server)
+    _forget_token()
     configure_logging("worker")
     settings = _worker_settings(kw)
-    agent = Agent(server, token or default_token(server), settings, lease_duration_s=kw["lease_s"])
+    agent = Agent(server, token, settings, lease_duration_s=kw["lease_s"])
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:
@@ -433,8 +445,10 @@ def dev(**kw: Any) -> None:
     from jobd.logconfig import configure_logging
     from jobd.worker.agent import Agent
 
-    configure_logging("dev")
     config = _broker_config(kw)
+    _refuse_weak_token(config, kw["host"])
+    _forget_token()
+    configure_logging("dev")
     app = create_app(config)
     token = app.state.broker.token
     settings = _worker_settings(kw)
@@ -459,6 +473,44 @@ def dev(**kw: Any) -> None:
 
     _run(both)
     _log().info("stopped")
+
+
+def _refuse_weak_token(config: BrokerConfig, host: str) -> None:
+    """Before anything is opened or bound: beyond loopback, a short admin token is refused."""
+    from jobd.broker.tokens import weak_token_refusal
+
+    token = config.token
+    path = config.data_dir / "admin.token"
+    if token is None and path.is_file():
+        token = path.read_text().strip()
+    refusal = weak_token_refusal(host, token)
+    if refusal is not None:
+        click.echo(refusal, err=True)
+        raise SystemExit(2)
+
+
+def _worker_token(server: str, token: str | None, token_file: Path | None) -> str | None:
+    """The token file's token when one is given (refused unless mode 0600), else --token."""
+    from jobd.cli.credentials import TokenFileError, read_token_file
+
+    if token_file is None:
+        return token
+    try:
+        return read_token_file(token_file.expanduser())
+    except TokenFileError as exc:
+        click.echo(f"jobd worker: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+def _forget_token() -> None:
+    """No child of this process inherits the token (nor the file's name).
+
+    Popping it from os.environ also unsets it in the C environment every child is
+    started with. The kernel still shows the environment this process *started* with in
+    /proc/PID/environ, which is why a worker should be given --token-file instead.
+    """
+    for name in ("JOBD_TOKEN", "JOBD_TOKEN_FILE"):
+        os.environ.pop(name, None)
 
 
 def _say_where(
@@ -524,6 +576,9 @@ def bench(
 
 def main() -> None:
     cli(prog_name="jobd")
+
+
+cli.add_command(token)
 
 
 if __name__ == "__main__":

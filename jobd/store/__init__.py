@@ -9,6 +9,7 @@ from jobd.store.base import (
     StorageFull,
     Store,
     StoreUnavailable,
+    TokenRecord,
 )
 from jobd.store.sql import SQLStore, normalize_url, open_store, sqlite_url
 
@@ -22,6 +23,7 @@ __all__ = [
     "StorageFull",
     "Store",
     "StoreUnavailable",
+    "TokenRecord",
     "normalize_url",
     "open_store",
     "sqlite_url",

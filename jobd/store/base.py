@@ -38,6 +38,7 @@ __all__ = [
     "StorageFull",
     "Store",
     "StoreUnavailable",
+    "TokenRecord",
 ]
 
 Kind = Literal["Job", "Project", "Worker"]
@@ -135,6 +136,23 @@ class EventRecord:
         return to_json(self.as_json(seq=True)).decode()
 
 
+@dataclass(frozen=True)
+class TokenRecord:
+    """One bearer token as the store keeps it: its SHA-256 digest, never the token.
+
+    `role` is admin, user or worker; `projects` scope a user token, `worker` a worker
+    token. Times are RFC 3339 text, UTC, as events carry them.
+    """
+
+    label: str
+    digest: str
+    role: str
+    projects: tuple[str, ...] = ()
+    worker: str | None = None
+    created_at: str = ""
+    last_used_at: str | None = None
+
+
 CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
 
 
@@ -188,6 +206,7 @@ class Store(Protocol):
         self,
         *,
         project: str | None = None,
+        projects: Iterable[str] | None = None,  # any of these (a user token's scope)
         phases: Iterable[Phase] | None = None,
         worker: str | None = None,
         name: str | None = None,
@@ -214,6 +233,19 @@ class Store(Protocol):
     def get_worker(self, name: str) -> Worker | None: ...
     def list_workers(self) -> list[Worker]: ...
 
+    def create_token(self, record: TokenRecord) -> None:
+        """Store a new token; Conflict when its label (or digest) is taken."""
+        ...
+
+    def list_tokens(self) -> list[TokenRecord]: ...
+    def delete_token(self, label: str) -> None:
+        """Remove the token; NotFound when no token has this label."""
+        ...
+
+    def touch_tokens(self, last_used: dict[str, str]) -> None:
+        """Record when each token (by label) was last used; unknown labels are skipped."""
+        ...
+
     def changes_since(self, revision: int, limit: int = 1000) -> list[Change]: ...
     def compact(self, keep: int) -> int: ...
 
@@ -225,4 +257,5 @@ class Store(Protocol):
         event: str | None = None,
         after_seq: int = 0,
         limit: int = 1000,
+        projects: Iterable[str] | None = None,  # only events of these projects' jobs
     ) -> list[EventRecord]: ...

@@ -17,6 +17,7 @@ __all__ = [
     "meta",
     "metadata",
     "projects",
+    "tokens",
     "workers",
 ]
 
@@ -99,4 +100,19 @@ events = sa.Table(
     sa.Column("body", sa.Text, nullable=False),
     sa.Index("ix_events_job", "job", "seq"),
     sa.Index("ix_events_event", "event", "seq"),
+)
+
+# Bearer tokens with roles (broker/tokens.py): only a digest of each is kept, never the
+# token itself. Not resources: no revision, no change feed; the broker reads the whole
+# (small) table into memory.
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("label", sa.String(63), primary_key=True),
+    sa.Column("digest", sa.String(64), nullable=False, unique=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("projects", sa.Text, nullable=False),  # a JSON list of project names
+    sa.Column("worker", sa.String(253)),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("last_used_at", sa.String(40)),
 )

@@ -39,6 +39,7 @@ from jobd.store.base import (
     Op,
     StorageFull,
     StoreUnavailable,
+    TokenRecord,
 )
 from jobd.store.faults import describe_store, storage_fault
 
@@ -458,6 +459,7 @@ class SQLStore:
         self,
         *,
         project: str | None = None,
+        projects: Iterable[str] | None = None,
         phases: Iterable[Phase] | None = None,
         worker: str | None = None,
         name: str | None = None,
@@ -468,6 +470,8 @@ class SQLStore:
         by_priority: bool = False,
     ) -> list[Job]:
         q = sa.select(t.jobs.c.body)
+        if projects is not None:
+            q = q.where(t.jobs.c.project.in_(list(projects)))
         if nominated is not None:
             column = t.jobs.c.nominated_worker
             q = q.where(column.is_not(None) if nominated else column.is_(None))
@@ -548,6 +552,57 @@ class SQLStore:
         rows = self._rows(sa.select(t.workers.c.body).order_by(t.workers.c.name))
         return [Worker.model_validate_json(row.body) for row in rows]
 
+    # -- tokens: outside the revision and the change feed ----------------------------------
+
+    def create_token(self, record: TokenRecord) -> None:
+        row = {
+            "label": record.label,
+            "digest": record.digest,
+            "role": record.role,
+            "projects": json.dumps(list(record.projects)),
+            "worker": record.worker,
+            "created_at": record.created_at,
+            "last_used_at": record.last_used_at,
+        }
+        try:
+            with self._lock, self._writing(durable=True) as conn:
+                conn.execute(sa.insert(t.tokens).values(row))
+        except IntegrityError:
+            raise Conflict(f"a token labelled {record.label!r} exists") from None
+
+    def list_tokens(self) -> list[TokenRecord]:
+        rows = self._rows(sa.select(t.tokens).order_by(t.tokens.c.label))
+        return [
+            TokenRecord(
+                label=row.label,
+                digest=row.digest,
+                role=row.role,
+                projects=tuple(json.loads(row.projects)),
+                worker=row.worker,
+                created_at=row.created_at,
+                last_used_at=row.last_used_at,
+            )
+            for row in rows
+        ]
+
+    def delete_token(self, label: str) -> None:
+        with self._lock, self._writing(durable=True) as conn:
+            deleted = conn.execute(sa.delete(t.tokens).where(t.tokens.c.label == label))
+        if deleted.rowcount == 0:
+            raise NotFound(f"no token is labelled {label!r}")
+
+    def touch_tokens(self, last_used: dict[str, str]) -> None:
+        if not last_used:
+            return
+        statement = (
+            sa.update(t.tokens)
+            .where(t.tokens.c.label == sa.bindparam("b_label"))
+            .values(last_used_at=sa.bindparam("b_used"))
+        )
+        rows = [{"b_label": label, "b_used": used} for label, used in last_used.items()]
+        with self._lock, self._writing(durable=False) as conn:
+            conn.execute(statement, rows)
+
     def changes_since(self, revision: int, limit: int = 1000) -> list[Change]:
         oldest = self._rows(sa.select(sa.func.min(t.changes.c.revision)))[0][0]
         if oldest is None:  # none kept (all compacted): the next change will be the oldest
@@ -588,8 +643,12 @@ class SQLStore:
         event: str | None = None,
         after_seq: int = 0,
         limit: int = 1000,
+        projects: Iterable[str] | None = None,
     ) -> list[EventRecord]:
         q = sa.select(t.events).where(t.events.c.seq > after_seq)
+        if projects is not None:  # the events of these projects' jobs, and no other
+            in_projects = sa.select(t.jobs.c.id).where(t.jobs.c.project.in_(list(projects)))
+            q = q.where(t.events.c.job.in_(in_projects))
         if job is not None:
             q = q.where(t.events.c.job == job)
         if event is not None:

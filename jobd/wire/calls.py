@@ -30,7 +30,15 @@ from jobd.wire.answers import (
     WatchChange,
     WatchPage,
 )
-from jobd.wire.models import Heartbeat, Registration, ReportBatch, WorkerEvents
+from jobd.wire.models import (
+    Heartbeat,
+    Registration,
+    ReportBatch,
+    TokenCreated,
+    TokenInfo,
+    TokenRequest,
+    WorkerEvents,
+)
 from jobd.wire.routes import Route
 
 __all__ = [
@@ -40,6 +48,7 @@ __all__ = [
     "cancel_job",
     "cordon_worker",
     "create_job",
+    "create_token",
     "delete_job",
     "drain_worker",
     "get_job",
@@ -49,12 +58,14 @@ __all__ = [
     "list_events",
     "list_jobs",
     "list_projects",
+    "list_tokens",
     "list_workers",
     "preempt_blockers",
     "preempt_job",
     "read_logs",
     "register_worker",
     "resume_job",
+    "revoke_token",
     "send_reports",
     "uncordon_worker",
     "watch",
@@ -338,6 +349,30 @@ def append_logs(job_id: int, offset: int, data: bytes) -> Call[int]:
     """Append `data` at byte `offset`; the answer is the offset the broker holds after it."""
     route = routes.APPEND_LOGS
     return Call(route, route.url(job_id=job_id), _offset, params={"offset": offset}, content=data)
+
+
+# -- tokens: admins only
+
+
+def create_token(body: TokenRequest) -> Call[TokenCreated]:
+    route = routes.CREATE_TOKEN
+    return _model_call(route, route.url(), body, _token_created)
+
+
+def list_tokens() -> Call[list[TokenInfo]]:
+    return Call(routes.LIST_TOKENS, routes.LIST_TOKENS.url(), _token_list)
+
+
+def revoke_token(label: str) -> Call[Any]:
+    return Call(routes.REVOKE_TOKEN, routes.REVOKE_TOKEN.url(label=label), _json)
+
+
+def _token_created(response: httpx.Response) -> TokenCreated:
+    return TokenCreated.model_validate_json(response.content)
+
+
+def _token_list(response: httpx.Response) -> list[TokenInfo]:
+    return [TokenInfo.model_validate(item) for item in response.json()["items"]]
 
 
 def _flag(value: bool) -> str:

@@ -10,12 +10,12 @@ method each model travels on.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.fields import FieldInfo
 
-from jobd.api.models import Phase, StoreId, StoreInt, WorkerSpec
+from jobd.api.models import Phase, StoreId, StoreInt, WorkerSpec, check_name
 
 __all__ = [
     "REPORT_BODIES",
@@ -34,6 +34,9 @@ __all__ = [
     "Report",
     "ReportBatch",
     "Started",
+    "TokenCreated",
+    "TokenInfo",
+    "TokenRequest",
     "WatchQuery",
     "WorkerEvent",
     "WorkerEvents",
@@ -204,3 +207,45 @@ else:
 class ReportBatch(_Body):
     reports: list[BatchedReport] = Field(default_factory=list)
     events: list[WorkerEvent] = Field(default_factory=list)
+
+
+# -- tokens (admins only) --------------------------------------------------------------------
+
+_Name = Annotated[str, AfterValidator(check_name)]
+Role = Literal["admin", "user", "worker"]
+
+
+class TokenRequest(_Body):
+    """A token to make: a user token names its projects, a worker token its worker."""
+
+    role: Role
+    projects: list[_Name] = Field(default_factory=list, max_length=1000)
+    worker: _Name | None = None
+    name: _Name | None = Field(default=None, description="its label; made up when not given")
+
+    @model_validator(mode="after")
+    def _scoped_by_role(self) -> Self:
+        if self.role == "user" and not self.projects:
+            raise ValueError("a user token needs at least one project (--project)")
+        if self.role != "user" and self.projects:
+            raise ValueError(f"only user tokens take projects, not {self.role} tokens")
+        if self.role == "worker" and self.worker is None:
+            raise ValueError("a worker token needs its worker's name (--worker)")
+        if self.role != "worker" and self.worker is not None:
+            raise ValueError(f"only worker tokens take a worker, not {self.role} tokens")
+        return self
+
+
+class TokenInfo(BaseModel):
+    """A token as listed: never the token itself, which nobody keeps."""
+
+    label: str
+    role: Role
+    projects: list[str] = Field(default_factory=list)
+    worker: str | None = None
+    created_at: str
+    last_used_at: str | None = None
+
+
+class TokenCreated(TokenInfo):
+    token: str = Field(description="the bearer token, shown this once")

@@ -21,6 +21,7 @@ __all__ = [
     "CANCEL_JOB",
     "CORDON_WORKER",
     "CREATE_JOB",
+    "CREATE_TOKEN",
     "DELETE_JOB",
     "DRAIN_WORKER",
     "GET_JOB",
@@ -32,6 +33,7 @@ __all__ = [
     "LIST_EVENTS",
     "LIST_JOBS",
     "LIST_PROJECTS",
+    "LIST_TOKENS",
     "LIST_WORKERS",
     "METRICS",
     "OPENAPI",
@@ -45,6 +47,7 @@ __all__ = [
     "REPORTS",
     "REPORT_BATCH",
     "RESUME_JOB",
+    "REVOKE_TOKEN",
     "ROUTES",
     "UNCORDON_WORKER",
     "WATCH",
@@ -53,7 +56,7 @@ __all__ = [
 ]
 
 # The type of each path parameter, by its name in the templates below.
-PATH_PARAMS: dict[str, type[int] | type[str]] = {"job_id": int, "name": str}
+PATH_PARAMS: dict[str, type[int] | type[str]] = {"job_id": int, "name": str, "label": str}
 
 
 def parse_path_param(name: str, text: str) -> int | str:
@@ -191,6 +194,18 @@ LIST_EVENTS = Route(
 LIST_PROJECTS = Route("GET", "/projects", "List projects")
 GET_PROJECT = Route("GET", "/projects/{name}", "One project")
 
+# -- tokens: admins only
+
+CREATE_TOKEN = Route(
+    "POST",
+    "/tokens",
+    "Make a token with a role (answered once, with the token in clear)",
+    body=m.TokenRequest,
+    status=201,
+)
+LIST_TOKENS = Route("GET", "/tokens", "The tokens: labels, roles, scopes, times; never a token")
+REVOKE_TOKEN = Route("DELETE", "/tokens/{label}", "Revoke a token: refused from the next request")
+
 # -- monitors, and the API's own description
 
 HEALTHZ = Route("GET", "/healthz", "Liveness", public=True)
@@ -224,6 +239,9 @@ ROUTES: tuple[Route, ...] = (
     LIST_EVENTS,
     LIST_PROJECTS,
     GET_PROJECT,
+    CREATE_TOKEN,
+    LIST_TOKENS,
+    REVOKE_TOKEN,
     HEALTHZ,
     READYZ,
     METRICS,

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
+from jobd.broker.access import PRINCIPAL
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.wire import routes
@@ -27,13 +28,15 @@ TOKEN = "test-token"
 
 
 class _RouterOnly:
-    """FastAPI's router alone, as the app's own routing would reach it."""
+    """FastAPI's router alone, as the app's own routing would reach it (with the admin
+    principal the auth middleware would have found)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["app"] = self.app
+        scope[PRINCIPAL] = self.app.state.broker.tokens.builtin
         await self.app.router(scope, receive, send)
 
 

@@ -1,0 +1,191 @@
+"""Authorization: who may call each route, and what each principal may touch.
+
+Two steps, both here. The auth middleware (auth.py) resolves the request's principal
+once and checks the route against `ROLES`: a worker token never reaches a route that
+creates or cancels a job, a user token never a worker's report. The handler then asks
+this module about the objects it is about to read or change (`job`, `as_worker`,
+`projects`, ...), which raise `Forbidden` (403), naming the project or worker.
+
+- *admin*: everything.
+- *user*: the jobs of its projects (submit, read, cancel, preempt, resume, delete, logs,
+  events, watch); workers and its projects read-only.
+- *worker*: registers, heartbeats and reports as its own worker only; reads its bound
+  jobs and their changes; never creates, cancels or changes a job, nor cordons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from starlette.requests import Request
+
+from jobd.api.models import Job
+from jobd.broker.tokens import ADMIN, USER, WORKER, Principal
+from jobd.wire import routes as r
+from jobd.wire.routes import ROUTES, Route
+
+__all__ = [
+    "PRINCIPAL",
+    "ROLES",
+    "Forbidden",
+    "RouteIndex",
+    "as_worker",
+    "job",
+    "jobs_visible",
+    "principal_of",
+    "project",
+    "projects",
+    "refusal",
+]
+
+PRINCIPAL = "jobd.principal"  # the key of the request's principal in the ASGI scope
+
+
+class Forbidden(Exception):
+    """The token is valid, but not for this (HTTP 403); the message names what it lacks."""
+
+
+_ANY = frozenset({ADMIN, USER, WORKER})
+_USERS = frozenset({ADMIN, USER})
+_WORKERS = frozenset({ADMIN, WORKER})
+_ADMINS = frozenset({ADMIN})
+
+# Who may call each route at all; a test holds that every authenticated route is here.
+ROLES: dict[Route, frozenset[str]] = {
+    r.APPLY: _USERS,
+    r.CREATE_JOB: _USERS,
+    r.LIST_JOBS: _ANY,  # a worker: its bound jobs only (jobs_visible)
+    r.GET_JOB: _ANY,
+    r.DELETE_JOB: _USERS,
+    r.CANCEL_JOB: _USERS,
+    r.PREEMPT_JOB: _USERS,
+    r.PREEMPT_BLOCKERS: _USERS,
+    r.RESUME_JOB: _USERS,
+    r.READ_LOGS: _USERS,
+    r.REGISTER_WORKER: _WORKERS,
+    r.HEARTBEAT: _WORKERS,
+    r.LIST_WORKERS: _USERS,
+    r.GET_WORKER: _ANY,
+    r.CORDON_WORKER: _ADMINS,
+    r.UNCORDON_WORKER: _ADMINS,
+    r.DRAIN_WORKER: _ADMINS,
+    **{report: _WORKERS for report in r.REPORTS.values()},
+    r.REPORT_BATCH: _WORKERS,
+    r.APPEND_LOGS: _WORKERS,
+    r.INGEST_EVENTS: _WORKERS,
+    r.WATCH: _ANY,
+    r.LIST_EVENTS: _USERS,
+    r.LIST_PROJECTS: _USERS,
+    r.GET_PROJECT: _USERS,
+    r.CREATE_TOKEN: _ADMINS,
+    r.LIST_TOKENS: _ADMINS,
+    r.REVOKE_TOKEN: _ADMINS,
+    r.OPENAPI: _ANY,
+}
+
+
+def refusal(who: Principal, route: Route) -> str | None:
+    """Why `who` may not call `route` at all; None: it may (the handler checks the rest)."""
+    if who.role in ROLES[route]:
+        return None
+    return f"a {who.role} token may not call {route.method} {route.path} ({route.summary})"
+
+
+class RouteIndex:
+    """The wire's route of a method and path, without checking its parameters.
+
+    A templated path is found by one dict look-up per shape (where its parameters sit):
+    the path with those segments masked, as each route's template is.
+    """
+
+    def __init__(self, routes: Iterable[Route] = ROUTES) -> None:
+        self._exact: dict[tuple[str, str], Route] = {}
+        self._masked: dict[tuple[str, tuple[str, ...]], Route] = {}
+        self._shapes: dict[tuple[str, int], list[tuple[int, ...]]] = {}
+        for route in routes:
+            if route.public:
+                continue
+            if not route.params:
+                self._exact[(route.method, route.path)] = route
+                continue
+            segments = route.path.split("/")
+            at = tuple(i for i, s in enumerate(segments) if s.startswith("{"))
+            shapes = self._shapes.setdefault((route.method, len(segments)), [])
+            if at not in shapes:
+                shapes.append(at)
+            self._masked[(route.method, _masked(segments, at))] = route
+
+    def find(self, method: str, path: str) -> Route | None:
+        exact = self._exact.get((method, path))
+        if exact is not None:
+            return exact
+        parts = path.split("/")
+        for at in self._shapes.get((method, len(parts)), ()):
+            found = self._masked.get((method, _masked(parts, at)))
+            if found is not None:
+                return found
+        return None
+
+
+def _masked(segments: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
+    masked = list(segments)
+    for i in at:
+        masked[i] = "{}"
+    return tuple(masked)
+
+
+def principal_of(request: Request) -> Principal:
+    who: Principal = request.scope[PRINCIPAL]
+    return who
+
+
+# -- what a principal may touch
+
+
+def project(who: Principal, name: str) -> None:
+    """A user token may act in its projects only; workers never on their own account."""
+    if who.role == ADMIN or (who.role == USER and name in who.projects):
+        return
+    if who.role == USER:
+        mine = ", ".join(sorted(who.projects))
+        raise Forbidden(f"token {who.label!r} may not act in project {name!r} (only in {mine})")
+    raise Forbidden(f"a {who.role} token may not act in project {name!r}")
+
+
+def projects(who: Principal) -> frozenset[str] | None:
+    """The projects a principal sees; None: every project (admins)."""
+    if who.role == ADMIN:
+        return None
+    return who.projects  # empty for a worker token: it sees jobs by binding instead
+
+
+def job(who: Principal, found: Job) -> Job:
+    """`found`, if `who` may read or act on it: its project's user, or its bound worker."""
+    if who.role == WORKER:
+        if found.status.worker != who.worker:
+            raise Forbidden(
+                f"job {found.id} is not bound to worker {who.worker!r}; "
+                f"token {who.label!r} may touch only that worker's jobs"
+            )
+        return found
+    project(who, found.project)
+    return found
+
+
+def jobs_visible(who: Principal, project_asked: str | None, worker_asked: str | None) -> None:
+    """Refuse a listing outside the principal's scope (a user's other project, a worker's
+    other worker); the listing itself is narrowed by the caller."""
+    if who.role == USER and project_asked is not None:
+        project(who, project_asked)
+    if who.role == WORKER and worker_asked != who.worker:
+        raise Forbidden(
+            f"token {who.label!r} may list only the jobs of worker {who.worker!r} "
+            f"(ask with worker={who.worker})"
+        )
+
+
+def as_worker(who: Principal, name: str) -> None:
+    """A worker token speaks only as its own worker."""
+    if who.role == ADMIN or (who.role == WORKER and who.worker == name):
+        return
+    raise Forbidden(f"token {who.label!r} may not act as worker {name!r}")

@@ -1,0 +1,196 @@
+"""Bearer tokens with roles: made, stored as digests, resolved to a principal per request.
+
+A token is `jobd_` and 32 random bytes (43 characters of URL-safe base64). The store
+keeps its SHA-256 digest only: the token is printed once, when it is made. A fast hash
+is the right one here. bcrypt and its kin are slow on purpose, to make guessing a
+*password* of little entropy expensive; guessing 256 random bits is hopeless at any
+speed, and a slow hash would cost every request milliseconds (the submit path answers
+in a quarter of one). With a fast hash the broker can key its table by the digest
+itself: finding a request's principal is one SHA-256 and one dict hit, no store query.
+
+The broker holds the whole table in memory (`Tokens`): read at start, again after each
+change it makes, and once a second from the store, so a token made or revoked by `jobd
+token` against the store directly counts within a second. When a token was last used is
+kept in memory and written at most once a minute (`flush`), never per request.
+
+The admin token of CONTRACT.md §8 (`JOBD_TOKEN`, else `<data-dir>/admin.token`) is an
+admin principal of its own, `admin.token`; it is not in the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from jobd.store.base import Store, TokenRecord
+from jobd.wire.models import TokenInfo, TokenRequest
+
+__all__ = [
+    "ADMIN",
+    "BUILTIN_LABEL",
+    "MIN_EXPOSED_TOKEN",
+    "TOKEN_PREFIX",
+    "USER",
+    "WORKER",
+    "Principal",
+    "Tokens",
+    "digest",
+    "is_loopback",
+    "mint",
+    "token_info",
+    "weak_token_refusal",
+]
+
+ADMIN = "admin"
+USER = "user"
+WORKER = "worker"
+BUILTIN_LABEL = "admin.token"  # the principal of JOBD_TOKEN / <data-dir>/admin.token
+TOKEN_PREFIX = "jobd_"  # so a token pasted somewhere is recognisable (secret scanners)
+MIN_EXPOSED_TOKEN = 32  # characters an admin token needs on a non-loopback address
+
+
+@dataclass(eq=False)
+class Principal:
+    """Who a request comes from, as its token says: resolved once, by the auth middleware."""
+
+    label: str
+    role: str
+    projects: frozenset[str] = frozenset()
+    worker: str | None = None
+    last_used: float = 0.0  # time.time() of the newest request; written by Tokens.flush
+
+    @property
+    def admin(self) -> bool:
+        return self.role == ADMIN
+
+
+def digest(token: str | bytes) -> bytes:
+    raw = token.encode() if isinstance(token, str) else token
+    return hashlib.sha256(raw).digest()
+
+
+def _principal(record: TokenRecord) -> Principal:
+    return Principal(record.label, record.role, frozenset(record.projects), record.worker)
+
+
+class Tokens:
+    """The digest of every valid token, and its principal."""
+
+    def __init__(self, store: Store, admin_token: str) -> None:
+        self.store = store
+        self.builtin = Principal(BUILTIN_LABEL, ADMIN)
+        self._builtin_digest = digest(admin_token)
+        self._by_digest: dict[bytes, Principal] = {self._builtin_digest: self.builtin}
+        self._flushed = time.time()
+        self.reload()
+
+    def resolve(self, authorization: bytes) -> Principal | None:
+        """The principal of an `Authorization: Bearer <token>` value; None: refused.
+
+        Exactly one scheme, spelt so, one space, then the token: anything else (Basic, a
+        prefix of a token, a token with a suffix) digests to nothing known.
+        """
+        if not authorization.startswith(b"Bearer "):
+            return None
+        found = self._by_digest.get(hashlib.sha256(authorization[7:]).digest())
+        if found is not None:
+            found.last_used = time.time()
+        return found
+
+    def reload(self) -> None:
+        """Read the table again; principals that stay keep when they were last used."""
+        old = {p.label: p for p in self._by_digest.values()}
+        table = {self._builtin_digest: self.builtin}
+        for record in self.store.list_tokens():
+            principal = _principal(record)
+            kept = old.get(record.label)
+            if kept is not None:
+                principal.last_used = kept.last_used
+            table[bytes.fromhex(record.digest)] = principal
+        self._by_digest = table  # swapped whole: a request never sees half a table
+
+    def flush(self) -> int:
+        """Write when each stored token was last used, for those used since the last flush."""
+        since, self._flushed = self._flushed, time.time()
+        used = {
+            p.label: _rfc3339(p.last_used)
+            for p in self._by_digest.values()
+            if p is not self.builtin and p.last_used >= since
+        }
+        self.store.touch_tokens(used)
+        return len(used)
+
+    def create(self, request: TokenRequest) -> tuple[str, TokenRecord]:
+        token, record = mint(self.store, request)
+        self.reload()
+        return token, record
+
+    def revoke(self, label: str) -> None:
+        self.store.delete_token(label)
+        self.reload()
+
+
+def mint(store: Store, request: TokenRequest) -> tuple[str, TokenRecord]:
+    """A new token and its stored record; the token itself is kept nowhere."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    label = request.name or f"{request.role}-{secrets.token_hex(3)}"
+    record = TokenRecord(
+        label=label,
+        digest=digest(token).hex(),
+        role=request.role,
+        projects=tuple(sorted(set(request.projects))),
+        worker=request.worker,
+        created_at=_rfc3339(time.time()),
+    )
+    store.create_token(record)
+    return token, record
+
+
+def token_info(record: TokenRecord) -> TokenInfo:
+    return TokenInfo(
+        label=record.label,
+        role=record.role,
+        projects=list(record.projects),
+        worker=record.worker,
+        created_at=record.created_at,
+        last_used_at=record.last_used_at,
+    )
+
+
+def _rfc3339(ts: float) -> str:
+    moment = datetime.fromtimestamp(ts, UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# -- listening beyond loopback
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` serves this machine only (0.0.0.0 and :: serve every address)."""
+    if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def weak_token_refusal(host: str, admin_token: str | None) -> str | None:
+    """Why the broker must not listen on `host` with this admin token; None: it may.
+
+    `admin_token` None: none is set and `<data-dir>/admin.token` will be made (43
+    characters). Loopback stays permissive: only this machine's users reach it.
+    """
+    if is_loopback(host) or admin_token is None or len(admin_token) >= MIN_EXPOSED_TOKEN:
+        return None
+    return (
+        f"jobd: refusing to listen on {host}, beyond loopback, with an admin token of "
+        f"{len(admin_token)} characters (at least {MIN_EXPOSED_TOKEN} are needed there): set "
+        "JOBD_TOKEN to a long random one (python3 -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))'), or unset it to use <data-dir>/admin.token, "
+        "and give people their own tokens with `jobd token create`."
+    )
