@@ -79,7 +79,10 @@ def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
     if body.checkpoint_latest and not job.status.phase.terminal:
         job = job.evolve()
         job.status.checkpoint_latest = body.checkpoint_latest
-    return reports.report_complete(state.ctx, job, body.worker, body.exit_code, body.signal)
+    failure = None if body.reason is None else (body.reason, body.message or "")
+    return reports.report_complete(
+        state.ctx, job, body.worker, body.exit_code, body.signal, failure
+    )
 
 
 def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:

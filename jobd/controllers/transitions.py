@@ -194,9 +194,18 @@ def stopping(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
 
 
 def complete(
-    job: Job, worker: str, exit_code: int | None, exit_signal: int | None, now: datetime
+    job: Job,
+    worker: str,
+    exit_code: int | None,
+    exit_signal: int | None,
+    now: datetime,
+    failure: tuple[str, str] | None = None,
 ) -> tuple[Job, Events]:
-    """The workload exited; the final phase follows from the desired one and the exit."""
+    """The workload exited; the final phase follows from the desired one and the exit.
+
+    `failure` (reason, message) is the worker's word where no exit code can say it: the job
+    could not start (start_failed) or its end was never recorded (host_restarted).
+    """
     if job.status.phase in TERMINAL_PHASES:
         return job, []  # a retried or late report: what was decided stays decided
     _check_worker(job, worker)
@@ -208,6 +217,8 @@ def complete(
     if desired in (P.PREEMPTED, P.CANCELLED):
         phase = desired
         reason = job.status.reason or ("preempted" if desired == P.PREEMPTED else "user")
+    elif failure is not None:
+        phase, (reason, job.status.message) = P.FAILED, failure
     elif exit_code == 0:
         phase, reason = P.SUCCEEDED, "exit 0"
     else:

@@ -37,7 +37,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -260,6 +260,23 @@ def signal_job(pgid: int, sig: int) -> None:
             _signal_quietly(os.kill, pid, sig)
 
 
+def _no_children_left() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def _spawn_error(exc: Exception, cwd: str) -> str:
+    """What went wrong, in words that name the culprit (a missing cwd is not a missing argv[0])."""
+    if isinstance(exc, OSError):
+        if not os.path.isdir(cwd):
+            return f"the working directory {cwd} does not exist or is not a directory"
+        return f"{exc.strerror or exc} (in {cwd})"
+    return str(exc)
+
+
 def _become_subreaper() -> None:
     """Orphans of the job are reparented to us, not to init, so they are found and reaped."""
     with contextlib.suppress(OSError, AttributeError):
@@ -289,9 +306,12 @@ def _spawn(spec: Spec, state_dir: Path) -> subprocess.Popen[bytes]:
 class Supervisor:
     """One job's life, from its spec to its status.json."""
 
-    def __init__(self, state_dir: Path, wakeups: _Wakeups) -> None:
+    def __init__(
+        self, state_dir: Path, wakeups: _Wakeups, on_started: Callable[[], None] | None = None
+    ) -> None:
         self.state_dir = state_dir
         self.wakeups = wakeups
+        self.on_started = on_started  # told once the workload runs (the launcher's reply)
         self.spec: Spec | None = None
         self.pid: int | None = None  # the workload's, which is also its process group's id
         self.stop: dict[str, Any] | None = None
@@ -311,11 +331,13 @@ class Supervisor:
             return self._finished(error="stopped before the workload started")
         try:
             workload = _spawn(spec, self.state_dir)
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:  # a NUL byte raises ValueError
             return self._spawn_failed(exc)
         self.pid = workload.pid
         self._status.update(started_at=utc_now(), workload_pid=workload.pid)
         self.write_record()
+        if self.on_started is not None:
+            self.on_started()
         self._supervise()
         workload.returncode = returncode = self._end_job()
         return self._finished(returncode=returncode)
@@ -411,8 +433,12 @@ class Supervisor:
         been reused: the SIGKILL reaches the job's group and nobody else's.
         """
         assert self.pid is not None
-        signal_job(self.pid, signal.SIGKILL)
+        _signal_quietly(os.killpg, self.pid, signal.SIGKILL)
         _, wait_status = os.waitpid(self.pid, 0)
+        if _no_children_left():
+            # Being a subreaper, any process the job left would be our child by now.
+            return os.waitstatus_to_exitcode(wait_status)
+        signal_job(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + LEFTOVERS_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -424,9 +450,9 @@ class Supervisor:
                 self.wakeups.wait(0.05)
         return os.waitstatus_to_exitcode(wait_status)
 
-    def _spawn_failed(self, exc: OSError) -> dict[str, Any]:
+    def _spawn_failed(self, exc: Exception) -> dict[str, Any]:
         assert self.spec is not None
-        message = f"jobd: cannot start {self.spec.argv[0]!r} in {self.spec.cwd}: {exc.strerror}\n"
+        message = f"jobd: cannot start {self.spec.argv[0]!r}: {_spawn_error(exc, self.spec.cwd)}\n"
         fd = _open_append(self.state_dir / STDERR_FILE)
         try:
             os.write(fd, message.encode())
@@ -450,22 +476,82 @@ class Supervisor:
         }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m jobd.worker.supervisor STATE_DIR", file=sys.stderr)
-        return EXIT_USAGE
-    state_dir = Path(args[0]).resolve()
+def supervise(state_dir: Path, on_started: Callable[[], None] | None = None) -> int:
+    """Be state_dir's supervisor until the job is over; the process's exit code."""
     wakeups = _Wakeups()  # first: a stop signal must never find the default action
     os.chdir("/")  # keep no directory of the agent's busy
     if _take_lock(state_dir) is None or (state_dir / STATUS_FILE).exists():
         _log(f"{state_dir} has a live supervisor or a finished job already")
         return EXIT_ALREADY_SUPERVISED
     _become_subreaper()
-    status = Supervisor(state_dir, wakeups).run()
+    status = Supervisor(state_dir, wakeups, on_started).run()
     write_json_atomic(state_dir / STATUS_FILE, status)
     _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
     return 0
+
+
+def serve_launches(requests: int = 0, replies: int = 1) -> int:
+    """The launcher: fork a supervisor for each state directory read, one per line.
+
+    Starting a Python interpreter per job costs ~30 ms of CPU, more than the jobs of a busy
+    worker run for; a fork of this small, idle, single-threaded process costs ~1 ms. Each
+    reply is `PID\\n` once that supervisor's workload runs, or its end is recorded. The
+    launcher ends when the agent closes its end (dies); the supervisors, each in a session
+    of its own, do not notice.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
+    with open(requests, "rb", buffering=0, closefd=False) as lines:
+        for line in iter(lines.readline, b""):
+            state_dir = Path(os.fsdecode(line.rstrip(b"\n")))
+            os.write(replies, f"{_fork_supervisor(state_dir)}\n".encode())
+    return 0
+
+
+def _fork_supervisor(state_dir: Path) -> int:
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the supervisor
+        code = 1
+        try:
+            os.close(ready_r)
+            os.setsid()
+            _own_stdio(state_dir)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            code = supervise(state_dir, on_started=_closer(ready_w))
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.read(ready_r, 1)  # EOF: the workload runs, or the supervisor is over
+    os.close(ready_r)
+    return pid
+
+
+def _own_stdio(state_dir: Path) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    log = _open_append(state_dir / LOG_FILE)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+
+
+def _closer(fd: int) -> Callable[[], None]:
+    def close() -> None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    return close
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--launcher"]:
+        return serve_launches()
+    if len(args) != 1:
+        print("usage: python -m jobd.worker.supervisor STATE_DIR | --launcher", file=sys.stderr)
+        return EXIT_USAGE
+    return supervise(Path(args[0]).resolve())
 
 
 if __name__ == "__main__":

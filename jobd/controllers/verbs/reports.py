@@ -38,10 +38,16 @@ def report_stopping(ctx: Context, job: Job, worker: str) -> Job:
 
 
 def report_complete(
-    ctx: Context, job: Job, worker: str, exit_code: int | None, exit_signal: int | None
+    ctx: Context,
+    job: Job,
+    worker: str,
+    exit_code: int | None,
+    exit_signal: int | None,
+    failure: tuple[str, str] | None = None,
 ) -> Job:
     """The workload exited; the final phase follows from the desired one and the exit."""
-    new, events = transitions.complete(job, worker, exit_code, exit_signal, ctx.clock.now())
+    now = ctx.clock.now()
+    new, events = transitions.complete(job, worker, exit_code, exit_signal, now, failure)
     return _write(ctx, job, new, events)
 
 
