@@ -31,7 +31,6 @@ from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner import Runner, detect_runner
 from jobd.worker.supervision import Launcher, adopt, kill_orphaned_workload
-from jobd.worker.supervisor import SPEC_FILE
 
 __all__ = ["Agent"]
 
@@ -152,8 +151,8 @@ class Agent:
     def _readopt_one(self, state_dir: Path) -> None:
         assert self._tg is not None and self.link is not None
         record = JobRecord.load(state_dir)
-        if record is None or not (state_dir / SPEC_FILE).exists() or record.drained:
-            return
+        if record is None or record.drained:
+            return  # a stranger, or over and shipped (kept by --keep-job-files)
         supervised = adopt(state_dir)
         if supervised is None:  # gone without a word: end what it left running
             kill_orphaned_workload(state_dir)
@@ -199,16 +198,16 @@ class Agent:
         self.executions[execution.job_id] = execution
 
         async def supervise() -> None:
+            # On shutdown (cancelled) nothing is killed and the job stays counted: its
+            # supervisor carries on alone, and the next agent re-adopts it.
             try:
                 await execution.run()
             except Exception:  # run() turns a job's errors into its failure; belt and braces
                 log.exception("execution_failed", job=execution.job_id)
-            finally:
-                # On shutdown too, nothing is killed: the supervisor carries on alone.
-                if execution.start_failed:
-                    self.failed_starts.add((execution.job_id, execution.attempt))
-                if self.executions.get(execution.job_id) is execution:
-                    del self.executions[execution.job_id]
+            if execution.start_failed:
+                self.failed_starts.add((execution.job_id, execution.attempt))
+            if self.executions.get(execution.job_id) is execution:
+                del self.executions[execution.job_id]
 
         self._tg.start_soon(supervise)
 

@@ -27,7 +27,7 @@ from jobd.logconfig import get_logger
 from jobd.wire.models import Completion
 from jobd.worker.checkpoints import checkpoint_dir, ensure_checkpoint_dir, find_resume_target
 from jobd.worker.following import OutputFollower, SentinelWatch
-from jobd.worker.jobrecord import JobRecord, boot_id, job_dir
+from jobd.worker.jobrecord import JobRecord, boot_id, job_dir, made_this_boot
 from jobd.worker.launching import StartFailed, check_launchable, start_supervised
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner import Runner
@@ -218,13 +218,14 @@ class Execution:
                 raise StartFailed(f"{self.state_dir} holds a launch whose supervisor is gone")
             return
         self.supervised = await start_supervised(self.launcher, self.runner, self.state_dir, spec)
-        record = self.supervised.record()
-        if record is not None:
-            self.record.supervisor_pid = record.supervisor.pid
-            self.record.supervisor_start_time = record.supervisor.start_time
-        await self.save()
         where = str(self.state_dir)
         self.link.event("process_started", job.id, attempt=self.attempt, state_dir=where)
+        record = self.supervised.record()
+        if record is not None:
+            # Kept in memory, written with the first thing worth writing (output shipped, a
+            # stop): until then the supervisor's own spec.json and supervisor.json say it all.
+            self.record.supervisor_pid = record.supervisor.pid
+            self.record.supervisor_start_time = record.supervisor.start_time
 
     async def _start_failed(self, exc: Exception) -> None:
         message = str(exc) if isinstance(exc, StartFailed) else f"{type(exc).__name__}: {exc}"
@@ -287,7 +288,8 @@ class Execution:
             reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
         await self.link.report_many(self.job_id, reports, self.attempt)
         self.record.complete_reported = True
-        await self.save()
+        if self.settings.keep_job_files or self.record.log_offset:
+            await self.save()  # else nothing to resume: a re-report would change nothing
         self.link.event(
             "process_exited", self.job_id, exit_code=ended.exit_code, signal=ended.signal_name
         )
@@ -295,7 +297,8 @@ class Execution:
     def _failure(self, ended: ExitRecord) -> dict[str, str]:
         """A reason of jobd's own where the exit code cannot say what happened."""
         if ended.lost:
-            same_boot = bool(self.record.boot_id) and self.record.boot_id == boot_id()
+            recorded = self.record.boot_id
+            same_boot = recorded == boot_id() if recorded else made_this_boot(self.state_dir)
             reason = "supervisor_lost" if same_boot else "host_restarted"
             return {"reason": reason, "message": ended.error or ""}
         if ended.error and ended.started_at is None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from jobd.worker.supervisor import SPEC_FILE, read_json, write_json_atomic
 
-__all__ = ["RECORD_NAME", "JobRecord", "boot_id", "job_dir", "parse_job_dir"]
+__all__ = ["RECORD_NAME", "JobRecord", "boot_id", "job_dir", "made_this_boot", "parse_job_dir"]
 
 RECORD_NAME = "agent.json"
 _DIR_NAME = re.compile(r"^(\d+)-(\d+)$")
@@ -40,6 +40,16 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
+
+
+def made_this_boot(path: Path) -> bool:
+    """Whether path was made since this host last booted (its state can be this boot's)."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+        btime = next(int(line.split()[1]) for line in lines if line.startswith("btime "))
+        return path.stat().st_mtime >= btime
+    except (OSError, StopIteration, ValueError):
+        return True
 
 
 @dataclass

@@ -267,7 +267,8 @@ def prepare(state_dir: Path, spec: SupervisedSpec) -> Path:
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if (state_dir / SPEC_FILE).exists():
         raise FileExistsError(f"{state_dir} already holds a launch")
-    write_json_atomic(state_dir / SPEC_FILE, asdict(spec))
+    # Read by this boot's supervisor only: no fsync on the way to a launch.
+    write_json_atomic(state_dir / SPEC_FILE, asdict(spec), durable=False)
     return state_dir
 
 

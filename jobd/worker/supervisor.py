@@ -89,18 +89,25 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Replace path with data, so a reader sees the old whole file or the new, never a part."""
+def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) -> None:
+    """Replace path with data, so a reader sees the old whole file or the new, never a part.
+
+    durable: fsync'd, so it survives a power cut too; without, it survives any process's
+    death (what only this boot's processes need to read).
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         payload = json.dumps(data, sort_keys=True).encode() + b"\n"
         while payload:
             payload = payload[os.write(fd, payload) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(dir_fd)  # the rename itself survives a power cut
@@ -344,6 +351,7 @@ class Supervisor:
 
     def write_record(self) -> None:
         spec, pid = self.spec, self.pid
+        # Pids and start times mean nothing after a reboot: no fsync for them.
         write_json_atomic(
             self.state_dir / RECORD_FILE,
             {
@@ -358,6 +366,7 @@ class Supervisor:
                 "state_dir": str(self.state_dir),
                 "started_at": self._status["started_at"],
             },
+            durable=False,
         )
 
     def _supervise(self) -> None:
