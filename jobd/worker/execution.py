@@ -43,6 +43,7 @@ from jobd.worker.supervisor import SPEC_FILE, read_json
 
 __all__ = [
     "Execution",
+    "attempt_of",
     "WorkerSettings",
     "effective_grace",
     "workload_env",

@@ -486,17 +486,15 @@ class Supervisor:
 
 
 def supervise(state_dir: Path, on_started: Callable[[], None] | None = None) -> int:
-    # on_started: told once the lock is held (from then on the supervisor is seen alive).
+    # on_started: told once the workload runs (a stop asked after it reaches the workload).
     """Be state_dir's supervisor until the job is over; the process's exit code."""
     wakeups = _Wakeups()  # first: a stop signal must never find the default action
     os.chdir("/")  # keep no directory of the agent's busy
     if _take_lock(state_dir) is None or (state_dir / STATUS_FILE).exists():
         _log(f"{state_dir} has a live supervisor or a finished job already")
         return EXIT_ALREADY_SUPERVISED
-    if on_started is not None:
-        on_started()  # the lock is held: the launcher may answer (launches do not queue)
     _become_subreaper()
-    status = Supervisor(state_dir, wakeups).run()
+    status = Supervisor(state_dir, wakeups, on_started).run()
     write_json_atomic(state_dir / STATUS_FILE, status)
     _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
     return 0
@@ -507,7 +505,7 @@ def serve_launches(requests: int = 0, replies: int = 1) -> int:
 
     Starting a Python interpreter per job costs ~30 ms of CPU, more than the jobs of a busy
     worker run for; a fork of this small, idle, single-threaded process costs ~1 ms. Each
-    reply is `PID\\n` once that supervisor holds its lock (is seen alive), or is over. The
+    reply is `PID\\n` once that supervisor's workload runs, or its end is recorded. The
     launcher ends when the agent closes its end (dies); the supervisors, each in a session
     of its own, do not notice.
     """
