@@ -43,8 +43,8 @@ from jobd.worker.supervisor import SPEC_FILE, read_json
 
 __all__ = [
     "Execution",
-    "attempt_of",
     "WorkerSettings",
+    "attempt_of",
     "effective_grace",
     "workload_env",
 ]
