@@ -177,7 +177,7 @@ class Agent:
         if running is None:
             if job.status.phase == Phase.SCHEDULED and job.status.worker == self.settings.name:
                 if (job.id, attempt_of(job)) in self.failed_starts:
-                    return  # reported start_failed already: never loop on it
+                    return  # failed alone already (start_failed, ...): never loop on it
                 if job.status.signal is not None:
                     # Stopped before it started: report at once, nothing to kill.
                     self._tg.start_soon(self.link.report, job.id, "complete")
@@ -204,7 +204,7 @@ class Agent:
                 await execution.run()
             except Exception:  # run() turns a job's errors into its failure; belt and braces
                 log.exception("execution_failed", job=execution.job_id)
-            if execution.start_failed:
+            if execution.failed:
                 self.failed_starts.add((execution.job_id, execution.attempt))
             if self.executions.get(execution.job_id) is execution:
                 del self.executions[execution.job_id]

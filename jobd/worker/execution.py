@@ -11,6 +11,7 @@ reported apart from log shipping, which catches up after it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Mapping
@@ -39,7 +40,7 @@ from jobd.worker.supervision import (
     adopt,
     kill_orphaned_workload,
 )
-from jobd.worker.supervisor import SPEC_FILE, read_json
+from jobd.worker.supervisor import RECORD_FILE, SPEC_FILE, read_json
 
 __all__ = [
     "Execution",
@@ -146,7 +147,7 @@ class Execution:
         self.adopted = False
         self.over = record.complete_reported  # the workload's end is known
         self.stop_sent = record.stop_reason is not None
-        self.start_failed = False
+        self.failed = False  # failed alone (start_failed, supervision_failed): never again
         self.launched = anyio.Event()  # launched (or failed to) and supervised
         self.finished = anyio.Event()
         self._started_reported = anyio.Event()  # told, or left to go with `complete`
@@ -166,7 +167,7 @@ class Execution:
     ) -> Execution:
         """The attempt an earlier agent left in state_dir (supervised None: its supervisor
         is gone without recording the end)."""
-        grace = _read_spec(state_dir).get("grace_s")
+        grace = _launch_record(state_dir).get("grace_s")
         grace_s = float(grace) if isinstance(grace, int | float) else settings.default_grace_s
         self = cls.__new__(cls)
         self._setup(record, state_dir, grace_s, settings, runner, link)
@@ -190,20 +191,21 @@ class Execution:
 
     async def run(self) -> None:
         """Launch (or take back) the workload and follow it until its end is reported and
-        its output shipped. Any error of one job's becomes that job's failure, nothing more."""
+        its output shipped. Any error of one job's becomes that job's failure, nothing more:
+        `start_failed` before its workload runs, `supervision_failed` after."""
         try:
             if not self.adopted:
                 await self._launch()
         except Exception as exc:
             self.launched.set()
-            await self._start_failed(exc)
+            await self._fail("start_failed", exc)
             return
         try:
             await self._supervise()
         except Exception as exc:  # never the agent's end: this job's alone
             log.exception("supervision_failed", job=self.job_id)
             if not self.record.complete_reported:
-                await self._start_failed(exc)
+                await self._fail("supervision_failed", exc)
 
     async def _launch(self) -> None:
         job = self.job
@@ -213,7 +215,7 @@ class Execution:
         ckpt = ensure_checkpoint_dir(self.settings.checkpoint_root, job.id)
         env = workload_env(job, self.settings, ckpt)
         spec = SupervisedSpec(argv, cwd, env, self.grace_s, job.id, self.attempt)
-        if (self.state_dir / SPEC_FILE).exists():  # launched before: never a second copy
+        if self.state_dir.exists():  # launched before: never a second copy
             self.supervised = adopt(self.state_dir)
             if self.supervised is None:
                 raise StartFailed(f"{self.state_dir} holds a launch whose supervisor is gone")
@@ -221,19 +223,20 @@ class Execution:
         self.supervised = await start_supervised(self.launcher, self.runner, self.state_dir, spec)
         where = str(self.state_dir)
         self.link.event("process_started", job.id, attempt=self.attempt, state_dir=where)
-        record = self.supervised.record()
-        if record is not None:
+        supervisor = self.supervised.supervisor
+        if supervisor is not None:
             # Kept in memory, written with the first thing worth writing (output shipped, a
             # stop): until then the supervisor's own spec.json and supervisor.json say it all.
-            self.record.supervisor_pid = record.supervisor.pid
-            self.record.supervisor_start_time = record.supervisor.start_time
+            self.record.supervisor_pid = supervisor.pid
+            self.record.supervisor_start_time = supervisor.start_time
 
-    async def _start_failed(self, exc: Exception) -> None:
+    async def _fail(self, reason: str, exc: Exception) -> None:
         message = str(exc) if isinstance(exc, StartFailed) else f"{type(exc).__name__}: {exc}"
-        self.over = self.start_failed = True
+        self.over = True
+        self.failed = True
         self.finished.set()
-        self.link.event("start_failed", self.job_id, error=message)
-        body = {"exit_code": None, "signal": None, "reason": "start_failed", "message": message}
+        self.link.event(reason, self.job_id, error=message)
+        body = {"exit_code": None, "signal": None, "reason": reason, "message": message}
         await self.link.report(self.job_id, "complete", self.attempt, **_wire(body))
         self.record.complete_reported = True
 
@@ -302,7 +305,8 @@ class Execution:
             same_boot = recorded == boot_id() if recorded else made_this_boot(self.state_dir)
             reason = "supervisor_lost" if same_boot else "host_restarted"
             return {"reason": reason, "message": ended.error or ""}
-        if ended.error and ended.started_at is None:
+        if ended.error and ended.started_at is None and ended.stop is None:
+            # (Stopped before its workload started: it ends as the stop says, never run.)
             return {"reason": "start_failed", "message": ended.error}
         return {}
 
@@ -311,7 +315,7 @@ class Execution:
         if self.settings.keep_job_files:
             await self.save()
         else:
-            await anyio.to_thread.run_sync(shutil.rmtree, self.state_dir, True)
+            _remove_flat_dir(self.state_dir)
 
     async def _report_started(self) -> None:
         """Tell the broker the workload runs, unless it is over within a few ms.
@@ -372,6 +376,24 @@ def _wire(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k in Completion.model_fields}
 
 
+def _remove_flat_dir(path: Path) -> None:
+    """Remove a job's state directory: a handful of files, no subdirectories (the
+    supervisor makes none). Inline, not in a thread: a few unlinks cost less than the hop."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return
+    for name in names:
+        try:
+            os.unlink(path / name)
+        except IsADirectoryError:
+            shutil.rmtree(path / name, ignore_errors=True)
+        except FileNotFoundError:
+            pass
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -379,5 +401,6 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _read_spec(state_dir: Path) -> dict[str, Any]:
-    return read_json(state_dir / SPEC_FILE) or {}
+def _launch_record(state_dir: Path) -> dict[str, Any]:
+    """supervisor.json, else spec.json (a supervisor that never started its workload)."""
+    return read_json(state_dir / RECORD_FILE) or read_json(state_dir / SPEC_FILE) or {}

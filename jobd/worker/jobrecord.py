@@ -5,18 +5,19 @@ the job back where the last one left it: which job and attempt, which supervisor
 start time, so a reused pid is not mistaken for it), the boot it ran in, how far each output
 file was shipped and where the broker's log stands, when a stop began (the sentinel is only
 looked for in stdout written after it), and what the broker has acknowledged. The
-supervisor's own files (spec.json, supervisor.json, status.json) say the rest, and are
+supervisor's own files (supervisor.json, status.json) say the rest, and are
 enough on their own when this record is lost.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from jobd.worker.supervisor import SPEC_FILE, read_json, write_json_atomic
+from jobd.worker.supervisor import RECORD_FILE, SPEC_FILE, read_json, write_json_atomic
 
 __all__ = ["RECORD_NAME", "JobRecord", "boot_id", "job_dir", "made_this_boot", "parse_job_dir"]
 
@@ -34,6 +35,7 @@ def parse_job_dir(path: Path) -> tuple[int, int] | None:
     return None if match is None else (int(match[1]), int(match[2]))
 
 
+@functools.cache
 def boot_id() -> str:
     """This boot of the host: a supervisor recorded in another boot cannot be alive."""
     try:
@@ -76,7 +78,8 @@ class JobRecord:
 
     @classmethod
     def load(cls, state_dir: Path) -> JobRecord | None:
-        """The record, or one rebuilt from the supervisor's spec.json when it is lost."""
+        """The record, or one rebuilt from the supervisor's files (or the directory's name)
+        when it is lost."""
         data = read_json(state_dir / RECORD_NAME)
         if data is not None:
             known = {f.name for f in fields(cls)}
@@ -85,7 +88,7 @@ class JobRecord:
             except TypeError:
                 pass  # damaged: rebuild it below
         named = parse_job_dir(state_dir)
-        spec = read_json(state_dir / SPEC_FILE) or {}
+        spec = read_json(state_dir / RECORD_FILE) or read_json(state_dir / SPEC_FILE) or {}
         job_id, attempt = spec.get("job_id"), spec.get("attempt")
         if isinstance(job_id, int) and isinstance(attempt, int):
             return cls(job_id, attempt)

@@ -8,6 +8,7 @@ Runner.recover on adopt(), Handle.wait/stop on wait() and request_stop().
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -160,6 +161,11 @@ class SupervisedJob:
         self._child = child  # set when this agent launched it: it must reap it too
 
     @property
+    def supervisor(self) -> ProcessIdentity | None:
+        """The supervisor as launched or adopted (None: known by its files only)."""
+        return self._supervisor
+
+    @property
     def stdout_path(self) -> Path:
         return self.state_dir / STDOUT_FILE
 
@@ -300,35 +306,63 @@ def launch(state_dir: Path, spec: SupervisedSpec, prefix: list[str] | None = Non
 class Launcher:
     """Supervisors forked by one small launcher process (supervisor.serve_launches).
 
-    Forking it costs ~1 ms where starting an interpreter per job costs ~30 ms of CPU. The
-    launcher dies with the agent (it reads the agent's pipe to EOF); the supervisors it
-    forked, each in a session of its own, go on. One launch at a time.
+    Forking it costs ~1 ms where starting an interpreter per job costs ~30 ms of CPU.
+    Launches are pipelined: each request carries an id, the launcher forks at once and
+    reads the next, and each supervisor answers for itself, tagged with the id, once its
+    workload runs; so launches never queue behind one another's spawns. The launcher dies
+    with the agent (it reads the agent's pipe to EOF); the supervisors it forked, each in
+    a session of its own, go on.
     """
 
     def __init__(self) -> None:
         self._process: anyio.abc.Process | None = None
-        self._lock = anyio.Lock()
+        self._send_lock = anyio.Lock()
+        self._read_lock = anyio.Lock()
+        self._next_id = 0
         self._replies = b""
+        self._answers: dict[int, tuple[int, int]] = {}  # request id -> (pid, start time)
 
     async def launch(self, state_dir: Path, spec: SupervisedSpec) -> SupervisedJob:
-        """As launch(), returning once the workload runs or the supervisor is over."""
-        state_dir = await anyio.to_thread.run_sync(prepare, state_dir, spec)
-        async with self._lock:
-            pid = await self._ask(os.fsencode(state_dir) + b"\n")
-        return SupervisedJob(state_dir, supervisor=ProcessIdentity.of(pid))
+        """A supervisor for spec in state_dir, returned once the workload runs or the
+        supervisor is over (its status says which).
 
-    async def _ask(self, request: bytes) -> int:
-        process = await self._started()
-        assert process.stdin is not None and process.stdout is not None
+        Raises FileExistsError if state_dir holds a launch whose supervisor is gone.
+        """
+        state_dir = state_dir.absolute()
+        self._next_id += 1
+        request_id = self._next_id
+        # vars(), not asdict(): asdict deep-copies the environment, ~1 ms a job.
+        request = {"id": request_id, "state_dir": str(state_dir), "spec": vars(spec)}
+        pid, start_time = await self._ask(request_id, json.dumps(request).encode() + b"\n")
+        if pid == 0:  # launched before (by an agent that died since): never a second copy
+            adopted = adopt(state_dir)
+            if adopted is None:
+                raise FileExistsError(f"{state_dir} holds a launch whose supervisor is gone")
+            return adopted
+        return SupervisedJob(state_dir, supervisor=ProcessIdentity(pid, start_time))
+
+    async def _ask(self, request_id: int, request: bytes) -> tuple[int, int]:
         try:
-            await process.stdin.send(request)
-            while b"\n" not in self._replies:
-                self._replies += await process.stdout.receive()
+            process = await self._started()
+            assert process.stdin is not None
+            async with self._send_lock:
+                await process.stdin.send(request)
+            while request_id not in self._answers:
+                async with self._read_lock:  # one reader at a time hands out every answer
+                    if request_id not in self._answers:
+                        await self._read_answers(process)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._process = None
             raise RuntimeError("the supervisor launcher died") from exc
-        line, _, self._replies = self._replies.partition(b"\n")
-        return int(line)
+        return self._answers.pop(request_id)
+
+    async def _read_answers(self, process: anyio.abc.Process) -> None:
+        assert process.stdout is not None
+        self._replies += await process.stdout.receive()
+        *lines, self._replies = self._replies.split(b"\n")
+        for line in lines:
+            request_id, pid, start_time = (int(field) for field in line.split())
+            self._answers[request_id] = (pid, start_time)
 
     async def _started(self) -> anyio.abc.Process:
         if self._process is None or self._process.returncode is not None:

@@ -12,10 +12,14 @@ whatever the agent's environment holds.
 
 The state directory, one per job attempt:
 
-    spec.json        written by the agent before launch (0600): argv, cwd, env, grace_s, job_id,
-                     attempt; read here, so nothing of the job travels on a command line
+    spec.json        only when started as `python -m jobd.worker.supervisor STATE_DIR` (the
+                     systemd path): argv, cwd, env, grace_s, job_id, attempt, written by the
+                     agent (0600), so nothing of the job travels on a command line; from the
+                     launcher, the spec comes in the launch request and the directory's
+                     existence marks the launch
     supervisor.lock  flock'ed for the supervisor's whole life: a held lock means it is alive
-    supervisor.json  the supervisor's and the workload's pids with their start times
+    supervisor.json  the supervisor's and the workload's pids with their start times, the
+                     job, attempt and grace: written once the workload runs
     stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
     stop             a stop request, written atomically by the agent: reason, grace_s
     stopping.json    the stop under way: when SIGTERM went, when SIGKILL is due and went
@@ -30,11 +34,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
+import gc
 import json
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -185,6 +190,10 @@ class Spec:
         data = read_json(path)
         if data is None:
             raise ValueError(f"no launch spec at {path}")
+        return cls.from_json(data)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Spec:
         argv, cwd, env = data.get("argv"), data.get("cwd"), data.get("env")
         grace = _grace(data.get("grace_s"))
         if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
@@ -284,30 +293,52 @@ def _spawn_error(exc: Exception, cwd: str) -> str:
     return str(exc)
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
 def _become_subreaper() -> None:
     """Orphans of the job are reparented to us, not to init, so they are found and reaped."""
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        libc = _libc()
+        if libc is not None and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             _log("cannot become a child subreaper; daemonized processes may escape")
 
 
-def _spawn(spec: Spec, state_dir: Path) -> subprocess.Popen[bytes]:
-    """The workload, leading a session and process group of its own, writing to the files."""
+def _spawn(spec: Spec, state_dir: Path) -> int:
+    """The workload's pid: it leads a session and process group of its own, its stdout and
+    stderr appended to the files.
+
+    posix_spawn (a vfork and an exec, no Python between them) costs a fraction of
+    subprocess.Popen's setup. It takes no directory, so the supervisor steps into the
+    job's for the spawn; and it looks argv[0] up in our PATH, so that is the job's.
+    """
     out, err = _open_append(state_dir / STDOUT_FILE), _open_append(state_dir / STDERR_FILE)
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    os.environ["PATH"] = spec.env.get("PATH", os.defpath)
     try:
-        return subprocess.Popen(
+        os.chdir(spec.cwd)
+        return os.posix_spawnp(
+            spec.argv[0],
             spec.argv,
-            cwd=spec.cwd,
-            env=spec.env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
+            spec.env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, null, 0),
+                (os.POSIX_SPAWN_DUP2, out, 1),
+                (os.POSIX_SPAWN_DUP2, err, 2),
+            ],
+            setsid=True,
+            # What Python ignores (and a workload must not inherit ignored), as Popen does.
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
         )
     finally:
-        os.close(out)
-        os.close(err)
+        os.chdir("/")
+        for fd in (null, out, err):
+            os.close(fd)
 
 
 class Supervisor:
@@ -326,28 +357,26 @@ class Supervisor:
         self._last_request: dict[str, Any] | None = None
         self._status: dict[str, Any] = {"started_at": None, "workload_pid": None, "error": None}
 
-    def run(self) -> dict[str, Any]:
+    def run(self, spec: Spec | None = None) -> dict[str, Any]:
+        """The job's whole life; spec None: read it from spec.json."""
         try:
-            self.spec = spec = Spec.read(self.state_dir / SPEC_FILE)
+            self.spec = spec = spec or Spec.read(self.state_dir / SPEC_FILE)
         except ValueError as exc:
-            self.write_record()
             return self._finished(error=str(exc))
-        self.write_record()
         self._take_stop_request(self.wakeups.take())
-        if self.stop is not None:
+        if self.stop is not None:  # not started at all: the job ends stopped, never run
             return self._finished(error="stopped before the workload started")
         try:
-            workload = _spawn(spec, self.state_dir)
+            self.pid = pid = _spawn(spec, self.state_dir)
         except (OSError, ValueError, TypeError) as exc:  # a NUL byte raises ValueError
             return self._spawn_failed(exc)
-        self.pid = workload.pid
-        self._status.update(started_at=utc_now(), workload_pid=workload.pid)
+        self._status.update(started_at=utc_now(), workload_pid=pid)
+        # One record, once the workload runs: until then the held lock alone says we live.
         self.write_record()
         if self.on_started is not None:
             self.on_started()
         self._supervise()
-        workload.returncode = returncode = self._end_job()
-        return self._finished(returncode=returncode)
+        return self._finished(returncode=self._end_job())
 
     def write_record(self) -> None:
         spec, pid = self.spec, self.pid
@@ -485,55 +514,98 @@ class Supervisor:
         }
 
 
-def supervise(state_dir: Path, on_started: Callable[[], None] | None = None) -> int:
-    # on_started: told once the workload runs (a stop asked after it reaches the workload).
-    """Be state_dir's supervisor until the job is over; the process's exit code."""
+def supervise(
+    state_dir: Path,
+    on_started: Callable[[], None] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> int:
+    """Be state_dir's supervisor until the job is over; the process's exit code.
+
+    on_started: told once the workload runs (from then on a stop reaches the workload).
+    spec: the launch spec, from the launcher's request (None: read it from spec.json,
+    which whoever started us wrote).
+    """
     wakeups = _Wakeups()  # first: a stop signal must never find the default action
     os.chdir("/")  # keep no directory of the agent's busy
     if _take_lock(state_dir) is None or (state_dir / STATUS_FILE).exists():
         _log(f"{state_dir} has a live supervisor or a finished job already")
         return EXIT_ALREADY_SUPERVISED
     _become_subreaper()
-    status = Supervisor(state_dir, wakeups, on_started).run()
+    try:
+        parsed = None if spec is None else Spec.from_json(spec)
+    except ValueError as exc:
+        status = Supervisor(state_dir, wakeups)._finished(error=str(exc))
+    else:
+        status = Supervisor(state_dir, wakeups, on_started).run(parsed)
     write_json_atomic(state_dir / STATUS_FILE, status)
     _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
     return 0
 
 
 def serve_launches(requests: int = 0, replies: int = 1) -> int:
-    """The launcher: fork a supervisor for each state directory read, one per line.
+    """The launcher: fork a supervisor for each launch request read, one JSON line each.
 
     Starting a Python interpreter per job costs ~30 ms of CPU, more than the jobs of a busy
-    worker run for; a fork of this small, idle, single-threaded process costs ~1 ms. Each
-    reply is `PID\\n` once that supervisor's workload runs, or its end is recorded. The
-    launcher ends when the agent closes its end (dies); the supervisors, each in a session
-    of its own, do not notice.
+    worker run for; a fork of this small, idle, single-threaded process costs ~1 ms. The
+    launcher never waits for a supervisor: requests are pipelined, and each supervisor
+    itself writes its reply, `ID PID START_TIME\n` (under PIPE_BUF, so replies never
+    interleave), to the pipe it inherits, once its workload runs or its end is recorded;
+    PID 0 means the directory holds a launch already. The launcher ends when the agent
+    closes its end (dies); the supervisors, each in a session of its own, do not notice.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
-    with open(requests, "rb", buffering=0, closefd=False) as lines:
-        for line in iter(lines.readline, b""):
-            state_dir = Path(os.fsdecode(line.rstrip(b"\n")))
-            os.write(replies, f"{_fork_supervisor(state_dir)}\n".encode())
+    _libc()  # loaded once here, not in every supervisor
+    # A collection in a forked child would touch (and so copy) much of the heap: the
+    # launcher's objects are frozen out of its reach, and a supervisor makes few of its own.
+    gc.disable()
+    gc.freeze()
+    with open(requests, "rb", closefd=False) as lines:
+        for line in lines:
+            if os.fork() == 0:
+                _run_forked_supervisor(line, replies)  # never returns
     return 0
 
 
-def _fork_supervisor(state_dir: Path) -> int:
-    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:  # the supervisor
-        code = 1
+def _run_forked_supervisor(line: bytes, replies: int) -> None:
+    code, reply = 1, _Reply(os.dup(replies))  # os.dup: close-on-exec, no workload gets it
+    try:
+        os.setsid()
+        request = json.loads(line)
+        reply.request_id = int(request["id"])
+        state_dir = Path(request["state_dir"])
+        state_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
-            os.close(ready_r)
-            os.setsid()
-            _own_stdio(state_dir)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            code = supervise(state_dir, on_started=_closer(ready_w))
-        finally:
-            os._exit(code)
-    os.close(ready_w)
-    os.read(ready_r, 1)  # EOF: the workload runs, or the supervisor is over
-    os.close(ready_r)
-    return pid
+            state_dir.mkdir(mode=0o700)  # the directory is the mark of a launch
+        except FileExistsError:  # launched before: never a second copy
+            reply.send(pid=0)
+            return
+        _own_stdio(state_dir)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        code = supervise(state_dir, on_started=reply.send, spec=request["spec"])
+    except BaseException as exc:  # a forked child must never unwind into the launcher loop
+        _log(f"launch failed: {type(exc).__name__}: {exc}")
+    finally:
+        reply.send()  # no-op if sent; else the agent learns of the end at once
+        os._exit(code)
+
+
+class _Reply:
+    """A supervisor's one answer to its launch request, on the launcher's reply pipe."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.request_id: int | None = None
+
+    def send(self, pid: int | None = None) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        pid = os.getpid() if pid is None else pid
+        if self.request_id is not None:
+            line = f"{self.request_id} {pid} {start_time(pid) if pid else 0}\n"
+            with contextlib.suppress(OSError):  # EPIPE: the agent is gone, the job goes on
+                os.write(fd, line.encode())
+        os.close(fd)
 
 
 def _own_stdio(state_dir: Path) -> None:
@@ -544,14 +616,6 @@ def _own_stdio(state_dir: Path) -> None:
     os.dup2(log, 2)
     os.close(null)
     os.close(log)
-
-
-def _closer(fd: int) -> Callable[[], None]:
-    def close() -> None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-    return close
 
 
 def main(argv: list[str] | None = None) -> int:
