@@ -246,13 +246,14 @@ class SupervisedJob:
         return self._supervisor
 
     def _signal_supervisor(self, sig: int) -> bool:
-        # Only once the record exists: the supervisor writes it after its handlers are in
-        # place, and before that SIGUSR1's default action would kill it. The stop file
-        # alone reaches it within its poll interval.
-        record = self.record()
-        if record is None:
-            return False
-        pidfd = _pidfd_of(record.supervisor)
+        # Only a supervisor known to have its handlers in place (before that, SIGUSR1's
+        # default action would kill it): one that answered its launch, holds its lock, or
+        # wrote its record. The stop file alone reaches it within its poll interval.
+        identity = self._supervisor
+        if identity is None:
+            record = self.record()
+            identity = None if record is None else record.supervisor
+        pidfd = _pidfd_of(identity)
         if pidfd is None:
             return False
         try:

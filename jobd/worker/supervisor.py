@@ -371,10 +371,10 @@ class Supervisor:
         except (OSError, ValueError, TypeError) as exc:  # a NUL byte raises ValueError
             return self._spawn_failed(exc)
         self._status.update(started_at=utc_now(), workload_pid=pid)
+        if self.on_started is not None:
+            self.on_started()  # first: the agent waits for it, and needs nothing below
         # One record, once the workload runs: until then the held lock alone says we live.
         self.write_record()
-        if self.on_started is not None:
-            self.on_started()
         self._supervise()
         return self._finished(returncode=self._end_job())
 

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from jobd.api.models import Job, JobSpec, ObjectMeta
+from jobd.controllers.clock import SystemClock
+from jobd.controllers.verbs.admission import create_jobs
+from jobd.store import open_store, sqlite_url
 from tests.e2e.harness import Jobd, manifest, start_jobd, stop_jobd, write_script
 
 # Prints numbered lines (or stays silent), appends its pid to a file at each start, waits
@@ -181,6 +185,43 @@ def test_a_job_that_cannot_start_fails_alone(tmp_path: Path) -> None:
         assert jobd.process.poll() is None
         go.touch()
         assert jobd.wait_phase(good, "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
+    finally:
+        stop_jobd(jobd)
+
+
+def test_a_poison_row_written_behind_the_brokers_back_fails_alone(tmp_path: Path) -> None:
+    """What an older broker accepted (a NUL in argv, an env key with `=`) fails alone."""
+    jobd = start_jobd(tmp_path, "--slots", "3")
+    argv = write_script(tmp_path, "work.py", WORKLOAD)
+    go = tmp_path / "go"
+    good = _apply(jobd, "good", [*argv, str(tmp_path / "good"), "4", str(go), "1"])
+    jobd.wait_phase(good, "Running")
+    stop_jobd(jobd, end_jobs=False)  # the job runs on; the broker is away
+    store = open_store(sqlite_url(tmp_path / "data"))
+    try:
+        poison = [
+            Job(metadata=ObjectMeta(name="nul", project="default"), spec=spec)
+            for spec in (
+                JobSpec(command=["echo", "a\0b"], cwd=str(tmp_path)),
+                JobSpec(command=["true"], cwd=str(tmp_path), env={"A=B": "1"}),
+            )
+        ]
+        poison[1].metadata.name = "eq"
+        created = create_jobs(store, poison, SystemClock())
+    finally:
+        store.close()
+    jobd = start_jobd(tmp_path, "--slots", "3")
+    try:
+        for job, words in zip(created, ["NUL", "="], strict=True):
+            doc = jobd.wait_phase(job.id, "Failed", "Succeeded")
+            assert doc["status"]["reason"] == "start_failed"
+            assert words in doc["status"]["message"]
+        assert jobd.get(good)["status"]["phase"] == "Running"
+        assert jobd.process.poll() is None
+        go.touch()
+        doc = jobd.wait_phase(good, "Succeeded", "Failed")
+        assert doc["status"]["exit_code"] == 4
+        assert len((tmp_path / "good.starts").read_text().split()) == 1
     finally:
         stop_jobd(jobd)
 
