@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check lint typecheck unit run bench clean
+.PHONY: test soak check lint typecheck unit run bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak"
+
+# Long fault-injection runs (minutes), kept out of `make test`.
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak
 
 check: test
 

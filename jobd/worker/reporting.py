@@ -21,7 +21,7 @@ from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
 
-__all__ = ["BrokerLink", "LogShipper"]
+__all__ = ["BrokerLink"]
 
 log = get_logger()
 _FINAL_STATUSES = range(400, 500)
@@ -142,37 +142,3 @@ def _batched(
     if attempt is not None and "attempt" in BatchedReport.model_fields:
         fields = {**fields, "attempt": attempt}
     return BatchedReport.model_validate({"job": job_id, "verb": verb, **fields})
-
-
-class LogShipper:
-    """Buffers one job's output and appends it to the broker at increasing offsets."""
-
-    def __init__(self, link: BrokerLink, job_id: int, flush_bytes: int = 256 * 1024) -> None:
-        self.link, self.job_id, self.flush_bytes = link, job_id, flush_bytes
-        self.offset = 0
-        self._buffer = bytearray()
-        self._pending = anyio.Event()
-        self._closed = False
-
-    def write(self, data: bytes) -> None:
-        self._buffer += data
-        self._pending.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._pending.set()
-
-    async def run(self, interval_s: float = 0.1) -> None:
-        """Ship until closed and drained; batches what arrives within interval_s."""
-        while True:
-            await self._pending.wait()
-            self._pending = anyio.Event()
-            if not self._closed:
-                await anyio.sleep(interval_s)
-            while self._buffer:
-                chunk = bytes(self._buffer[: self.flush_bytes])
-                held = await self.link.call(calls.append_logs(self.job_id, self.offset, chunk))
-                del self._buffer[: len(chunk)]
-                self.offset += len(chunk) if held is not None else 0
-            if self._closed:
-                return

@@ -253,6 +253,8 @@ class SupervisedJob:
         if identity is None:
             record = self.record()
             identity = None if record is None else record.supervisor
+        if identity is None and self._child is not None and lock_is_held(self.state_dir):
+            identity = ProcessIdentity.of(self._child.pid)  # our unreaped child: no reuse
         pidfd = _pidfd_of(identity)
         if pidfd is None:
             return False
