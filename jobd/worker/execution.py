@@ -226,7 +226,7 @@ class Execution:
         supervisor = self.supervised.supervisor
         if supervisor is not None:
             # Kept in memory, written with the first thing worth writing (output shipped, a
-            # stop): until then the supervisor's own spec.json and supervisor.json say it all.
+            # stop): until then the supervisor's own supervisor.json says it all.
             self.record.supervisor_pid = supervisor.pid
             self.record.supervisor_start_time = supervisor.start_time
 

@@ -2,8 +2,7 @@
 
 The supervisor (jobd.worker.supervisor) holds a job's output files and exit status and
 outlives the agent; this module is all an agent needs to work with it through the job's
-state directory. The next stage builds the runner interface on it: Runner.start on launch(),
-Runner.recover on adopt(), Handle.wait/stop on wait() and request_stop().
+state directory. Its user is jobd.worker.execution (one Execution per job attempt).
 """
 
 from __future__ import annotations
