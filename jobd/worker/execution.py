@@ -154,6 +154,7 @@ class Execution:
         self._report_started_now = anyio.Event()  # ends STARTED_REPORT_DELAY_S early
         self._sentinel_done: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._save_lock = anyio.Lock()
 
     @classmethod
     def adopting(
@@ -187,7 +188,10 @@ class Execution:
         return self.record.attempt
 
     async def save(self) -> None:
-        await anyio.to_thread.run_sync(self.record.save, self.state_dir)
+        # One save at a time (follower, stop, sentinel all save): in order, never racing
+        # over the same temporary file.
+        async with self._save_lock:
+            await anyio.to_thread.run_sync(self.record.save, self.state_dir)
 
     async def run(self) -> None:
         """Launch (or take back) the workload and follow it until its end is reported and
@@ -336,6 +340,12 @@ class Execution:
         if self.stop_sent or self.over:
             return
         self.stop_sent = True
+        try:
+            await self._stop(reason)
+        except Exception:  # a job's stop must never take the agent down
+            log.exception("stop_failed", job=self.job_id, reason=reason)
+
+    async def _stop(self, reason: str) -> None:
         await self.launched.wait()
         if self.supervised is None or self.over:
             return  # over already (a job whose end the broker heard first): nothing to stop

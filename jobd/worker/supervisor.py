@@ -41,6 +41,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -100,7 +101,8 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
     durable: fsync'd, so it survives a power cut too; without, it survives any process's
     death (what only this boot's processes need to read).
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Unique per thread too: an agent may save from several threads at once.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         payload = json.dumps(data, sort_keys=True).encode() + b"\n"
