@@ -14,7 +14,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak"
+
+# Long fault-injection runs (minutes: kill -9 of the broker during submits, of the agent
+# with jobs running), kept out of `make test`.
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak
 
 check: test
 
@@ -27,10 +32,6 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
-
-# Long repetitions of faults (e.g. kill -9 of the broker 200 times during submits).
-soak: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak
 
 # The venv's bin goes first on PATH so workloads' `python3` can import jobd.client.
 run: $(STAMP)

@@ -142,8 +142,10 @@ def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
     if body.checkpoint_latest and not job.status.phase.terminal:
         job = job.evolve()
         job.status.checkpoint_latest = body.checkpoint_latest
-    ctx, code, sig = state.ctx, body.exit_code, body.signal
-    return reports.report_complete(ctx, job, body.worker, code, sig, body.attempt)
+    failure = None if body.reason is None else (body.reason, body.message or "")
+    return reports.report_complete(
+        state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure
+    )
 
 
 def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from jobd.broker.state import BrokerConfig
+    from jobd.worker.agent import Agent
     from jobd.worker.execution import WorkerSettings
 
 __all__ = ["main"]
@@ -219,6 +220,29 @@ def worker_options(f: F) -> F:
             ),
         ),
         click.option(
+            "--state-dir",
+            envvar="JOBD_WORKER_STATE_DIR",
+            type=click.Path(path_type=Path),
+            help=(
+                "The worker's own state: a directory per job attempt (its supervisor's files, "
+                "output, exit status) under jobs/. [default: <data-dir>/worker/<name>]"
+            ),
+        ),
+        click.option(
+            "--max-log-bytes",
+            envvar="JOBD_MAX_LOG_BYTES",
+            type=click.IntRange(min=4096),
+            default=1 << 30,
+            show_default=True,
+            help="Per-job output kept on the worker, per file: its head and newest bytes.",
+        ),
+        click.option(
+            "--keep-job-files",
+            envvar="JOBD_WORKER_KEEP_JOB_FILES",
+            is_flag=True,
+            help="Keep a job's state directory (and output) once it is over and shipped.",
+        ),
+        click.option(
             "--lease",
             "lease_s",
             envvar="JOBD_WORKER_LEASE_SECONDS",
@@ -265,15 +289,18 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     env = dict(os.environ)
     if kw["checkpoint_root"]:
         env["JOBD_WORKER_CHECKPOINT_ROOT"] = kw["checkpoint_root"]
-    output = (kw.get("log_dir") or Path.home() / "jobd" / "logs") / "worker"
+    data_dir = kw.get("data_dir") or _default_data_dir()
+    state_dir = kw["state_dir"] or data_dir / "worker" / kw["name"]
     return WorkerSettings(
         name=kw["name"],
         slots=kw["slots"] or max(1, len(gpus)),
         gpus=gpus,
         checkpoint_root=checkpoint_root(env),
         default_grace_s=kw["default_grace"],
-        output_dir=output,
+        state_dir=state_dir,
         checkpoint_ttl_days=kw["checkpoint_ttl_days"],
+        max_log_bytes=kw["max_log_bytes"],
+        keep_job_files=kw["keep_job_files"],
     )
 
 
@@ -412,7 +439,7 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
     "--log-dir",
     envvar="JOBD_LOG_DIR",
     type=click.Path(path_type=Path),
-    help="Local copies of job output go to <log-dir>/worker/. [default: ~/jobd/logs]",
+    help="Not used by the worker: job output lives in its --state-dir. [default: ~/jobd/logs]",
 )
 @worker_options
 def worker(server: str, token: str | None, token_file: Path | None, **kw: Any) -> None:
@@ -431,9 +458,10 @@ def worker(server: str, token: str | None, token_file: Path | None, **kw: Any) -
     async def run() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg.cancel_scope)
-            await agent.run()  # on a signal: cancelled, and it kills its jobs on the way out
+            await agent.run()  # on a signal: cancelled; its jobs run on
 
     _run(run)
+    _say_jobs_run_on(agent)
 
 
 @cli.command()
@@ -468,10 +496,11 @@ def dev(**kw: Any) -> None:
                 async with anyio.create_task_group() as worker_tg:
                     worker_tg.start_soon(_until_signalled, agent_scope)
                     await agent.run()
-            # The worker has stopped (and killed its jobs); now the broker.
+            # The worker has stopped (its jobs run on); now the broker.
             _stop_broker(app, server)
 
     _run(both)
+    _say_jobs_run_on(agent)
     _log().info("stopped")
 
 
@@ -511,6 +540,15 @@ def _forget_token() -> None:
     """
     for name in ("JOBD_TOKEN", "JOBD_TOKEN_FILE"):
         os.environ.pop(name, None)
+
+
+def _say_jobs_run_on(agent: Agent) -> None:
+    """Stopping jobd stops no job: say how many run on, to be re-adopted at the next start."""
+    running = agent.running_jobs()
+    _log().info("jobs_keep_running", jobs=running, state_dir=str(agent.settings.state_dir))
+    if running:
+        noun = "job keeps" if running == 1 else "jobs keep"
+        click.echo(f"{running} {noun} running; the next start re-adopts them.", err=True)
 
 
 def _say_where(

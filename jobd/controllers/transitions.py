@@ -215,8 +215,13 @@ def complete(
     exit_signal: int | None,
     now: datetime,
     attempt: int | None = None,
+    failure: tuple[str, str] | None = None,
 ) -> tuple[Job, Events]:
-    """The workload exited; the final phase follows from the desired one and the exit."""
+    """The workload exited; the final phase follows from the desired one and the exit.
+
+    `failure` (reason, message) is the worker's word where no exit code can say it: the job
+    could not start (start_failed) or its end was never recorded (host_restarted).
+    """
     fence(job, worker, attempt)
     if job.status.phase in TERMINAL_PHASES:
         return job, []  # a retried or late report: what was decided stays decided
@@ -228,6 +233,8 @@ def complete(
     if desired in (P.PREEMPTED, P.CANCELLED):
         phase = desired
         reason = job.status.reason or ("preempted" if desired == P.PREEMPTED else "user")
+    elif failure is not None:
+        phase, (reason, job.status.message) = P.FAILED, failure
     elif exit_code == 0:
         phase, reason = P.SUCCEEDED, "exit 0"
     else:

@@ -156,6 +156,10 @@ class Completion(Report):
     exit_code: int | None = None
     signal: int | None = None
     checkpoint_latest: str | None = None
+    # Set when jobd, not the workload, decided the end: start_failed (it could not be
+    # started), host_restarted or supervisor_lost (its end was never recorded).
+    reason: str | None = Field(default=None, max_length=64)
+    message: str | None = Field(default=None, max_length=4096)
 
 
 # Each report's body, by the verb that names it in a batch and ends its own path.

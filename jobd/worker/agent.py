@@ -5,13 +5,17 @@ bound to it, so a job starts milliseconds after it is scheduled. Each change is
 reconciled against the local processes: a Scheduled job with no process is started; a
 job whose `signal` is set is stopped (SIGTERM, grace, SIGKILL); a job the broker no
 longer binds here is stopped. The heartbeat carries the jobs it runs, so the broker can
-reconcile the other direction. Next stage: Execution, one per job.
+reconcile the other direction. Each job runs under a supervisor that outlives the agent:
+at start the agent re-adopts every job an earlier agent left running (or ended meanwhile)
+before it says anything to the broker, and on its way out it stops none. Next stage:
+Execution, one per job attempt.
 """
 
 from __future__ import annotations
 
 import socket
 from functools import partial
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -23,9 +27,11 @@ from jobd.wire import calls
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
-from jobd.worker.execution import Execution, WorkerSettings
+from jobd.worker.execution import Execution, WorkerSettings, attempt_of
+from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner import Runner, detect_runner
+from jobd.worker.supervision import Launcher, adopt, kill_orphaned_workload
 
 __all__ = ["Agent"]
 
@@ -46,6 +52,8 @@ class Agent:
         self.runner = runner or detect_runner()
         self.lease_duration_s = lease_duration_s
         self.executions: dict[int, Execution] = {}
+        self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
+        self.launcher = Launcher()
         self.revision = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
@@ -57,16 +65,25 @@ class Agent:
             self.server, self.token, timeout=10.0, limits=limits, user_agent="jobd-worker"
         ) as client:
             self.link = BrokerLink(client, self.settings.name)
-            await self._register()
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                tg.start_soon(self.link.ship_events_forever)
-                tg.start_soon(self._heartbeat_forever)
-                if self.settings.checkpoint_ttl_days is not None:
-                    root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
-                    tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
-                await self._resync()
-                await self._watch_forever()
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    self._readopt()  # first: the heartbeat must name every job still ours
+                    await self._register()
+                    await self._serve(tg)
+            finally:
+                # Jobs run on under their supervisors; the launcher exits with its pipe.
+                await self.launcher.aclose()
+
+    async def _serve(self, tg: anyio.abc.TaskGroup) -> None:
+        assert self.link is not None
+        tg.start_soon(self.link.ship_events_forever)
+        tg.start_soon(self._heartbeat_forever)
+        if self.settings.checkpoint_ttl_days is not None:
+            root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
+            tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
+        await self._resync()
+        await self._watch_forever()
 
     async def _register(self) -> None:
         assert self.link is not None
@@ -119,12 +136,49 @@ class Agent:
                     self._reconcile(Job.model_validate(change.object))
             self.revision = max(self.revision, page.revision)
 
+    def running_jobs(self) -> int:
+        """Jobs whose workload is still running here (they outlive this agent)."""
+        return sum(1 for e in self.executions.values() if not e.over)
+
+    def _readopt(self) -> None:
+        """Take back every job attempt an earlier agent left under the state root."""
+        root = self.settings.state_dir / "jobs"
+        for state_dir in sorted(root.iterdir()) if root.is_dir() else []:
+            try:
+                self._readopt_one(state_dir)
+            except Exception:  # one damaged directory must not keep the others
+                log.exception("readopt_failed", state_dir=str(state_dir))
+
+    def _readopt_one(self, state_dir: Path) -> None:
+        assert self._tg is not None and self.link is not None
+        record = JobRecord.load(state_dir)
+        if record is None or record.drained:
+            return  # a stranger, or over and shipped (kept by --keep-job-files)
+        supervised = adopt(state_dir)
+        if supervised is None:  # gone without a word: end what it left running
+            kill_orphaned_workload(state_dir)
+        execution = Execution.adopting(
+            state_dir, record, supervised, self.settings, self.runner, self.link
+        )
+        ended = supervised is None or supervised.status() is not None
+        self.link.event(
+            "job_readopted",
+            record.job_id,
+            attempt=record.attempt,
+            ended=ended,
+            stopping=record.stop_reason,
+            state_dir=str(state_dir),
+        )
+        self._supervise(execution)
+
     def _reconcile(self, job: Job) -> None:
         """Drive local processes toward what the broker says about this job."""
         assert self._tg is not None and self.link is not None
         running = self.executions.get(job.id)
         if running is None:
             if job.status.phase == Phase.SCHEDULED and job.status.worker == self.settings.name:
+                if (job.id, attempt_of(job)) in self.failed_starts:
+                    return  # failed alone already (start_failed, ...): never loop on it
                 if job.status.signal is not None:
                     # Stopped before it started: report at once, nothing to kill.
                     report = partial(self.link.report, attempt=job.status.attempt)
@@ -138,18 +192,24 @@ class Agent:
             self._tg.start_soon(running.stop, job.status.signal)
 
     def _start(self, job: Job) -> None:
-        assert self._tg is not None and self.link is not None
-        execution = Execution(job, self.settings, self.runner, self.link)
-        self.executions[job.id] = execution
+        assert self.link is not None
+        self._supervise(Execution(job, self.settings, self.runner, self.link, self.launcher))
+
+    def _supervise(self, execution: Execution) -> None:
+        assert self._tg is not None
+        self.executions[execution.job_id] = execution
 
         async def supervise() -> None:
+            # On shutdown (cancelled) nothing is killed and the job stays counted: its
+            # supervisor carries on alone, and the next agent re-adopts it.
             try:
                 await execution.run()
-            finally:
-                # Also on shutdown: nothing of ours may keep running unsupervised.
-                with anyio.CancelScope(shield=True):
-                    await execution.kill_if_running()
-                self.executions.pop(job.id, None)
+            except Exception:  # run() turns a job's errors into its failure; belt and braces
+                log.exception("execution_failed", job=execution.job_id)
+            if execution.failed:
+                self.failed_starts.add((execution.job_id, execution.attempt))
+            if self.executions.get(execution.job_id) is execution:
+                del self.executions[execution.job_id]
 
         self._tg.start_soon(supervise)
 

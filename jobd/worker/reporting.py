@@ -21,7 +21,7 @@ from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
 
-__all__ = ["BrokerLink", "LogShipper"]
+__all__ = ["BrokerLink"]
 
 log = get_logger()
 _FINAL_STATUSES = range(400, 500)
@@ -62,7 +62,7 @@ class BrokerLink:
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def report(self, job_id: int, verb: str, **body: Any) -> None:
+    async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
         """Returns once the broker has acknowledged the report, or refused it for good.
 
         Reports travel in batches without waiting for company: the first reporter to
@@ -70,11 +70,16 @@ class BrokerLink:
         one, in its own task; reports made meanwhile go in the next. A busy worker's
         `started` and `complete` often share a request.
         """
-        await self.report_many(job_id, [(verb, body)])
+        await self.report_many(job_id, [(verb, body)], attempt)
 
-    async def report_many(self, job_id: int, reports: list[tuple[str, dict[str, Any]]]) -> None:
+    async def report_many(
+        self,
+        job_id: int,
+        reports: list[tuple[str, dict[str, Any]]],
+        attempt: int | None = None,
+    ) -> None:
         """Several reports on one job, in this order, in one request when none is in flight."""
-        pendings = [_Pending(_batched(job_id, verb, body)) for verb, body in reports]
+        pendings = [_Pending(_batched(job_id, verb, body, attempt)) for verb, body in reports]
         self._reports.extend(pendings)
         while not all(p.answered.is_set() for p in pendings):
             if self._in_flight is not None:
@@ -127,40 +132,13 @@ class BrokerLink:
             await anyio.sleep(interval_s)
 
 
-def _batched(job_id: int, verb: str, fields: dict[str, Any]) -> BatchedReport:
-    """One report for a batch; only the fields said travel."""
+def _batched(
+    job_id: int, verb: str, fields: dict[str, Any], attempt: int | None = None
+) -> BatchedReport:
+    """One report for a batch; only the fields said travel.
+
+    The run's attempt travels as soon as the wire's reports have a field for it (fencing).
+    """
+    if attempt is not None and "attempt" in BatchedReport.model_fields:
+        fields = {**fields, "attempt": attempt}
     return BatchedReport.model_validate({"job": job_id, "verb": verb, **fields})
-
-
-class LogShipper:
-    """Buffers one job's output and appends it to the broker at increasing offsets."""
-
-    def __init__(self, link: BrokerLink, job_id: int, flush_bytes: int = 256 * 1024) -> None:
-        self.link, self.job_id, self.flush_bytes = link, job_id, flush_bytes
-        self.offset = 0
-        self._buffer = bytearray()
-        self._pending = anyio.Event()
-        self._closed = False
-
-    def write(self, data: bytes) -> None:
-        self._buffer += data
-        self._pending.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._pending.set()
-
-    async def run(self, interval_s: float = 0.1) -> None:
-        """Ship until closed and drained; batches what arrives within interval_s."""
-        while True:
-            await self._pending.wait()
-            self._pending = anyio.Event()
-            if not self._closed:
-                await anyio.sleep(interval_s)
-            while self._buffer:
-                chunk = bytes(self._buffer[: self.flush_bytes])
-                held = await self.link.call(calls.append_logs(self.job_id, self.offset, chunk))
-                del self._buffer[: len(chunk)]
-                self.offset += len(chunk) if held is not None else 0
-            if self._closed:
-                return

@@ -2,12 +2,12 @@
 
 The supervisor (jobd.worker.supervisor) holds a job's output files and exit status and
 outlives the agent; this module is all an agent needs to work with it through the job's
-state directory. The next stage builds the runner interface on it: Runner.start on launch(),
-Runner.recover on adopt(), Handle.wait/stop on wait() and request_stop().
+state directory. Its user is jobd.worker.execution (one Execution per job attempt).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
+import anyio.to_thread
 
 import jobd
 from jobd.worker.runner.base import ExitResult, ProcessIdentity
 from jobd.worker.supervisor import (
+    LOCK_FILE,
     LOG_FILE,
     RECORD_FILE,
     SPEC_FILE,
@@ -37,6 +40,7 @@ from jobd.worker.supervisor import (
 
 __all__ = [
     "ExitRecord",
+    "Launcher",
     "StopRecord",
     "SupervisedJob",
     "SupervisedSpec",
@@ -156,6 +160,11 @@ class SupervisedJob:
         self._child = child  # set when this agent launched it: it must reap it too
 
     @property
+    def supervisor(self) -> ProcessIdentity | None:
+        """The supervisor as launched or adopted (None: known by its files only)."""
+        return self._supervisor
+
+    @property
     def stdout_path(self) -> Path:
         return self.state_dir / STDOUT_FILE
 
@@ -236,13 +245,16 @@ class SupervisedJob:
         return self._supervisor
 
     def _signal_supervisor(self, sig: int) -> bool:
-        # Only once the record exists: the supervisor writes it after its handlers are in
-        # place, and before that SIGUSR1's default action would kill it. The stop file
-        # alone reaches it within its poll interval.
-        record = self.record()
-        if record is None:
-            return False
-        pidfd = _pidfd_of(record.supervisor)
+        # Only a supervisor known to have its handlers in place (before that, SIGUSR1's
+        # default action would kill it): one that answered its launch, holds its lock, or
+        # wrote its record. The stop file alone reaches it within its poll interval.
+        identity = self._supervisor
+        if identity is None:
+            record = self.record()
+            identity = None if record is None else record.supervisor
+        if identity is None and self._child is not None and lock_is_held(self.state_dir):
+            identity = ProcessIdentity.of(self._child.pid)  # our unreaped child: no reuse
+        pidfd = _pidfd_of(identity)
         if pidfd is None:
             return False
         try:
@@ -254,8 +266,8 @@ class SupervisedJob:
         return True
 
 
-def launch(state_dir: Path, spec: SupervisedSpec) -> SupervisedJob:
-    """Start a supervisor for spec in a fresh state directory, in a session of its own.
+def prepare(state_dir: Path, spec: SupervisedSpec) -> Path:
+    """Write spec into a fresh state directory; its resolved path.
 
     Raises FileExistsError if state_dir already holds a launch (one directory per attempt).
     """
@@ -263,13 +275,24 @@ def launch(state_dir: Path, spec: SupervisedSpec) -> SupervisedJob:
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if (state_dir / SPEC_FILE).exists():
         raise FileExistsError(f"{state_dir} already holds a launch")
-    write_json_atomic(state_dir / SPEC_FILE, asdict(spec))
+    # Read by this boot's supervisor only: no fsync on the way to a launch.
+    write_json_atomic(state_dir / SPEC_FILE, asdict(spec), durable=False)
+    return state_dir
+
+
+def launch(state_dir: Path, spec: SupervisedSpec, prefix: list[str] | None = None) -> SupervisedJob:
+    """Start a supervisor for spec in a fresh state directory, in a session of its own.
+
+    `prefix` wraps the supervisor's command (`systemd-run --user --scope ...`, so the scope
+    holds the supervisor and the whole job). Raises FileExistsError as prepare() does.
+    """
+    state_dir = prepare(state_dir, spec)
     log = os.open(
         state_dir / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
     )
     try:
         child = subprocess.Popen(
-            [sys.executable, "-m", _SUPERVISOR_MODULE, str(state_dir)],
+            [*(prefix or []), sys.executable, "-m", _SUPERVISOR_MODULE, str(state_dir)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -280,6 +303,87 @@ def launch(state_dir: Path, spec: SupervisedSpec) -> SupervisedJob:
     finally:
         os.close(log)
     return SupervisedJob(state_dir, child=child)
+
+
+class Launcher:
+    """Supervisors forked by one small launcher process (supervisor.serve_launches).
+
+    Forking it costs ~1 ms where starting an interpreter per job costs ~30 ms of CPU.
+    Launches are pipelined: each request carries an id, the launcher forks at once and
+    reads the next, and each supervisor answers for itself, tagged with the id, once its
+    workload runs; so launches never queue behind one another's spawns. The launcher dies
+    with the agent (it reads the agent's pipe to EOF); the supervisors it forked, each in
+    a session of its own, go on.
+    """
+
+    def __init__(self) -> None:
+        self._process: anyio.abc.Process | None = None
+        self._send_lock = anyio.Lock()
+        self._read_lock = anyio.Lock()
+        self._next_id = 0
+        self._replies = b""
+        self._answers: dict[int, tuple[int, int]] = {}  # request id -> (pid, start time)
+
+    async def launch(self, state_dir: Path, spec: SupervisedSpec) -> SupervisedJob:
+        """A supervisor for spec in state_dir, returned once the workload runs or the
+        supervisor is over (its status says which).
+
+        Raises FileExistsError if state_dir holds a launch whose supervisor is gone.
+        """
+        state_dir = state_dir.absolute()
+        self._next_id += 1
+        request_id = self._next_id
+        # vars(), not asdict(): asdict deep-copies the environment, ~1 ms a job.
+        request = {"id": request_id, "state_dir": str(state_dir), "spec": vars(spec)}
+        pid, start_time = await self._ask(request_id, json.dumps(request).encode() + b"\n")
+        if pid == 0:  # launched before (by an agent that died since): never a second copy
+            adopted = adopt(state_dir)
+            if adopted is None:
+                raise FileExistsError(f"{state_dir} holds a launch whose supervisor is gone")
+            return adopted
+        return SupervisedJob(state_dir, supervisor=ProcessIdentity(pid, start_time))
+
+    async def _ask(self, request_id: int, request: bytes) -> tuple[int, int]:
+        try:
+            process = await self._started()
+            assert process.stdin is not None
+            async with self._send_lock:
+                await process.stdin.send(request)
+            while request_id not in self._answers:
+                async with self._read_lock:  # one reader at a time hands out every answer
+                    if request_id not in self._answers:
+                        await self._read_answers(process)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._process = None
+            raise RuntimeError("the supervisor launcher died") from exc
+        return self._answers.pop(request_id)
+
+    async def _read_answers(self, process: anyio.abc.Process) -> None:
+        assert process.stdout is not None
+        self._replies += await process.stdout.receive()
+        *lines, self._replies = self._replies.split(b"\n")
+        for line in lines:
+            request_id, pid, start_time = (int(field) for field in line.split())
+            self._answers[request_id] = (pid, start_time)
+
+    async def _started(self) -> anyio.abc.Process:
+        if self._process is None or self._process.returncode is not None:
+            self._replies = b""
+            self._process = await anyio.open_process(
+                [sys.executable, "-m", _SUPERVISOR_MODULE, "--launcher"],
+                stderr=None,
+                cwd="/",
+                env=_supervisor_env(),
+                start_new_session=True,  # Ctrl-C to the agent's terminal stops nothing here
+            )
+        return self._process
+
+    async def aclose(self) -> None:
+        """Close the launcher's pipe: it exits; the supervisors it forked run on."""
+        if self._process is not None:
+            with anyio.CancelScope(shield=True):
+                await self._process.aclose()
+            self._process = None
 
 
 def adopt(state_dir: Path) -> SupervisedJob | None:
@@ -330,7 +434,29 @@ def scan(root: Path) -> list[SupervisedJob]:
 
 
 def _find_supervisor(state_dir: Path) -> ProcessIdentity | None:
-    """The supervisor of state_dir by its command line, for when its record is lost."""
+    """The supervisor of state_dir, for when its record is lost: by the lock it holds, else
+    by its command line."""
+    return _lock_holder(state_dir) or _find_by_command_line(state_dir)
+
+
+def _lock_holder(state_dir: Path) -> ProcessIdentity | None:
+    """The process holding the lock file's flock, as /proc/locks names it (by inode)."""
+    try:
+        inode = (state_dir / LOCK_FILE).stat().st_ino
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].endswith(f":{inode}"):
+            identity = ProcessIdentity.of(int(fields[4]))
+            if identity is not None:
+                return identity
+    return None
+
+
+def _find_by_command_line(state_dir: Path) -> ProcessIdentity | None:
     wanted = ["-m", _SUPERVISOR_MODULE, str(state_dir)]
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

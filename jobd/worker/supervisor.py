@@ -12,10 +12,14 @@ whatever the agent's environment holds.
 
 The state directory, one per job attempt:
 
-    spec.json        written by the agent before launch (0600): argv, cwd, env, grace_s, job_id,
-                     attempt; read here, so nothing of the job travels on a command line
+    spec.json        only when started as `python -m jobd.worker.supervisor STATE_DIR` (the
+                     systemd path): argv, cwd, env, grace_s, job_id, attempt, written by the
+                     agent (0600), so nothing of the job travels on a command line; from the
+                     launcher, the spec comes in the launch request and the directory's
+                     existence marks the launch
     supervisor.lock  flock'ed for the supervisor's whole life: a held lock means it is alive
-    supervisor.json  the supervisor's and the workload's pids with their start times
+    supervisor.json  the supervisor's and the workload's pids with their start times, the
+                     job, attempt and grace: written once the workload runs
     stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
     stop             a stop request, written atomically by the agent: reason, grace_s
     stopping.json    the stop under way: when SIGTERM went, when SIGKILL is due and went
@@ -30,14 +34,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
+import gc
 import json
 import os
 import select
 import signal
-import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,18 +95,26 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Replace path with data, so a reader sees the old whole file or the new, never a part."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) -> None:
+    """Replace path with data, so a reader sees the old whole file or the new, never a part.
+
+    durable: fsync'd, so it survives a power cut too; without, it survives any process's
+    death (what only this boot's processes need to read).
+    """
+    # Unique per thread too: an agent may save from several threads at once.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         payload = json.dumps(data, sort_keys=True).encode() + b"\n"
         while payload:
             payload = payload[os.write(fd, payload) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(dir_fd)  # the rename itself survives a power cut
@@ -178,6 +192,10 @@ class Spec:
         data = read_json(path)
         if data is None:
             raise ValueError(f"no launch spec at {path}")
+        return cls.from_json(data)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Spec:
         argv, cwd, env = data.get("argv"), data.get("cwd"), data.get("env")
         grace = _grace(data.get("grace_s"))
         if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
@@ -260,38 +278,80 @@ def signal_job(pgid: int, sig: int) -> None:
             _signal_quietly(os.kill, pid, sig)
 
 
+def _no_children_left() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def _spawn_error(exc: Exception, cwd: str) -> str:
+    """What went wrong, in words that name the culprit (a missing cwd is not a missing argv[0])."""
+    if isinstance(exc, OSError):
+        if not os.path.isdir(cwd):
+            return f"the working directory {cwd} does not exist or is not a directory"
+        return f"{exc.strerror or exc} (in {cwd})"
+    return str(exc)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
 def _become_subreaper() -> None:
     """Orphans of the job are reparented to us, not to init, so they are found and reaped."""
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        libc = _libc()
+        if libc is not None and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             _log("cannot become a child subreaper; daemonized processes may escape")
 
 
-def _spawn(spec: Spec, state_dir: Path) -> subprocess.Popen[bytes]:
-    """The workload, leading a session and process group of its own, writing to the files."""
+def _spawn(spec: Spec, state_dir: Path) -> int:
+    """The workload's pid: it leads a session and process group of its own, its stdout and
+    stderr appended to the files.
+
+    posix_spawn (a vfork and an exec, no Python between them) costs a fraction of
+    subprocess.Popen's setup. It takes no directory, so the supervisor steps into the
+    job's for the spawn; and it looks argv[0] up in our PATH, so that is the job's.
+    """
     out, err = _open_append(state_dir / STDOUT_FILE), _open_append(state_dir / STDERR_FILE)
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    os.environ["PATH"] = spec.env.get("PATH", os.defpath)
     try:
-        return subprocess.Popen(
+        os.chdir(spec.cwd)
+        return os.posix_spawnp(
+            spec.argv[0],
             spec.argv,
-            cwd=spec.cwd,
-            env=spec.env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
+            spec.env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, null, 0),
+                (os.POSIX_SPAWN_DUP2, out, 1),
+                (os.POSIX_SPAWN_DUP2, err, 2),
+            ],
+            setsid=True,
+            # What Python ignores (and a workload must not inherit ignored), as Popen does.
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
         )
     finally:
-        os.close(out)
-        os.close(err)
+        os.chdir("/")
+        for fd in (null, out, err):
+            os.close(fd)
 
 
 class Supervisor:
     """One job's life, from its spec to its status.json."""
 
-    def __init__(self, state_dir: Path, wakeups: _Wakeups) -> None:
+    def __init__(
+        self, state_dir: Path, wakeups: _Wakeups, on_started: Callable[[], None] | None = None
+    ) -> None:
         self.state_dir = state_dir
         self.wakeups = wakeups
+        self.on_started = on_started  # told once the workload runs (the launcher's reply)
         self.spec: Spec | None = None
         self.pid: int | None = None  # the workload's, which is also its process group's id
         self.stop: dict[str, Any] | None = None
@@ -299,29 +359,30 @@ class Supervisor:
         self._last_request: dict[str, Any] | None = None
         self._status: dict[str, Any] = {"started_at": None, "workload_pid": None, "error": None}
 
-    def run(self) -> dict[str, Any]:
+    def run(self, spec: Spec | None = None) -> dict[str, Any]:
+        """The job's whole life; spec None: read it from spec.json."""
         try:
-            self.spec = spec = Spec.read(self.state_dir / SPEC_FILE)
+            self.spec = spec = spec or Spec.read(self.state_dir / SPEC_FILE)
         except ValueError as exc:
-            self.write_record()
             return self._finished(error=str(exc))
-        self.write_record()
         self._take_stop_request(self.wakeups.take())
-        if self.stop is not None:
+        if self.stop is not None:  # not started at all: the job ends stopped, never run
             return self._finished(error="stopped before the workload started")
         try:
-            workload = _spawn(spec, self.state_dir)
-        except OSError as exc:
+            self.pid = pid = _spawn(spec, self.state_dir)
+        except (OSError, ValueError, TypeError) as exc:  # a NUL byte raises ValueError
             return self._spawn_failed(exc)
-        self.pid = workload.pid
-        self._status.update(started_at=utc_now(), workload_pid=workload.pid)
+        self._status.update(started_at=utc_now(), workload_pid=pid)
+        if self.on_started is not None:
+            self.on_started()  # first: the agent waits for it, and needs nothing below
+        # One record, once the workload runs: until then the held lock alone says we live.
         self.write_record()
         self._supervise()
-        workload.returncode = returncode = self._end_job()
-        return self._finished(returncode=returncode)
+        return self._finished(returncode=self._end_job())
 
     def write_record(self) -> None:
         spec, pid = self.spec, self.pid
+        # Pids and start times mean nothing after a reboot: no fsync for them.
         write_json_atomic(
             self.state_dir / RECORD_FILE,
             {
@@ -336,6 +397,7 @@ class Supervisor:
                 "state_dir": str(self.state_dir),
                 "started_at": self._status["started_at"],
             },
+            durable=False,
         )
 
     def _supervise(self) -> None:
@@ -411,8 +473,12 @@ class Supervisor:
         been reused: the SIGKILL reaches the job's group and nobody else's.
         """
         assert self.pid is not None
-        signal_job(self.pid, signal.SIGKILL)
+        _signal_quietly(os.killpg, self.pid, signal.SIGKILL)
         _, wait_status = os.waitpid(self.pid, 0)
+        if _no_children_left():
+            # Being a subreaper, any process the job left would be our child by now.
+            return os.waitstatus_to_exitcode(wait_status)
+        signal_job(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + LEFTOVERS_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -424,9 +490,9 @@ class Supervisor:
                 self.wakeups.wait(0.05)
         return os.waitstatus_to_exitcode(wait_status)
 
-    def _spawn_failed(self, exc: OSError) -> dict[str, Any]:
+    def _spawn_failed(self, exc: Exception) -> dict[str, Any]:
         assert self.spec is not None
-        message = f"jobd: cannot start {self.spec.argv[0]!r} in {self.spec.cwd}: {exc.strerror}\n"
+        message = f"jobd: cannot start {self.spec.argv[0]!r}: {_spawn_error(exc, self.spec.cwd)}\n"
         fd = _open_append(self.state_dir / STDERR_FILE)
         try:
             os.write(fd, message.encode())
@@ -450,22 +516,118 @@ class Supervisor:
         }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m jobd.worker.supervisor STATE_DIR", file=sys.stderr)
-        return EXIT_USAGE
-    state_dir = Path(args[0]).resolve()
+def supervise(
+    state_dir: Path,
+    on_started: Callable[[], None] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> int:
+    """Be state_dir's supervisor until the job is over; the process's exit code.
+
+    on_started: told once the workload runs (from then on a stop reaches the workload).
+    spec: the launch spec, from the launcher's request (None: read it from spec.json,
+    which whoever started us wrote).
+    """
     wakeups = _Wakeups()  # first: a stop signal must never find the default action
     os.chdir("/")  # keep no directory of the agent's busy
     if _take_lock(state_dir) is None or (state_dir / STATUS_FILE).exists():
         _log(f"{state_dir} has a live supervisor or a finished job already")
         return EXIT_ALREADY_SUPERVISED
     _become_subreaper()
-    status = Supervisor(state_dir, wakeups).run()
+    try:
+        parsed = None if spec is None else Spec.from_json(spec)
+    except ValueError as exc:
+        status = Supervisor(state_dir, wakeups)._finished(error=str(exc))
+    else:
+        status = Supervisor(state_dir, wakeups, on_started).run(parsed)
     write_json_atomic(state_dir / STATUS_FILE, status)
     _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
     return 0
+
+
+def serve_launches(requests: int = 0, replies: int = 1) -> int:
+    """The launcher: fork a supervisor for each launch request read, one JSON line each.
+
+    Starting a Python interpreter per job costs ~30 ms of CPU, more than the jobs of a busy
+    worker run for; a fork of this small, idle, single-threaded process costs ~1 ms. The
+    launcher never waits for a supervisor: requests are pipelined, and each supervisor
+    itself writes its reply, `ID PID START_TIME\n` (under PIPE_BUF, so replies never
+    interleave), to the pipe it inherits, once its workload runs or its end is recorded;
+    PID 0 means the directory holds a launch already. The launcher ends when the agent
+    closes its end (dies); the supervisors, each in a session of its own, do not notice.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
+    _libc()  # loaded once here, not in every supervisor
+    # A collection in a forked child would touch (and so copy) much of the heap: the
+    # launcher's objects are frozen out of its reach, and a supervisor makes few of its own.
+    gc.disable()
+    gc.freeze()
+    with open(requests, "rb", closefd=False) as lines:
+        for line in lines:
+            if os.fork() == 0:
+                _run_forked_supervisor(line, replies)  # never returns
+    return 0
+
+
+def _run_forked_supervisor(line: bytes, replies: int) -> None:
+    code, reply = 1, _Reply(os.dup(replies))  # os.dup: close-on-exec, no workload gets it
+    try:
+        os.setsid()
+        request = json.loads(line)
+        reply.request_id = int(request["id"])
+        state_dir = Path(request["state_dir"])
+        state_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            state_dir.mkdir(mode=0o700)  # the directory is the mark of a launch
+        except FileExistsError:  # launched before: never a second copy
+            reply.send(pid=0)
+            return
+        _own_stdio(state_dir)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        code = supervise(state_dir, on_started=reply.send, spec=request["spec"])
+    except BaseException as exc:  # a forked child must never unwind into the launcher loop
+        _log(f"launch failed: {type(exc).__name__}: {exc}")
+    finally:
+        reply.send()  # no-op if sent; else the agent learns of the end at once
+        os._exit(code)
+
+
+class _Reply:
+    """A supervisor's one answer to its launch request, on the launcher's reply pipe."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.request_id: int | None = None
+
+    def send(self, pid: int | None = None) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        pid = os.getpid() if pid is None else pid
+        if self.request_id is not None:
+            line = f"{self.request_id} {pid} {start_time(pid) if pid else 0}\n"
+            with contextlib.suppress(OSError):  # EPIPE: the agent is gone, the job goes on
+                os.write(fd, line.encode())
+        os.close(fd)
+
+
+def _own_stdio(state_dir: Path) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    log = _open_append(state_dir / LOG_FILE)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--launcher"]:
+        return serve_launches()
+    if len(args) != 1:
+        print("usage: python -m jobd.worker.supervisor STATE_DIR | --launcher", file=sys.stderr)
+        return EXIT_USAGE
+    return supervise(Path(args[0]).resolve())
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from jobd.worker.supervision import adopt
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -114,13 +116,32 @@ def start_jobd(root: Path, *flags: str, env_extra: dict[str, str] | None = None)
     raise RuntimeError("jobd dev did not become ready in 20 s")
 
 
-def stop_jobd(jobd: Jobd) -> None:
+def stop_jobd(jobd: Jobd, end_jobs: bool = True) -> None:
+    """Stop `jobd dev`, then (end_jobs) the jobs it leaves running: stopping jobd stops none."""
     jobd.process.terminate()
     try:
         jobd.process.wait(10)
     except subprocess.TimeoutExpired:
         jobd.process.kill()
         jobd.process.wait()
+    if end_jobs:
+        end_all_jobs(jobd.root)
+
+
+def end_all_jobs(root: Path, timeout_s: float = 10.0) -> None:
+    """SIGKILL every job still supervised under root's worker state, through its supervisor
+    (a stop with no grace), so no test leaves a workload behind."""
+    live = [
+        job
+        for state_dir in sorted((root / "data" / "worker").glob("*/jobs/*"))
+        if (job := adopt(state_dir)) is not None and job.status() is None
+    ]
+    for job in live:
+        job.request_stop(0.0, "test_teardown")
+    deadline = time.monotonic() + timeout_s
+    while any(job.status() is None for job in live):
+        assert time.monotonic() < deadline, "a supervisor did not end its job at teardown"
+        time.sleep(0.05)
 
 
 def write_script(root: Path, name: str, body: str) -> list[str]:

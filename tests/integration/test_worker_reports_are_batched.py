@@ -258,7 +258,7 @@ async def test_a_job_that_ended_is_not_signalled_when_the_broker_says_it_is_over
         gpus=[],
         checkpoint_root=tmp_path / "ckpt",
         default_grace_s=5,
-        output_dir=tmp_path / "out",
+        state_dir=tmp_path / "state",
     )
     execution = Execution(job, settings, ProcessGroupRunner(), broker.link)
     with anyio.fail_after(10):

@@ -25,7 +25,7 @@ def _settings(default_grace: float = 60) -> WorkerSettings:
         gpus=[0, 1],
         checkpoint_root=Path("/ckpt"),
         default_grace_s=default_grace,
-        output_dir=Path("/tmp/out"),
+        state_dir=Path("/tmp/state"),
         base_env=WORKER_ENV,
     )
 

@@ -47,10 +47,11 @@ def report_complete(
     exit_code: int | None,
     exit_signal: int | None,
     attempt: int | None = None,
+    failure: tuple[str, str] | None = None,
 ) -> Job:
     """The workload exited; the final phase follows from the desired one and the exit."""
     now = ctx.clock.now()
-    new, events = transitions.complete(job, worker, exit_code, exit_signal, now, attempt)
+    new, events = transitions.complete(job, worker, exit_code, exit_signal, now, attempt, failure)
     return _write(ctx, job, new, events)
 
 

@@ -1,0 +1,72 @@
+"""The launcher forks supervisors without waiting for one before the next, and never twice.
+
+Each launch request carries an id and each supervisor answers for itself once its workload
+runs, so many launches at once each get their own supervisor, answer and exit code; a
+second launch into a directory that holds one returns the job already there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import anyio
+import pytest
+
+from jobd.worker.supervision import Launcher, SupervisedJob
+from tests.integration.supervised import (
+    child_subreaper,  # noqa: F401
+    python_spec,
+    state_root,  # noqa: F401
+)
+
+# Sleeps a little, then exits with the code it was given.
+SLEEPS_THEN_EXITS = "import sys, time; time.sleep(float(sys.argv[2])); sys.exit(int(sys.argv[1]))"
+
+
+@pytest.mark.anyio
+async def test_concurrent_launches_each_get_their_own_answer_and_exit(
+    state_root: Path,  # noqa: F811
+) -> None:
+    launcher = Launcher()
+    jobs: dict[int, SupervisedJob] = {}
+
+    async def launch(i: int) -> None:
+        spec = replace(python_spec(SLEEPS_THEN_EXITS, str(i % 7), "0.3"), job_id=i)
+        jobs[i] = await launcher.launch(state_root / f"{i}-1", spec)
+
+    try:
+        async with anyio.create_task_group() as tg:  # 16 requests in flight at once
+            for i in range(16):
+                tg.start_soon(launch, i)
+        supervisors = {job.supervisor for job in jobs.values()}
+        assert len(supervisors) == 16 and None not in supervisors
+        with anyio.fail_after(20):
+            ends = {i: await job.wait() for i, job in jobs.items()}
+        assert {i: end.exit_code for i, end in ends.items()} == {i: i % 7 for i in range(16)}
+        for i, job in jobs.items():  # each its own workload, in its own directory
+            record = job.record()
+            assert record is not None and record.job_id == i
+    finally:
+        await launcher.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_second_launch_into_the_same_directory_returns_the_first_job(
+    state_root: Path,  # noqa: F811
+) -> None:
+    launcher = Launcher()
+    state_dir = state_root / "7-1"
+    started = state_root / "starts"
+    code = "import sys, time; open(sys.argv[1], 'a').write('x'); time.sleep(0.5)"
+    spec = python_spec(code, str(started))
+    try:
+        first = await launcher.launch(state_dir, spec)
+        second = await launcher.launch(state_dir, spec)
+        assert second.supervisor == first.supervisor
+        with anyio.fail_after(10):
+            end = await first.wait()
+        assert end.exit_code == 0
+        assert started.read_text() == "x"  # started once
+    finally:
+        await launcher.aclose()
