@@ -75,6 +75,18 @@ def _gpus_option(_ctx: click.Context, _param: click.Parameter, value: str | None
     return parse_gpus(value)
 
 
+# One option for the broker, the worker and `jobd dev`, which takes both sets of options.
+max_log_bytes_option = click.option(
+    "--max-log-bytes",
+    envvar="JOBD_MAX_LOG_BYTES",
+    type=click.IntRange(min=4096),
+    default=1 << 30,
+    show_default=True,
+    help="Output kept per job (its head and newest bytes): by the broker, and by the "
+    "worker per output file.",
+)
+
+
 def broker_options(f: F) -> F:
     options = [
         click.option(
@@ -116,14 +128,6 @@ def broker_options(f: F) -> F:
             envvar="JOBD_LOG_DIR",
             type=click.Path(path_type=Path),
             help="Where events.jsonl and job logs go. [default: ~/jobd/logs]",
-        ),
-        click.option(
-            "--max-log-bytes",
-            envvar="JOBD_MAX_LOG_BYTES",
-            type=click.IntRange(min=2),
-            default=1 << 30,
-            show_default=True,
-            help="Output the broker keeps per job: its first half and newest half.",
         ),
         click.option(
             "--projects",
@@ -227,14 +231,6 @@ def worker_options(f: F) -> F:
                 "The worker's own state: a directory per job attempt (its supervisor's files, "
                 "output, exit status) under jobs/. [default: <data-dir>/worker/<name>]"
             ),
-        ),
-        click.option(
-            "--max-log-bytes",
-            envvar="JOBD_MAX_LOG_BYTES",
-            type=click.IntRange(min=4096),
-            default=1 << 30,
-            show_default=True,
-            help="Per-job output kept on the worker, per file: its head and newest bytes.",
         ),
         click.option(
             "--keep-job-files",
@@ -389,6 +385,7 @@ def cli() -> None:
 
 @cli.command()
 @broker_options
+@max_log_bytes_option
 def broker(**kw: Any) -> None:
     """Run the control plane: HTTP API, store, reconcile loops."""
     from jobd.broker.app import create_app
@@ -442,6 +439,7 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
     help="Not used by the worker: job output lives in its --state-dir. [default: ~/jobd/logs]",
 )
 @worker_options
+@max_log_bytes_option
 def worker(server: str, token: str | None, token_file: Path | None, **kw: Any) -> None:
     """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
     _without_rich()
@@ -467,6 +465,7 @@ def worker(server: str, token: str | None, token_file: Path | None, **kw: Any) -
 @cli.command()
 @broker_options
 @worker_options
+@max_log_bytes_option
 def dev(**kw: Any) -> None:
     """Broker and one worker in one process, on embedded SQLite: everything on one machine."""
     from jobd.broker.app import create_app

@@ -252,7 +252,7 @@ def test_an_output_flood_is_capped_on_the_worker_and_the_agent_stays_small(
         peak_kb = _peak_rss_kb(jobd.process.pid)
         assert peak_kb < 300 * 1024, f"jobd dev peaked at {peak_kb} kB"
         logs = jobd.ok("logs", str(job_id))
-        assert "bytes of output dropped here" in logs
+        assert "dropped here]" in logs  # the worker's or the broker's mark of the cut
     finally:
         stop_jobd(jobd)
 
