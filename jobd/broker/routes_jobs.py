@@ -22,7 +22,14 @@ from jobd.controllers.verbs import admission, preempt
 from jobd.controllers.verbs.cancel import cancel
 from jobd.controllers.verbs.resume import resume_job
 from jobd.wire import routes
-from jobd.wire.models import ApplyQuery, ApplyRequest, BlockersQuery, JobsQuery, LogsQuery
+from jobd.wire.models import (
+    ApplyDocuments,
+    ApplyQuery,
+    ApplyRequest,
+    BlockersQuery,
+    JobsQuery,
+    LogsQuery,
+)
 
 router = APIRouter(tags=["jobs"])
 
@@ -60,11 +67,25 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
 
 def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     """OpenAPI for a body the route parses itself (pydantic's JSON parser, in Rust)."""
-    schema = {"schema": model.model_json_schema(by_alias=True)}
+    schema = model.model_json_schema(by_alias=True)
+    schema = {"schema": _inlined(schema, schema.pop("$defs", {}))}
     return {"requestBody": {"content": {"application/json": schema}, "required": True}}
 
 
-@route(router, routes.APPLY, openapi_extra=_json_body(ApplyRequest))
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """`schema` with each `#/$defs/X` replaced by X itself: a schema that stands alone
+    inside the OpenAPI document (the models it uses refer to none of their own kind)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inlined(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inlined(v, defs) for v in schema]
+    return schema
+
+
+@route(router, routes.APPLY, openapi_extra=_json_body(ApplyDocuments))
 async def apply(request: Request, query: Annotated[ApplyQuery, Query()]) -> Response:
     body = await request.body()
     with _collector_paused():
@@ -79,6 +100,8 @@ def _apply(state: BrokerState, raw: bytes, objects: bool) -> str:
     jobs = [r for r in resources if isinstance(r, Job)]
     if len(jobs) + len(projects) != len(resources):
         raise AdmissionError("kind: Worker documents are written by workers only")
+    if any(p.metadata.name is None for p in projects):
+        raise AdmissionError("metadata.name: required to apply a Project")
     if projects:  # refuse before writing anything: a bad job must not leave its projects
         admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
     results = [admission.apply_project(state.store, p, dry_run) for p in projects]
@@ -187,7 +210,11 @@ async def resume(request: Request, job_id: int) -> Response:
     return json_response(doc(resume_job(state.ctx, job_or_404(state, job_id))), status_code=201)
 
 
-@route(router, routes.READ_LOGS)
+@route(
+    router,
+    routes.READ_LOGS,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def read_logs(
     request: Request, job_id: int, query: Annotated[LogsQuery, Query()]
 ) -> Response:

@@ -143,31 +143,6 @@ def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
     return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt)
 
 
-@route(router, routes.REPORTS["started"])
-async def started(request: Request, job_id: int, body: Started) -> Response:
-    state = state_of(request)
-    return json_response(doc(_started(state, reported_job_or_404(state, job_id), body)))
-
-
-@route(router, routes.REPORTS["stopping"])
-async def stopping(request: Request, job_id: int, body: Report) -> Response:
-    state = state_of(request)
-    return json_response(doc(_stopping(state, reported_job_or_404(state, job_id), body)))
-
-
-@route(router, routes.REPORTS["complete"])
-async def complete(request: Request, job_id: int, body: Completion) -> Response:
-    state = state_of(request)
-    return json_response(doc(_complete(state, reported_job_or_404(state, job_id), body)))
-
-
-@route(router, routes.REPORTS["checkpoint-complete"])
-async def checkpoint_complete(request: Request, job_id: int, body: Report) -> Response:
-    state = state_of(request)
-    job = reported_job_or_404(state, job_id)
-    return json_response(doc(_checkpoint_complete(state, job, body)))
-
-
 # What each report does; its body is models.REPORT_BODIES[verb].
 _REPORTS: dict[str, Callable[[BrokerState, Job, Any], Job]] = {
     "started": _started,
@@ -175,6 +150,24 @@ _REPORTS: dict[str, Callable[[BrokerState, Job, Any], Job]] = {
     "complete": _complete,
     "checkpoint-complete": _checkpoint_complete,
 }
+
+
+def _report_route(verb: str) -> FastRoute:
+    """The route of one report, answered as every JSON body is (fastpath.answer)."""
+    run = _REPORTS[verb]
+
+    async def report(state: BrokerState, path: PathArgs, body: Any) -> str:
+        return doc(run(state, reported_job_or_404(state, path["job_id"]), body))
+
+    report.__name__ = verb.replace("-", "_")
+    return FastRoute(routes.REPORTS[verb], report)
+
+
+REPORT_ROUTES = [_report_route(verb) for verb in _REPORTS]
+for _fast in REPORT_ROUTES:
+    declare(router, _fast)
+
+
 # What refuses one report of a batch and not the others; answered with the status every
 # route gives it (ERROR_STATUSES). Anything else fails the whole request.
 _REFUSED: tuple[type[Exception], ...] = (NotFound, Conflict, TransitionError)
@@ -232,14 +225,16 @@ async def append_logs(
     return json_response({"offset": end})
 
 
-@route(router, routes.INGEST_EVENTS)
-async def ingest_events(request: Request, body: WorkerEvents) -> Response:
-    state = state_of(request)
+async def ingest_events(state: BrokerState, _path: PathArgs, body: WorkerEvents) -> str:
     records = _records(body.worker, body.events)
     state.store.append_events(records)
-    return json_response({"accepted": len(records)})
+    return encode_json({"accepted": len(records)})
+
+
+INGEST_EVENTS = FastRoute(routes.INGEST_EVENTS, ingest_events)
+declare(router, INGEST_EVENTS)
 
 
 __all__ = ["FAST", "router"]
 
-FAST = (HEARTBEAT, REPORT_BATCH, REGISTER)
+FAST = (HEARTBEAT, REPORT_BATCH, REGISTER, *REPORT_ROUTES, INGEST_EVENTS)

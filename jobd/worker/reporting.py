@@ -19,7 +19,13 @@ from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
-from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
+from jobd.wire.models import (
+    BATCHED_REPORTS,
+    BatchedReport,
+    ReportBatch,
+    WorkerEvent,
+    WorkerEvents,
+)
 
 __all__ = ["BrokerLink", "LogShipper"]
 
@@ -129,7 +135,7 @@ class BrokerLink:
 
 def _batched(job_id: int, verb: str, fields: dict[str, Any]) -> BatchedReport:
     """One report for a batch; only the fields said travel."""
-    return BatchedReport.model_validate({"job": job_id, "verb": verb, **fields})
+    return BATCHED_REPORTS[verb].model_validate({"job": job_id, "verb": verb, **fields})
 
 
 class LogShipper:

@@ -23,7 +23,7 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.controllers.clock import Clock
-from jobd.controllers.errors import AdmissionError
+from jobd.controllers.errors import AdmissionError, MissingParent
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -94,7 +94,7 @@ def _resolve_parents(
             continue
         parent = _find_parent(store, job.project, ref)
         if parent is None:
-            raise AdmissionError(
+            raise MissingParent(
                 f"spec.depends_on: no job {ref!r} in project {job.project!r} "
                 "(parents must exist before their children)"
             )
