@@ -83,7 +83,8 @@ MAX_INT = 2**53 - 1
 # A worker's lease, bounded: under a second its heartbeats cannot keep up with a busy
 # broker or a network hiccup (the worker would flap Lost); past an hour a dead worker's
 # jobs look Running for longer than anyone waits, and a lease of 1e244 s never ends.
-MIN_LEASE_S, MAX_LEASE_S = 1.0, 3600.0
+MIN_LEASE_S = 1.0
+MAX_LEASE_S = 3600.0
 MAX_GPU_INDEX = 1023  # nvidia-smi numbers GPUs from 0; no host has a thousand
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
@@ -266,7 +267,14 @@ class JobSpec(Strict):
     preemptible: bool | None = None
     checkpoint_grace_s: Grace | None = None
     resources: Resources = Field(default_factory=Resources)
-    depends_on: list[Annotated[int, Field(ge=1, le=MAX_ID)] | str] = Field(default_factory=list)
+    depends_on: list[int | str] = Field(
+        default_factory=list,
+        json_schema_extra={
+            "items": {
+                "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID}, {"type": "string"}]
+            }
+        },
+    )
     depends_on_any_exit: bool = False
     # Beyond the seed, opt-in: resubmit automatically after a preemption whose checkpoint
     # completed (see docs/preemption.md).
@@ -440,7 +448,9 @@ class WorkerSpec(Strict):
         # Under admission only: a stored worker row may hold what an older broker took.
         if admitting(info):
             if any(not 0 <= g <= MAX_GPU_INDEX for g in gpus):
-                raise ValueError(f"GPU indices must be 0 to {MAX_GPU_INDEX}: {gpus}")
+                raise ValueError(
+                    f"GPU indices must not be negative or past {MAX_GPU_INDEX}: {gpus}"
+                )
             if len(set(gpus)) != len(gpus):
                 raise ValueError(f"GPU indices must not repeat: {gpus}")
         return gpus

@@ -1,0 +1,49 @@
+"""schemathesis against a real `jobd broker`: every check on, no 5xx, nothing off-schema.
+
+The run reads the broker's own /openapi.json and sends what it generates from it
+(valid and invalid requests, then stateful sequences through the links it infers), and
+fails on any server error, any response whose status, content type or body the document
+does not state, any valid request refused and any invalid one accepted. `make test`
+runs a bounded number of cases with a fixed seed (reproducible); `make soak` runs
+longer with a fresh seed each time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz.broker import BIN, TOKEN, running_broker
+
+HERE = Path(__file__).parent
+SEED = "20261203"
+
+
+def _schemathesis(url: str, cwd: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    argv = [str(BIN / "schemathesis"), "run", f"{url}/openapi.json", "--checks", "all"]
+    argv += ["-H", f"Authorization: Bearer {TOKEN}", "--generation-database", "none"]
+    argv += ["--workers", "2", "--no-color", *options]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks", "PYTHONPATH": str(HERE)}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _assert_clean(result: subprocess.CompletedProcess[str], root: Path) -> None:
+    broker_log = (root / "broker.log").read_text()
+    assert "Traceback" not in broker_log, broker_log[-4000:]
+    assert result.returncode == 0, result.stdout[-12000:] + result.stderr[-2000:]
+
+
+def test_a_bounded_run_finds_nothing(tmp_path: Path) -> None:
+    with running_broker(tmp_path) as broker:
+        result = _schemathesis(broker.url, tmp_path, "--max-examples", "25", "--seed", SEED)
+    _assert_clean(result, tmp_path)
+
+
+@pytest.mark.soak
+def test_a_long_run_finds_nothing(tmp_path: Path) -> None:
+    with running_broker(tmp_path) as broker:
+        result = _schemathesis(broker.url, tmp_path, "--max-examples", "400")
+    _assert_clean(result, tmp_path)
