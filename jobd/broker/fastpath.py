@@ -32,7 +32,15 @@ from jobd.broker.routing import error_responses
 from jobd.broker.state import BrokerState, state_of
 from jobd.wire.routes import PATH_PARAMS, ROUTES, Route, parse_path_param
 
-__all__ = ["FastRoute", "FastRoutes", "PathArgs", "answer", "declare", "parse_body"]
+__all__ = [
+    "FastRoute",
+    "FastRoutes",
+    "PathArgs",
+    "answer",
+    "declare",
+    "parse_body",
+    "parse_value",
+]
 
 _JSON_TYPE = "application/json"
 _JSON = [(b"content-type", _JSON_TYPE.encode())]
@@ -88,8 +96,13 @@ def parse_body(model: type[BaseModel], body: bytes) -> Any:
     except ValidationError as exc:
         if not any(e["type"] == "int_type" and type(e["input"]) is float for e in exc.errors()):
             raise
-    value = _integral(json.loads(body))
-    return model.model_validate_json(json.dumps(value), strict=True, context=ADMISSION)
+    return parse_value(model, json.loads(body))
+
+
+def parse_value(model: type[BaseModel], value: Any) -> Any:
+    """A JSON value already parsed, as `model`, by the rules of parse_body."""
+    text = json.dumps(_integral(value))
+    return model.model_validate_json(text, strict=True, context=ADMISSION)
 
 
 def _integral(value: Any) -> Any:

@@ -11,10 +11,10 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
-from jobd.api.manifests import Document, parse_resource
+from jobd.api.manifests import Document, ManifestError, parse_resource
 from jobd.api.models import ADMISSION, Job, Project, Resource
-from jobd.broker.fastpath import FastRoute, PathArgs, declare
-from jobd.broker.responses import doc, encode_json, json_response
+from jobd.broker.fastpath import FastRoute, PathArgs, declare, parse_value
+from jobd.broker.responses import doc, encode_json, json_response, validation_detail
 from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.controllers.errors import AdmissionError, TransitionError
@@ -45,10 +45,11 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
 
     Jobs that each say `kind: Job` take the one-pass path; anything else (projects, a
     missing kind, an invalid document) is parsed a document at a time, which names the
-    document and field of the first error.
+    document and field of the first error. Either way a document's JSON types are taken
+    as they are, as every request body's (fastpath.parse_body): `"1"` is no number.
     """
     try:
-        jobs = _ApplyJobs.model_validate_json(raw, context=ADMISSION)
+        jobs = _ApplyJobs.model_validate_json(raw, strict=True, context=ADMISSION)
     except ValidationError:
         pass
     else:
@@ -58,11 +59,19 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
         body = ApplyRequest.model_validate_json(raw, context=ADMISSION)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
-    resources = [
-        parse_resource(Document(doc, f"document {i + 1}", 1))
-        for i, doc in enumerate(body.documents)
-    ]
+    resources = [_document(doc, f"document {i + 1}") for i, doc in enumerate(body.documents)]
     return resources, body.dry_run
+
+
+def _document(data: dict[str, Any], source: str) -> Resource:
+    """One document, its errors named by manifests' reader, then its types checked strictly
+    (the reader's own rules are a YAML file's, which may say `priority: "5"`)."""
+    resource = parse_resource(Document(data, source, 1))
+    try:
+        parse_value(type(resource), data)
+    except ValidationError as exc:
+        raise ManifestError(f"{source}:1: {validation_detail(exc.errors())}") from None
+    return resource
 
 
 def _json_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz.broker import BIN, TOKEN, running_broker
+from tests.fuzz.broker import BIN, TOKEN, Broker, running_broker
+from tests.fuzz.schemathesis_hooks import SEEDED_JOBS
 
 HERE = Path(__file__).parent
 SEED = "20261203"
@@ -30,6 +31,16 @@ def _schemathesis(url: str, cwd: Path, *options: str) -> subprocess.CompletedPro
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _seed(broker: Broker) -> None:
+    """A few jobs in several phases for the fuzzed job routes to find (see the hooks)."""
+    with broker.client() as http:
+        assert http.put("/workers/w1", json={"spec": {"slots": 2}}).status_code == 200
+        for i in range(SEEDED_JOBS):
+            created = http.post("/jobs", json={"spec": {"command": ["sleep", str(i)]}})
+            assert created.json()["metadata"]["id"] == i + 1
+        http.post("/jobs/2/cancel")
+
+
 def _assert_clean(result: subprocess.CompletedProcess[str], root: Path) -> None:
     broker_log = (root / "broker.log").read_text()
     assert "Traceback" not in broker_log, broker_log[-4000:]
@@ -38,6 +49,7 @@ def _assert_clean(result: subprocess.CompletedProcess[str], root: Path) -> None:
 
 def test_a_bounded_run_finds_nothing(tmp_path: Path) -> None:
     with running_broker(tmp_path) as broker:
+        _seed(broker)
         result = _schemathesis(broker.url, tmp_path, "--max-examples", "25", "--seed", SEED)
     _assert_clean(result, tmp_path)
 
@@ -45,5 +57,6 @@ def test_a_bounded_run_finds_nothing(tmp_path: Path) -> None:
 @pytest.mark.soak
 def test_a_long_run_finds_nothing(tmp_path: Path) -> None:
     with running_broker(tmp_path) as broker:
+        _seed(broker)
         result = _schemathesis(broker.url, tmp_path, "--max-examples", "400")
     _assert_clean(result, tmp_path)

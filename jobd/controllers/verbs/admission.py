@@ -23,7 +23,7 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.controllers.clock import Clock
-from jobd.controllers.errors import AdmissionError, MissingParent
+from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -251,7 +251,8 @@ def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
             f"job {live.ref} was changed since resource_version {desired.metadata.resource_version}"
         )
     if not same_spec and live.status.phase != Phase.PENDING:
-        raise AdmissionError(
+        # 409, not 422: the same document is admitted while the job is Pending.
+        raise TransitionError(
             f"spec: job {live.ref} is {live.status.phase}; only a Pending job's spec can change "
             "(delete it, or apply it under a new name)"
         )
