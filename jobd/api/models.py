@@ -252,7 +252,8 @@ class JobSpec(Strict):
         min_length=1,
         json_schema_extra={
             "items": {"type": "string", "pattern": _NO_NUL},
-            "prefixItems": [{"type": "string", "pattern": r"\S"}],
+            # JSON Schema's `items` holds only past `prefixItems`: the first word says both.
+            "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}],
         },
     )
     cwd: str | None = Field(default=None, json_schema_extra={"pattern": _NO_NUL})

@@ -25,7 +25,7 @@ from jobd.broker import routes_jobs, routes_system, routes_workers
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.bodylimit import BodyLimit
 from jobd.broker.fastpath import FastRoutes
-from jobd.broker.responses import ERROR_STATUSES, validation_detail
+from jobd.broker.responses import ERROR_STATUSES, status_for, validation_detail
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import resync_forever
 from jobd.controllers.clock import Clock
@@ -48,11 +48,11 @@ _NO_TELEMETRY: dict[str, Any] = (
 log = get_logger()
 
 
-def _error(status: int) -> Any:
-    async def handler(_request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status)
-
-    return handler
+async def _refused(_request: Request, exc: Exception) -> JSONResponse:
+    """A refusal of the layers below, with the status `status_for` gives it, as the fast
+    path does (Starlette picks a handler by the exception's MRO, not by ERROR_STATUSES'
+    order, so one handler decides for all)."""
+    return JSONResponse({"detail": str(exc)}, status_code=status_for(exc) or 500)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -123,8 +123,8 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         **_NO_TELEMETRY,
     )
     app.state.broker = state
-    for exc_type, status in ERROR_STATUSES:
-        app.add_exception_handler(exc_type, _error(status))
+    for exc_type, _status in ERROR_STATUSES:
+        app.add_exception_handler(exc_type, _refused)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     fast = (*routes_jobs.FAST, *routes_workers.FAST, *routes_system.FAST)

@@ -69,7 +69,9 @@ async def answer(
             parsed: Any = parse_body(route.body, body)
         elif route.query is not None:
             # The last of repeated parameters counts, as in FastAPI's own parsing.
-            parsed = route.query.model_validate(dict(parse_qsl(query.decode("latin-1"))))
+            # `timeout=` says an empty value, refused as FastAPI's routes refuse it.
+            text = query.decode("latin-1")
+            parsed = route.query.model_validate(dict(parse_qsl(text, keep_blank_values=True)))
         else:
             parsed = None
         text = await fast.handle(state, args, parsed)

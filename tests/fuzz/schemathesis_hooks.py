@@ -6,9 +6,6 @@ what they are for, not a hang. Their timeout is sent as one second when the fuzz
 a larger one or none, so a run of many cases stays bounded; every other value, valid or
 not, is sent as drawn.
 
-A job id drawn at random names no job (the test stores a few, ids 1 to SEEDED_JOBS), so
-half the valid ids drawn are sent as one of those instead: the routes of a job are then
-fuzzed past their 404.
 """
 
 from __future__ import annotations
@@ -18,13 +15,11 @@ from typing import Any
 import schemathesis
 
 MAX_HOLD_S = 1.0
-SEEDED_JOBS = 6
 _HOLDING = {"/watch", "/events", "/jobs/{job_id}/logs"}
 
 
 @schemathesis.hook
 def map_case(_context: Any, case: Any) -> Any:
-    _to_a_stored_job(case)
     if case.method != "GET" or case.operation.path not in _HOLDING:
         return case
     query = dict(case.query or {})
@@ -43,10 +38,3 @@ def _seconds(value: Any) -> float:
     except (TypeError, ValueError):
         return 0.0
     return seconds if seconds == seconds else 0.0  # NaN is left as drawn
-
-
-def _to_a_stored_job(case: Any) -> None:
-    params = case.path_parameters or {}
-    drawn = params.get("job_id")
-    if type(drawn) is int and drawn > 0 and drawn % 2 == 0:
-        case.path_parameters = {**params, "job_id": drawn // 2 % SEEDED_JOBS + 1}

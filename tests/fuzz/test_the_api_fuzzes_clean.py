@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz.broker import BIN, TOKEN, Broker, running_broker
-from tests.fuzz.schemathesis_hooks import SEEDED_JOBS
 
 HERE = Path(__file__).parent
 SEED = "20261203"
@@ -32,19 +31,19 @@ def _schemathesis(url: str, cwd: Path, *options: str) -> subprocess.CompletedPro
 
 
 def _seed(broker: Broker) -> None:
-    """A few jobs in several phases for the fuzzed job routes to find (see the hooks)."""
+    """A worker, and a few jobs for the routes that list and watch them."""
     with broker.client() as http:
         assert http.put("/workers/w1", json={"spec": {"slots": 2}}).status_code == 200
-        for i in range(SEEDED_JOBS):
+        for i in range(3):
             created = http.post("/jobs", json={"spec": {"command": ["sleep", str(i)]}})
-            assert created.json()["metadata"]["id"] == i + 1
-        http.post("/jobs/2/cancel")
+            assert created.status_code == 201, created.text
 
 
 def _assert_clean(result: subprocess.CompletedProcess[str], root: Path) -> None:
     broker_log = (root / "broker.log").read_text()
     assert "Traceback" not in broker_log, broker_log[-4000:]
-    assert result.returncode == 0, result.stdout[-12000:] + result.stderr[-2000:]
+    found = result.stdout.partition("FAILURES")[2].partition("= WARNINGS")[0]
+    assert result.returncode == 0, (found or result.stdout)[:20000] + result.stderr[-2000:]
 
 
 def test_a_bounded_run_finds_nothing(tmp_path: Path) -> None:

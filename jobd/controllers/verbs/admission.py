@@ -87,7 +87,7 @@ def _resolve_parents(
         key = f"{job.project}/{ref}"
         if key in batch:
             if batch[key] >= position:
-                raise AdmissionError(
+                raise Conflict(  # as above: valid alone, in conflict together
                     f"spec.depends_on: {ref!r} must come before {job.ref} in the same apply"
                 )
             local.append(batch[key])
@@ -197,7 +197,8 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
             )
         ref = job.ref
         if ref in seen:
-            raise AdmissionError(f"metadata.name: {ref} appears twice in one apply")
+            # 409: each document is valid alone; together they conflict.
+            raise Conflict(f"metadata.name: {ref} appears twice in one apply")
         seen.add(ref)
         live = live_jobs.get(ref)
         if live is None:
