@@ -15,7 +15,7 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobd.wire.routes import body_cap
+from jobd.wire.routes import SMALL_BODY, body_cap
 
 __all__ = ["BodyLimit", "BodyTooLarge", "refusal"]
 
@@ -43,13 +43,18 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        cap = body_cap(scope["method"], scope["path"])
-        declared = _content_length(scope)
-        if declared is not None and declared > cap:
-            await _refuse(send, cap)
-            return
-        if declared is not None:  # the server reads no more than it declares
+        declared, chunked = _framing(scope)
+        # No route's cap is under SMALL_BODY, so a small body declared (every report and
+        # heartbeat) or none at all passes without looking its route up.
+        if not chunked and (declared is None or declared <= SMALL_BODY):
             await self.app(scope, receive, send)
+            return
+        cap = body_cap(scope["method"], scope["path"])
+        if declared is not None:  # the server reads no more than it declares
+            if declared > cap:
+                await _refuse(send, cap)
+            else:
+                await self.app(scope, receive, send)
             return
         started = False
 
@@ -66,11 +71,15 @@ class BodyLimit:
             await _refuse(send, cap)
 
 
-def _content_length(scope: Scope) -> int | None:
+def _framing(scope: Scope) -> tuple[int | None, bool]:
+    """The declared Content-Length, and whether the body comes chunked instead."""
+    declared, chunked = None, False
     for name, value in scope["headers"]:
         if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+            declared = int(value) if value.isdigit() else None
+        elif name == b"transfer-encoding":
+            chunked = True
+    return declared, chunked
 
 
 def _counted(receive: Receive, cap: int) -> Receive:

@@ -47,6 +47,7 @@ __all__ = [
     "REPORT_BATCH",
     "RESUME_JOB",
     "ROUTES",
+    "SMALL_BODY",
     "STATUS_REASONS",
     "UNCORDON_WORKER",
     "WATCH",
@@ -58,7 +59,8 @@ __all__ = [
 
 KiB, MiB = 1024, 1024 * 1024
 # The body cap of a route that takes no body, and of a path no route has: room for a
-# client that sends `{}` or a few headers' worth, never more.
+# client that sends `{}` or a few headers' worth, never more. No route's cap is smaller
+# (broker/bodylimit.py relies on it to pass small bodies without a lookup).
 SMALL_BODY = 64 * KiB
 ONE_DOCUMENT = 1 * MiB  # one job, registration, heartbeat or report, with room to spare
 
@@ -346,6 +348,7 @@ ROUTES: tuple[Route, ...] = (
     OPENAPI,
 )
 PUBLIC_PATHS = frozenset(r.path for r in ROUTES if r.public)
+assert all(r.max_body >= SMALL_BODY for r in ROUTES), "a cap under SMALL_BODY"
 # Each route's path split in segments, by method and number of segments (for body_cap).
 _TEMPLATES: dict[tuple[str, int], list[tuple[Route, list[str]]]] = {}
 for _route in ROUTES:
