@@ -4,7 +4,7 @@ The run reads the broker's own /openapi.json and sends what it generates from it
 (valid and invalid requests, then stateful sequences through the links it infers), and
 fails on any server error, any response whose status, content type or body the document
 does not state, any valid request refused and any invalid one accepted. `make test`
-runs a bounded number of cases with a fixed seed (reproducible); `make soak` runs
+runs 20 cases per operation with a fixed seed (reproducible, under a minute); `make soak` runs
 longer with a fresh seed each time.
 """
 
@@ -25,7 +25,9 @@ SEED = "20261203"
 def _schemathesis(url: str, cwd: Path, *options: str) -> subprocess.CompletedProcess[str]:
     argv = [str(BIN / "schemathesis"), "run", f"{url}/openapi.json", "--checks", "all"]
     argv += ["-H", f"Authorization: Bearer {TOKEN}", "--generation-database", "none"]
-    argv += ["--workers", "2", "--no-color", *options]
+    # One worker: hypothesis describes strategies with `ast.parse`, which CPython 3.11
+    # breaks when two threads run it at once ("AST constructor recursion depth mismatch").
+    argv += ["--workers", "1", "--no-color", *options]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks", "PYTHONPATH": str(HERE)}
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
@@ -49,7 +51,7 @@ def _assert_clean(result: subprocess.CompletedProcess[str], root: Path) -> None:
 def test_a_bounded_run_finds_nothing(tmp_path: Path) -> None:
     with running_broker(tmp_path) as broker:
         _seed(broker)
-        result = _schemathesis(broker.url, tmp_path, "--max-examples", "25", "--seed", SEED)
+        result = _schemathesis(broker.url, tmp_path, "--max-examples", "20", "--seed", SEED)
     _assert_clean(result, tmp_path)
 
 
