@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from jobd.wire import routes
-from tests.fuzz.broker import TOKEN, Broker, running_broker
+from tests.fuzz.broker import BIN, TOKEN, Broker, running_broker
 
 FIFTY_MB = 50 * 1000 * 1000
 
@@ -202,3 +203,10 @@ def _declare_and_send_a_little(url: str, path: str, length: int) -> tuple[int, s
             answer += chunk
     status_line, _, rest = answer.partition(b"\r\n")
     return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2].decode()
+
+
+def test_a_worker_with_a_lease_the_broker_refuses_is_refused_at_start() -> None:
+    started = subprocess.run(
+        [str(BIN / "jobd"), "worker", "--lease", "7200"], capture_output=True, text=True, timeout=30
+    )
+    assert started.returncode == 2 and "--lease" in started.stderr
