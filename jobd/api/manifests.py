@@ -234,7 +234,7 @@ def parse_resource(doc: Document) -> Resource:
     if not isinstance(data, dict):
         raise ManifestError(f"{doc.source}:{doc.line}: a document must be a mapping")
     kind = data.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ManifestError(
             f"{doc.source}:{_key_line(data, 'kind', doc.line)}: kind: "
             f"expected one of {', '.join(_KINDS)}, got {kind!r}"

@@ -27,9 +27,13 @@ __all__ = [
     "API_VERSION",
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
+    "MAX_GPU_INDEX",
     "MAX_GRACE_S",
     "MAX_ID",
     "MAX_INT",
+    "MAX_LEASE_S",
+    "MIN_LEASE_S",
+    "NAME_PATTERN",
     "TERMINAL_PHASES",
     "Condition",
     "Effective",
@@ -70,12 +74,31 @@ ADMISSION: dict[str, bool] = {ADMISSION_KEY: True}
 # The largest numbers the store holds, on both backends: job ids and event sequence
 # numbers are PostgreSQL INTEGER columns (SQLite's hold more), revisions BIGINT. What is
 # past them is refused as invalid (422), never sent to the store (which would answer 500).
+# Counts stop at 2^53 - 1, below BIGINT's 2^63 - 1: the largest integer every JSON client
+# (a float64, as JavaScript's) holds exactly, so a bound the OpenAPI document states is the
+# bound a client checks.
 MAX_ID = 2**31 - 1
-MAX_INT = 2**63 - 1
+MAX_INT = 2**53 - 1
 
-_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+# A worker's lease, bounded: under a second its heartbeats cannot keep up with a busy
+# broker or a network hiccup (the worker would flap Lost); past an hour a dead worker's
+# jobs look Running for longer than anyone waits, and a lease of 1e244 s never ends.
+MIN_LEASE_S = 1.0
+MAX_LEASE_S = 3600.0
+MAX_GPU_INDEX = 1023  # nvidia-smi numbers GPUs from 0; no host has a thousand
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+_NAME_RE = re.compile(NAME_PATTERN.removeprefix("^"))
 # Characters no label should hold: they break terminals, logs and selectors.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# The same rules for the OpenAPI document (JSON Schema), so a client, or a fuzzer, is
+# told what admission takes; the validators below enforce them.
+_NO_NUL = r"^[^\x00]*$"
+_NAME_SCHEMA: dict[str, Any] = {"pattern": NAME_PATTERN}
+_LABELS_SCHEMA: dict[str, Any] = {
+    "propertyNames": {"pattern": r"^[^\x00-\x1f\x7f]+$"},
+    "additionalProperties": {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"},
+}
 
 
 class Phase(enum.StrEnum):
@@ -148,7 +171,8 @@ StoreInt = Annotated[int, Field(ge=0, le=MAX_INT)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # No NaN or infinity anywhere: neither compares, and JSON cannot hold them.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 def assign(model: BaseModel, **values: Any) -> None:
@@ -170,14 +194,14 @@ class Condition(Strict):
 
 
 class ObjectMeta(Strict):
-    name: str | None = None
-    project: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    name: str | None = Field(default=None, json_schema_extra=_NAME_SCHEMA)
+    project: str | None = Field(default=None, json_schema_extra=_NAME_SCHEMA)
+    labels: dict[str, str] = Field(default_factory=dict, json_schema_extra=_LABELS_SCHEMA)
     # Set by the server; accepted on input so `job get -o yaml | job apply -f -` round-trips.
-    id: int | None = None
+    id: int | None = Field(default=None, ge=0, le=MAX_ID)
     uid: str | None = None
-    generation: int = 0
-    resource_version: int | None = None
+    generation: int = Field(default=0, ge=0, le=MAX_INT)
+    resource_version: int | None = Field(default=None, ge=0, le=MAX_INT)
     created_at: datetime | None = None
 
     @field_validator("name", "project")
@@ -197,6 +221,8 @@ class ObjectMeta(Strict):
 
 
 def _grace_cap(value: Any) -> Any:
+    if isinstance(value, bool):  # a number of seconds, never a flag read as 0 or 1
+        raise ValueError("a number of seconds, not true or false")
     if isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_GRACE_S:
         raise ValueError(
             f"{value} s is over the {MAX_GRACE_S} s cap on checkpoint grace "
@@ -207,8 +233,8 @@ def _grace_cap(value: Any) -> Any:
 
 Grace = Annotated[
     float,
+    Field(ge=0, le=MAX_GRACE_S, description=f"seconds of SIGTERM grace, capped at {MAX_GRACE_S}"),
     BeforeValidator(_grace_cap),
-    Field(ge=0, description=f"seconds of SIGTERM grace, capped at {MAX_GRACE_S}"),
 ]
 
 
@@ -222,14 +248,34 @@ class Resources(Strict):
 
 
 class JobSpec(Strict):
-    command: list[str] = Field(min_length=1)
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    command: list[str] = Field(
+        min_length=1,
+        json_schema_extra={
+            "items": {"type": "string", "pattern": _NO_NUL},
+            # JSON Schema's `items` holds only past `prefixItems`: the first word says both.
+            "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}],
+        },
+    )
+    cwd: str | None = Field(default=None, json_schema_extra={"pattern": _NO_NUL})
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={
+            "propertyNames": {"pattern": r"^[^=\x00]+$"},
+            "additionalProperties": {"type": "string", "pattern": _NO_NUL},
+        },
+    )
     priority: int | None = Field(default=None, ge=0, le=1_000_000)
     preemptible: bool | None = None
     checkpoint_grace_s: Grace | None = None
     resources: Resources = Field(default_factory=Resources)
-    depends_on: list[int | str] = Field(default_factory=list)
+    depends_on: list[int | str] = Field(
+        default_factory=list,
+        json_schema_extra={
+            "items": {
+                "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID}, {"type": "string"}]
+            }
+        },
+    )
     depends_on_any_exit: bool = False
     # Beyond the seed, opt-in: resubmit automatically after a preemption whose checkpoint
     # completed (see docs/preemption.md).
@@ -380,8 +426,19 @@ class Project(Strict):
 
 class WorkerSpec(Strict):
     slots: int = Field(default=1, ge=1, le=1024)
-    gpus: list[int] = Field(default_factory=list)
-    lease_duration_s: float = Field(default=15.0, gt=0)
+    gpus: list[int] = Field(
+        default_factory=list,
+        json_schema_extra={
+            "items": {"type": "integer", "minimum": 0, "maximum": MAX_GPU_INDEX},
+            "uniqueItems": True,
+        },
+    )
+    lease_duration_s: float = Field(
+        default=15.0,
+        gt=0,
+        description=f"seconds; {MIN_LEASE_S:g} to {MAX_LEASE_S:g} (why: api/models.py)",
+        json_schema_extra={"minimum": MIN_LEASE_S, "maximum": MAX_LEASE_S},
+    )
     # `job cordon`: no new job is placed here; what runs goes on (Kubernetes'
     # `spec.unschedulable`). Set by users, kept when the worker registers again.
     cordoned: bool = False
@@ -391,11 +448,23 @@ class WorkerSpec(Strict):
     def _gpu_indices(cls, gpus: list[int], info: ValidationInfo) -> list[int]:
         # Under admission only: a stored worker row may hold what an older broker took.
         if admitting(info):
-            if any(g < 0 for g in gpus):
-                raise ValueError(f"GPU indices must not be negative: {gpus}")
+            if any(not 0 <= g <= MAX_GPU_INDEX for g in gpus):
+                raise ValueError(
+                    f"GPU indices must not be negative or past {MAX_GPU_INDEX}: {gpus}"
+                )
             if len(set(gpus)) != len(gpus):
                 raise ValueError(f"GPU indices must not repeat: {gpus}")
         return gpus
+
+    @field_validator("lease_duration_s")
+    @classmethod
+    def _lease_in_range(cls, lease: float, info: ValidationInfo) -> float:
+        if admitting(info) and not MIN_LEASE_S <= lease <= MAX_LEASE_S:
+            raise ValueError(
+                f"{lease:g} s is outside {MIN_LEASE_S:g} to {MAX_LEASE_S:g} s: a shorter lease "
+                "flaps Lost, a longer one leaves a dead worker's jobs unnoticed"
+            )
+        return lease
 
 
 class WorkerStatus(Strict):

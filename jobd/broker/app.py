@@ -19,11 +19,13 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from jobd.broker import routes_jobs, routes_system, routes_tokens, routes_workers
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
+from jobd.broker.bodylimit import BodyLimit
 from jobd.broker.fastpath import FastRoutes
-from jobd.broker.responses import ERROR_STATUSES, validation_detail
+from jobd.broker.responses import ERROR_STATUSES, status_for, validation_detail
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import resync_forever
 from jobd.controllers.clock import Clock
@@ -46,16 +48,39 @@ _NO_TELEMETRY: dict[str, Any] = (
 log = get_logger()
 
 
-def _error(status: int) -> Any:
-    async def handler(_request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status)
-
-    return handler
+async def _refused(_request: Request, exc: Exception) -> JSONResponse:
+    """A refusal of the layers below, with the status `status_for` gives it, as the fast
+    path does (Starlette picks a handler by the exception's MRO, not by ERROR_STATUSES'
+    order, so one handler decides for all)."""
+    return JSONResponse({"detail": str(exc)}, status_code=status_for(exc) or 500)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=422)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's and FastAPI's own refusals, in the API's one error body.
+
+    FastAPI answers a body it could not parse (not UTF-8, nested past Python's recursion
+    limit) with a 400 of its own; here it is the 422 every other bad body gets.
+    """
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 400:
+        return JSONResponse({"detail": _unparsable(exc.__cause__)}, status_code=422)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path, not only its first route's
+        headers["Allow"] = ", ".join(wire_routes.allowed_methods(request.url.path))
+    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=headers)
+
+
+def _unparsable(cause: BaseException | None) -> str:
+    if isinstance(cause, RecursionError):
+        return "body: nested too deeply to parse"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body: not UTF-8 text ({cause.reason} at byte {cause.start})"
+    return "body: not a JSON document"
 
 
 def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
@@ -99,11 +124,14 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         **_NO_TELEMETRY,
     )
     app.state.broker = state
-    for exc_type, status in ERROR_STATUSES:
-        app.add_exception_handler(exc_type, _error(status))
+    for exc_type, _status in ERROR_STATUSES:
+        app.add_exception_handler(exc_type, _refused)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
     fast = (*routes_jobs.FAST, *routes_workers.FAST, *routes_system.FAST)
-    app.add_middleware(FastRoutes, state=state, routes=fast)  # inside TokenAuth: added first
+    # The last added is the outermost: TokenAuth, then BodyLimit, then the fast path.
+    app.add_middleware(FastRoutes, state=state, routes=fast)
+    app.add_middleware(BodyLimit)
     app.add_middleware(TokenAuth, tokens=state.tokens)
     # Routes are matched in order: the busiest (creates, reports, watches) first.
     for router in (
@@ -123,7 +151,13 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
 
 
 def _with_bearer_scheme(document: dict[str, Any]) -> dict[str, Any]:
-    """The OpenAPI document says every route but the monitors' needs the bearer token."""
+    """The OpenAPI document says every route but the monitors' needs the bearer token,
+    and what each path parameter takes (as parse_path_param checks it)."""
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for param in operation.get("parameters", ()):
+                if param["in"] == "path" and param["name"] in wire_routes.PATH_PARAM_SCHEMAS:
+                    param["schema"] = dict(wire_routes.PATH_PARAM_SCHEMAS[param["name"]])
     components = document.setdefault("components", {})
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     document["security"] = [{"bearer": []}]

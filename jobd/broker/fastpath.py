@@ -29,13 +29,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobd.api.models import ADMISSION
 from jobd.broker.access import PRINCIPAL
 from jobd.broker.responses import status_for, validation_detail
+from jobd.broker.routing import error_responses
 from jobd.broker.state import BrokerState, state_of
 from jobd.broker.tokens import Principal
 from jobd.wire.routes import PATH_PARAMS, ROUTES, Route, parse_path_param
 
-__all__ = ["MAX_BODY", "FastRoute", "FastRoutes", "PathArgs", "answer", "declare"]
+__all__ = [
+    "FastRoute",
+    "FastRoutes",
+    "PathArgs",
+    "answer",
+    "declare",
+    "parse_body",
+    "parse_value",
+]
 
-MAX_BODY = 1024 * 1024  # one job's document; an apply of many goes to /apply
 _JSON_TYPE = "application/json"
 _JSON = [(b"content-type", _JSON_TYPE.encode())]
 
@@ -55,21 +63,22 @@ async def answer(
     fast: FastRoute,
     state: BrokerState,
     args: PathArgs,
-    body: bytes | None,
+    body: bytes,
     query: bytes,
     who: Principal,
 ) -> tuple[int, bytes]:
-    """The status and JSON body of a fast route's answer; `body` None: it was too large."""
+    """The status and JSON body of a fast route's answer.
+
+    The body was capped on its way in (broker/bodylimit.py)."""
     route = fast.route
-    if body is None:
-        return 413, _detail(f"body: larger than {MAX_BODY} bytes")
     try:
         if route.body is not None:
-            # A request body is what is submitted: admission's rules apply (api.models).
-            parsed: Any = route.body.model_validate_json(body, context=ADMISSION)
+            parsed: Any = parse_body(route.body, body)
         elif route.query is not None:
             # The last of repeated parameters counts, as in FastAPI's own parsing.
-            parsed = route.query.model_validate(dict(parse_qsl(query.decode("latin-1"))))
+            # `timeout=` says an empty value, refused as FastAPI's routes refuse it.
+            text = query.decode("latin-1")
+            parsed = route.query.model_validate(dict(parse_qsl(text, keep_blank_values=True)))
         else:
             parsed = None
         text = await fast.handle(state, args, parsed, who)
@@ -81,6 +90,39 @@ async def answer(
             raise  # a bug: the server's error handling takes it from here
         return refused, _detail(str(exc))
     return route.status, text.encode()
+
+
+def parse_body(model: type[BaseModel], body: bytes) -> Any:
+    """A request body as `model`, under admission's rules (api.models), its JSON types
+    taken as JSON Schema defines them: no "1" for 1 nor 1 for true (strict), but 3.0 is
+    the integer 3, as the schema's `integer` says.
+
+    Strict parsing refuses 3.0 for an integer; only then, on that refusal, is the body
+    read again with such numbers made integers, so a well-formed body pays nothing.
+    """
+    try:
+        return model.model_validate_json(body, strict=True, context=ADMISSION)
+    except ValidationError as exc:
+        if not any(e["type"] == "int_type" and type(e["input"]) is float for e in exc.errors()):
+            raise
+    return parse_value(model, json.loads(body))
+
+
+def parse_value(model: type[BaseModel], value: Any) -> Any:
+    """A JSON value already parsed, as `model`, by the rules of parse_body."""
+    text = json.dumps(_integral(value))
+    return model.model_validate_json(text, strict=True, context=ADMISSION)
+
+
+def _integral(value: Any) -> Any:
+    """`value` with every float that holds an integer (3.0, 1e3) made that integer."""
+    if type(value) is float:
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
 
 
 class FastRoutes:
@@ -170,8 +212,7 @@ class _AnsweredByFastPath(APIRoute):
         fast: FastRoute = self.endpoint.fast  # type: ignore[attr-defined]
 
         async def handler(request: Request) -> Response:
-            raw = await request.body() if fast.route.body is not None else b""
-            body = raw if len(raw) <= MAX_BODY else None
+            body = await request.body() if fast.route.body is not None else b""
             try:
                 args = {k: parse_path_param(k, v) for k, v in request.path_params.items()}
             except ValueError as exc:
@@ -201,6 +242,7 @@ def declare(router: APIRouter, fast: FastRoute) -> None:
         status_code=route.status,
         summary=route.summary,
         description=fast.description,
+        responses=error_responses(route),
         route_class_override=_AnsweredByFastPath,
     )
 
@@ -222,19 +264,14 @@ def _annotated(model: type[BaseModel], marker: Any) -> Any:
     return Annotated[model, marker]
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body; None when it is over MAX_BODY."""
+async def _read_body(receive: Receive) -> bytes:
+    """The whole request body (capped by broker/bodylimit.py, ahead of this)."""
     chunks: list[bytes] = []
-    size = 0
     while True:
         message: Message = await receive()
         if message["type"] == "http.disconnect":
             break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            return None
-        chunks.append(chunk)
+        chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
     return b"".join(chunks)

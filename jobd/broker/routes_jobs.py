@@ -11,12 +11,12 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
-from jobd.api.manifests import Document, parse_resource
+from jobd.api.manifests import Document, ManifestError, parse_resource
 from jobd.api.models import ADMISSION, Job, Project, Resource
 from jobd.broker import access
 from jobd.broker.access import Forbidden, principal_of
-from jobd.broker.fastpath import FastRoute, PathArgs, declare
-from jobd.broker.responses import doc, encode_json, json_response
+from jobd.broker.fastpath import FastRoute, PathArgs, declare, parse_value
+from jobd.broker.responses import doc, encode_json, json_response, validation_detail
 from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.broker.tokens import Principal
@@ -25,7 +25,14 @@ from jobd.controllers.verbs import admission, preempt
 from jobd.controllers.verbs.cancel import cancel
 from jobd.controllers.verbs.resume import resume_job
 from jobd.wire import routes
-from jobd.wire.models import ApplyQuery, ApplyRequest, BlockersQuery, JobsQuery, LogsQuery
+from jobd.wire.models import (
+    ApplyDocuments,
+    ApplyQuery,
+    ApplyRequest,
+    BlockersQuery,
+    JobsQuery,
+    LogsQuery,
+)
 
 router = APIRouter(tags=["jobs"])
 
@@ -41,10 +48,11 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
 
     Jobs that each say `kind: Job` take the one-pass path; anything else (projects, a
     missing kind, an invalid document) is parsed a document at a time, which names the
-    document and field of the first error.
+    document and field of the first error. Either way a document's JSON types are taken
+    as they are, as every request body's (fastpath.parse_body): `"1"` is no number.
     """
     try:
-        jobs = _ApplyJobs.model_validate_json(raw, context=ADMISSION)
+        jobs = _ApplyJobs.model_validate_json(raw, strict=True, context=ADMISSION)
     except ValidationError:
         pass
     else:
@@ -54,20 +62,42 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
         body = ApplyRequest.model_validate_json(raw, context=ADMISSION)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
-    resources = [
-        parse_resource(Document(doc, f"document {i + 1}", 1))
-        for i, doc in enumerate(body.documents)
-    ]
+    resources = [_document(doc, f"document {i + 1}") for i, doc in enumerate(body.documents)]
     return resources, body.dry_run
+
+
+def _document(data: dict[str, Any], source: str) -> Resource:
+    """One document, its errors named by manifests' reader, then its types checked strictly
+    (the reader's own rules are a YAML file's, which may say `priority: "5"`)."""
+    resource = parse_resource(Document(data, source, 1))
+    try:
+        parse_value(type(resource), data)
+    except ValidationError as exc:
+        raise ManifestError(f"{source}:1: {validation_detail(exc.errors())}") from None
+    return resource
 
 
 def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     """OpenAPI for a body the route parses itself (pydantic's JSON parser, in Rust)."""
-    schema = {"schema": model.model_json_schema(by_alias=True)}
+    schema = model.model_json_schema(by_alias=True)
+    schema = {"schema": _inlined(schema, schema.pop("$defs", {}))}
     return {"requestBody": {"content": {"application/json": schema}, "required": True}}
 
 
-@route(router, routes.APPLY, openapi_extra=_json_body(ApplyRequest))
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """`schema` with each `#/$defs/X` replaced by X itself: a schema that stands alone
+    inside the OpenAPI document (the models it uses refer to none of their own kind)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inlined(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inlined(v, defs) for v in schema]
+    return schema
+
+
+@route(router, routes.APPLY, openapi_extra=_json_body(ApplyDocuments))
 async def apply(request: Request, query: Annotated[ApplyQuery, Query()]) -> Response:
     body = await request.body()
     who = principal_of(request)
@@ -83,6 +113,8 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
     jobs = [r for r in resources if isinstance(r, Job)]
     if len(jobs) + len(projects) != len(resources):
         raise AdmissionError("kind: Worker documents are written by workers only")
+    if any(p.metadata.name is None for p in projects):
+        raise AdmissionError("metadata.name: required to apply a Project")
     _may_apply(who, projects, jobs)
     if projects:  # refuse before writing anything: a bad job must not leave its projects
         admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
@@ -215,7 +247,11 @@ async def resume(request: Request, job_id: int) -> Response:
     return json_response(doc(resume_job(state.ctx, _job(request, job_id))), status_code=201)
 
 
-@route(router, routes.READ_LOGS)
+@route(
+    router,
+    routes.READ_LOGS,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def read_logs(
     request: Request, job_id: int, query: Annotated[LogsQuery, Query()]
 ) -> Response:

@@ -19,13 +19,22 @@ from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.broker.tokens import Principal
 from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
-from jobd.wire.models import EventsQuery, WatchQuery
+from jobd.wire.models import EventsQuery, Health, WatchQuery
 
 public = APIRouter(tags=["system"])
 router = APIRouter(tags=["system"])
 
 
-@route(public, routes.HEALTHZ)
+# Documented beside the JSON of FastAPI's default, which then also holds for the refusals.
+_TEXT: dict[str, Any] = {"content": {"text/plain": {"schema": {"type": "string"}}}}
+
+
+@route(
+    public,
+    routes.HEALTHZ,
+    response_model=Health,
+    responses={503: {"model": Health, "description": "A loop of the broker is being restarted"}},
+)
 async def healthz(request: Request) -> Response:
     """Alive, and every loop of the broker running (one that failed is being restarted)."""
     down = state_of(request).tasks_down
@@ -34,7 +43,11 @@ async def healthz(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
-@route(public, routes.READYZ)
+@route(
+    public,
+    routes.READYZ,
+    responses={200: _TEXT, 503: {**_TEXT, "description": "The store cannot be reached or written"}},
+)
 async def readyz(request: Request) -> Response:
     """Ready: the store answers, and its last write succeeded (broker/storage.py)."""
     store = state_of(request).store
@@ -45,7 +58,7 @@ async def readyz(request: Request) -> Response:
     return PlainTextResponse(reason + "\n", status_code=503)
 
 
-@route(public, routes.METRICS)
+@route(public, routes.METRICS, responses={200: _TEXT})
 async def metrics(request: Request) -> Response:
     state = state_of(request)
     counts = state.store.count_jobs_by_phase()

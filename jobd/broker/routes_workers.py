@@ -152,37 +152,6 @@ def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
     return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt)
 
 
-def _reported(request: Request, job_id: int, body: Report) -> Job:
-    """The job a report is about; a worker token reports as its own worker only, and
-    fencing (transitions.fence) refuses a job not bound to that worker, or another run."""
-    access.as_worker(principal_of(request), body.worker)
-    return reported_job_or_404(state_of(request), job_id)
-
-
-@route(router, routes.REPORTS["started"])
-async def started(request: Request, job_id: int, body: Started) -> Response:
-    job = _reported(request, job_id, body)
-    return json_response(doc(_started(state_of(request), job, body)))
-
-
-@route(router, routes.REPORTS["stopping"])
-async def stopping(request: Request, job_id: int, body: Report) -> Response:
-    job = _reported(request, job_id, body)
-    return json_response(doc(_stopping(state_of(request), job, body)))
-
-
-@route(router, routes.REPORTS["complete"])
-async def complete(request: Request, job_id: int, body: Completion) -> Response:
-    job = _reported(request, job_id, body)
-    return json_response(doc(_complete(state_of(request), job, body)))
-
-
-@route(router, routes.REPORTS["checkpoint-complete"])
-async def checkpoint_complete(request: Request, job_id: int, body: Report) -> Response:
-    job = _reported(request, job_id, body)
-    return json_response(doc(_checkpoint_complete(state_of(request), job, body)))
-
-
 # What each report does; its body is models.REPORT_BODIES[verb].
 _REPORTS: dict[str, Callable[[BrokerState, Job, Any], Job]] = {
     "started": _started,
@@ -190,6 +159,27 @@ _REPORTS: dict[str, Callable[[BrokerState, Job, Any], Job]] = {
     "complete": _complete,
     "checkpoint-complete": _checkpoint_complete,
 }
+
+
+def _report_route(verb: str) -> FastRoute:
+    """The route of one report, answered as every JSON body is (fastpath.answer)."""
+    run = _REPORTS[verb]
+
+    async def report(state: BrokerState, path: PathArgs, body: Any, who: Principal) -> str:
+        # A worker token reports as its own worker only; fencing (transitions.fence)
+        # refuses a job not bound to that worker, or another run of it.
+        access.as_worker(who, body.worker)
+        return doc(run(state, reported_job_or_404(state, path["job_id"]), body))
+
+    report.__name__ = verb.replace("-", "_")
+    return FastRoute(routes.REPORTS[verb], report)
+
+
+REPORT_ROUTES = [_report_route(verb) for verb in _REPORTS]
+for _fast in REPORT_ROUTES:
+    declare(router, _fast)
+
+
 # What refuses one report of a batch and not the others; answered with the status every
 # route gives it (ERROR_STATUSES). Anything else fails the whole request.
 _REFUSED: tuple[type[Exception], ...] = (NotFound, Conflict, TransitionError)
@@ -267,15 +257,19 @@ async def append_logs(
     return json_response({"offset": end})
 
 
-@route(router, routes.INGEST_EVENTS)
-async def ingest_events(request: Request, body: WorkerEvents) -> Response:
-    state, who = state_of(request), principal_of(request)
+async def ingest_events(
+    state: BrokerState, _path: PathArgs, body: WorkerEvents, who: Principal
+) -> str:
     access.as_worker(who, body.worker)
     records = _records(state, body.worker, body.events, who)
     state.store.append_events(records)
-    return json_response({"accepted": len(records)})
+    return encode_json({"accepted": len(records)})
+
+
+INGEST_EVENTS = FastRoute(routes.INGEST_EVENTS, ingest_events)
+declare(router, INGEST_EVENTS)
 
 
 __all__ = ["FAST", "router"]
 
-FAST = (HEARTBEAT, REPORT_BATCH, REGISTER)
+FAST = (HEARTBEAT, REPORT_BATCH, REGISTER, *REPORT_ROUTES, INGEST_EVENTS)

@@ -242,10 +242,12 @@ def worker_options(f: F) -> F:
             "--lease",
             "lease_s",
             envvar="JOBD_WORKER_LEASE_SECONDS",
-            type=click.FloatRange(min=1),
+            # The broker's bounds (api.models MIN_LEASE_S, MAX_LEASE_S; not imported here,
+            # to keep pydantic out of `jobd --help`): refused at start, not at registration.
+            type=click.FloatRange(min=1, max=3600),
             default=15,
             show_default=True,
-            help="Lease duration; renewed every third of it.",
+            help="Lease duration, 1 to 3600 s; renewed every third of it.",
         ),
     ]
     for option in reversed(options):

@@ -153,7 +153,8 @@ def create(
     def make() -> TokenCreated:
         from jobd.wire.models import TokenRequest
 
-        request = TokenRequest(role=role, projects=list(projects), worker=worker, name=name)
+        fields = {"role": role, "projects": list(projects), "worker": worker, "name": name}
+        request = TokenRequest.model_validate(fields)
         return _Tokens(kw).create(request)
 
     created: TokenCreated = _guarded(make)

@@ -10,22 +10,47 @@ method each model travels on.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
-from pydantic.fields import FieldInfo
 
-from jobd.api.models import Phase, StoreId, StoreInt, WorkerSpec, check_name
+from jobd.api.models import (
+    MAX_ID,
+    NAME_PATTERN,
+    Job,
+    ObjectMeta,
+    Phase,
+    Project,
+    StoreId,
+    StoreInt,
+    WorkerSpec,
+    check_name,
+)
+
+# A job id as an object's key (JSON keys are text): 0 to MAX_ID, digit by digit.
+_JOB_ID_TEXT = (
+    "^(0|[1-9][0-9]{0,8}|1[0-9]{9}|20[0-9]{8}|21[0-3][0-9]{7}|214[0-6][0-9]{6}"
+    "|2147[0-3][0-9]{5}|21474[0-7][0-9]{4}|214748[0-2][0-9]{3}|2147483[0-5][0-9]{2}"
+    "|21474836[0-3][0-9]|214748364[0-7])$"
+)
+assert MAX_ID == 2147483647, "_JOB_ID_TEXT spells MAX_ID out"
+# A run's fencing number (status.attempt): bumped once per bind, never near this.
+Attempt = Annotated[int, Field(ge=0, le=MAX_ID)]
 
 __all__ = [
+    "BATCHED_REPORTS",
     "REPORT_BODIES",
+    "ApplyDocuments",
     "ApplyQuery",
     "ApplyRequest",
+    "Attempt",
     "BatchedReport",
     "BlockersQuery",
     "Completion",
     "DrainQuery",
+    "ErrorBody",
     "EventsQuery",
+    "Health",
     "Heartbeat",
     "JobsQuery",
     "LogsAppendQuery",
@@ -44,7 +69,29 @@ __all__ = [
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a request says `1`, `true`, `"text"` as the schema does; `"1"` for a number
+    # or `1` for a flag is refused (422) rather than guessed. No NaN or infinity.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class _Query(BaseModel):
+    # Query parameters arrive as text: parsed by type (lax), but never NaN or infinity.
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class ErrorBody(BaseModel):
+    """What every refusal of the API answers, whatever its status (400s and 500s alike)."""
+
+    detail: str = Field(
+        description="One sentence: `field.path: reason` for a 422, else what was refused and why"
+    )
+
+
+class Health(BaseModel):
+    """/healthz: `ok`, or `failing` with the loops being restarted and why."""
+
+    status: Literal["ok", "failing"]
+    loops: dict[str, str] = Field(default_factory=dict)
 
 
 # -- user requests ---------------------------------------------------------------------------
@@ -55,13 +102,36 @@ class ApplyRequest(_Body):
     dry_run: bool = False
 
 
-class ApplyQuery(BaseModel):
+class _NamedMeta(ObjectMeta):
+    name: str = Field(json_schema_extra={"pattern": NAME_PATTERN})
+
+
+class _AppliedJob(Job):
+    kind: Literal["Job"]  # an apply's document says its kind, and its name
+    metadata: _NamedMeta
+
+
+class _AppliedProject(Project):
+    kind: Literal["Project"]
+    metadata: _NamedMeta
+
+
+class ApplyDocuments(_Body):
+    """ApplyRequest as the OpenAPI document shows it: each document a Job or a Project
+    that says its kind. The broker reads the documents one by one (api/manifests.py), so a
+    refusal names the document and field."""
+
+    documents: list[_AppliedJob | _AppliedProject] = Field(min_length=1)
+    dry_run: bool = False
+
+
+class ApplyQuery(_Query):
     objects: bool = Field(
         default=True, description="Each result carries the object; false: kind, name, action"
     )
 
 
-class JobsQuery(BaseModel):
+class JobsQuery(_Query):
     project: str | None = None
     phase: list[Phase] | None = None
     worker: str | None = None
@@ -69,23 +139,23 @@ class JobsQuery(BaseModel):
     limit: StoreInt | None = Field(default=None, ge=1)
 
 
-class BlockersQuery(BaseModel):
+class BlockersQuery(_Query):
     dry_run: bool = False
 
 
-class DrainQuery(BaseModel):
+class DrainQuery(_Query):
     preempt: bool = Field(
         default=False, description="Also preempt the worker's preemptible running jobs"
     )
 
 
-class LogsQuery(BaseModel):
+class LogsQuery(_Query):
     offset: StoreInt = 0
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
 
 
-class EventsQuery(BaseModel):
+class EventsQuery(_Query):
     job: StoreId | None = None
     type: str | None = None
     after: StoreId = 0
@@ -94,7 +164,7 @@ class EventsQuery(BaseModel):
     limit: int = Field(default=1000, ge=1, le=10_000)
 
 
-class WatchQuery(BaseModel):
+class WatchQuery(_Query):
     """The watch's query parameters (parsed by the broker's fast path, see fastpath.py)."""
 
     since: StoreInt = 0
@@ -116,10 +186,12 @@ class Heartbeat(_Body):
     running: list[StoreId] = Field(default_factory=list)
     # The attempt of each job in `running` (job id -> status.attempt), so the broker
     # tells an old run from a new one of the same job on this worker.
-    attempts: dict[StoreId, int] = Field(default_factory=dict)
+    attempts: dict[StoreId, Attempt] = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": _JOB_ID_TEXT}}
+    )
 
 
-class LogsAppendQuery(BaseModel):
+class LogsAppendQuery(_Query):
     offset: StoreInt = 0
 
 
@@ -145,7 +217,7 @@ class Report(_Body):
     """
 
     worker: str
-    attempt: int | None = Field(default=None, ge=0)
+    attempt: Attempt | None = None
 
 
 class Started(Report):
@@ -153,8 +225,10 @@ class Started(Report):
 
 
 class Completion(Report):
-    exit_code: int | None = None
-    signal: int | None = None
+    # What a process can exit with (negative: Python's way of saying a signal), and a
+    # signal's number: bounded, so nothing downstream meets an integer it cannot store.
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    signal: int | None = Field(default=None, ge=1, le=255)
     checkpoint_latest: str | None = None
     # Set when jobd, not the workload, decided the end: start_failed (it could not be
     # started), host_restarted or supervisor_lost (its end was never recorded).
@@ -176,36 +250,33 @@ class _BatchedReportBase(_Body):
     which the batch's path names)."""
 
     job: StoreId
-    verb: str  # one of REPORT_BODIES, as the derived model says
+    verb: str  # one of REPORT_BODIES, as each derived model says
 
 
-def _batched_report(bodies: dict[str, type[Report]]) -> type[_BatchedReportBase]:
-    """The batched report: a verb of `bodies`, and every field of every report body but
-    `worker`, each optional.
-
-    A field two reports share must mean the same in both, since a batch item carries it
-    under one name whatever its verb.
-    """
-    fields: dict[str, Any] = {"verb": (Literal[tuple(bodies)], ...)}
-    for body in bodies.values():
+def _batched_reports(bodies: dict[str, type[Report]]) -> dict[str, type[_BatchedReportBase]]:
+    """A batch item for each verb of `bodies`: its fields but `worker`. An item holds the
+    fields of its own verb only, as the schema says (the items are told apart by `verb`)."""
+    items: dict[str, type[_BatchedReportBase]] = {}
+    for verb, body in bodies.items():
+        fields: dict[str, Any] = {"verb": (Literal[verb], ...)}
         for name, info in body.model_fields.items():
-            if name == "worker" or name in fields:
-                assert name not in fields or fields[name][0] == info.annotation, name
-                continue
-            # Optional here, with the constraints its body gives it.
-            fields[name] = (info.annotation, FieldInfo.merge_field_infos(info, default=None))
-    return create_model(
-        "BatchedReport",
-        __base__=_BatchedReportBase,
-        __doc__="One of the per-job reports, for the batch route: the verb names which.",
-        **fields,
-    )
+            if name != "worker":
+                fields[name] = (info.annotation, info)
+        title = "Batched" + "".join(w.title() for w in verb.split("-"))
+        items[verb] = create_model(title, __base__=_BatchedReportBase, **fields)
+    return items
 
 
-if TYPE_CHECKING:  # the derived model's own fields are only known when it is made
+# Each verb's batch item, for the worker to build one (`BATCHED_REPORTS[verb](...)`).
+BATCHED_REPORTS = _batched_reports(REPORT_BODIES)
+
+if TYPE_CHECKING:  # the union of the derived models is only known when they are made
     BatchedReport = _BatchedReportBase
 else:
-    BatchedReport = _batched_report(REPORT_BODIES)
+    BatchedReport = Annotated[
+        Union[tuple(BATCHED_REPORTS.values())],  # noqa: UP007 - a union built at run time
+        Field(discriminator="verb"),
+    ]
 
 
 class ReportBatch(_Body):
@@ -215,12 +286,44 @@ class ReportBatch(_Body):
 
 # -- tokens (admins only) --------------------------------------------------------------------
 
-_Name = Annotated[str, AfterValidator(check_name)]
+_Name = Annotated[
+    str, AfterValidator(check_name), Field(json_schema_extra={"pattern": NAME_PATTERN})
+]
 Role = Literal["admin", "user", "worker"]
+# The role's rules below, said in the schema too, so a client (or a fuzzer) is told them.
+_BY_ROLE: dict[str, Any] = {
+    "oneOf": [
+        {
+            "properties": {
+                "role": {"const": "admin"},
+                "projects": {"maxItems": 0},
+                "worker": {"type": "null"},
+            }
+        },
+        {
+            "properties": {
+                "role": {"const": "user"},
+                "projects": {"minItems": 1},
+                "worker": {"type": "null"},
+            },
+            "required": ["projects"],
+        },
+        {
+            "properties": {
+                "role": {"const": "worker"},
+                "projects": {"maxItems": 0},
+                "worker": {"type": "string"},
+            },
+            "required": ["worker"],
+        },
+    ]
+}
 
 
 class TokenRequest(_Body):
     """A token to make: a user token names its projects, a worker token its worker."""
+
+    model_config = ConfigDict(json_schema_extra=_BY_ROLE)
 
     role: Role
     projects: list[_Name] = Field(default_factory=list, max_length=1000)

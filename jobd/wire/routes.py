@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from jobd.api.models import MAX_ID, Job, check_name
+from jobd.api.models import MAX_ID, NAME_PATTERN, Job, check_name
 from jobd.wire import models as m
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "METRICS",
     "OPENAPI",
     "PATH_PARAMS",
+    "PATH_PARAM_SCHEMAS",
     "PREEMPT_BLOCKERS",
     "PREEMPT_JOB",
     "PUBLIC_PATHS",
@@ -49,14 +50,45 @@ __all__ = [
     "RESUME_JOB",
     "REVOKE_TOKEN",
     "ROUTES",
+    "SMALL_BODY",
+    "STATUS_REASONS",
     "UNCORDON_WORKER",
     "WATCH",
     "Route",
+    "allowed_methods",
+    "body_cap",
     "parse_path_param",
 ]
 
+KiB, MiB = 1024, 1024 * 1024
+# The body cap of a route that takes no body, and of a path no route has: room for a
+# client that sends `{}` or a few headers' worth, never more. No route's cap is smaller
+# (broker/bodylimit.py relies on it to pass small bodies without a lookup).
+SMALL_BODY = 64 * KiB
+ONE_DOCUMENT = 1 * MiB  # one job, registration, heartbeat or report, with room to spare
+
+# What each refusal means, for the OpenAPI document: every route lists those it answers,
+# each with the one error body of the API (`wire.models.ErrorBody`).
+STATUS_REASONS: dict[int, str] = {
+    401: "No valid bearer token",
+    404: "No such job, worker or project (or no such route)",
+    409: "The request conflicts with the resource's state (a stale resource_version, a "
+    "transition its phase does not allow, a report of another run)",
+    410: "The revision asked for has been compacted away: list again",
+    413: "The request body is larger than this route's cap (the detail says it)",
+    422: "A parameter or the body does not validate (the detail names the field)",
+    503: "The store cannot be reached",
+    507: "The store could not persist the write (a full disk)",
+}
+
 # The type of each path parameter, by its name in the templates below.
 PATH_PARAMS: dict[str, type[int] | type[str]] = {"job_id": int, "name": str, "label": str}
+# What parse_path_param takes, as JSON Schema for the OpenAPI document.
+PATH_PARAM_SCHEMAS: dict[str, dict[str, object]] = {
+    "job_id": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+    "name": {"type": "string", "pattern": NAME_PATTERN},
+    "label": {"type": "string", "pattern": NAME_PATTERN},
+}
 
 
 def parse_path_param(name: str, text: str) -> int | str:
@@ -85,6 +117,10 @@ class Route:
     query: type[BaseModel] | None = None  # query parameters, as this model's fields
     status: int = 200  # the status of a success
     public: bool = False  # answered without a token (CONTRACT.md §8)
+    # The largest body taken, in bytes: a larger one is refused (413) before it is read
+    # (broker/bodylimit.py). Routes without a body take SMALL_BODY.
+    max_body: int = SMALL_BODY
+    refuses: tuple[int, ...] = ()  # refusals of its own, beyond those `refusals` derives
 
     def url(self, **params: int | str) -> str:
         """The path with its parameters filled in: `GET_JOB.url(job_id=7)` is `/jobs/7`."""
@@ -95,6 +131,44 @@ class Route:
         """The names of the path's parameters, in order."""
         return tuple(s[1:-1] for s in self.path.split("/") if s.startswith("{"))
 
+    @property
+    def refusals(self) -> tuple[int, ...]:
+        """Every error status this route answers, in order; each with an ErrorBody."""
+        found = {413, *self.refuses}
+        if not self.public:  # a token is checked; the store is read or written
+            found |= {401, 503, 507}
+        if self.params or self.body is not None or self.query is not None:
+            found.add(422)
+        if self.params:
+            found.add(404)
+        return tuple(sorted(found))
+
+
+def body_cap(method: str, path: str) -> int:
+    """The body cap of the route a request is for; SMALL_BODY when no route is."""
+    parts = path.split("/")
+    for route, template in _TEMPLATES.get((method, len(parts)), ()):
+        if _fits(template, parts):
+            return route.max_body
+    return SMALL_BODY
+
+
+def allowed_methods(path: str) -> list[str]:
+    """The methods the routes of this path answer (a 405's `Allow` header)."""
+    parts = path.split("/")
+    found = {
+        m
+        for (m, size), ts in _TEMPLATES.items()
+        if size == len(parts)
+        for _, t in ts
+        if _fits(t, parts)
+    }
+    return sorted(found)
+
+
+def _fits(template: list[str], parts: list[str]) -> bool:
+    return all(t.startswith("{") or t == p for t, p in zip(template, parts, strict=True))
+
 
 # -- jobs, as users see them
 
@@ -104,20 +178,41 @@ APPLY = Route(
     "Create or update each document (server-side apply)",
     body=m.ApplyRequest,
     query=m.ApplyQuery,
+    max_body=32 * MiB,  # some 100,000 jobs of a manifest; a larger one: several applies
+    refuses=(404, 409),  # 404: a job depends on one not stored
 )
-CREATE_JOB = Route("POST", "/jobs", "Create one job (imperative submit)", body=Job, status=201)
+CREATE_JOB = Route(
+    "POST",
+    "/jobs",
+    "Create one job (imperative submit)",
+    body=Job,
+    status=201,
+    max_body=ONE_DOCUMENT,
+    refuses=(404, 409),  # 404: it depends on a job not stored
+)
 LIST_JOBS = Route("GET", "/jobs", "List jobs, filtered", query=m.JobsQuery)
 GET_JOB = Route("GET", "/jobs/{job_id}", "One job")
-DELETE_JOB = Route("DELETE", "/jobs/{job_id}", "Remove a finished job")
-CANCEL_JOB = Route("POST", "/jobs/{job_id}/cancel", "Stop a job: desired phase Cancelled")
-PREEMPT_JOB = Route("POST", "/jobs/{job_id}/preempt", "Preempt this running job (job preempt)")
+DELETE_JOB = Route("DELETE", "/jobs/{job_id}", "Remove a finished job", refuses=(409,))
+CANCEL_JOB = Route(
+    "POST", "/jobs/{job_id}/cancel", "Stop a job: desired phase Cancelled", refuses=(409,)
+)
+PREEMPT_JOB = Route(
+    "POST", "/jobs/{job_id}/preempt", "Preempt this running job (job preempt)", refuses=(409,)
+)
 PREEMPT_BLOCKERS = Route(
     "POST",
     "/jobs/{job_id}/preempt-blockers",
     "Preempt what keeps a queued job out",
     query=m.BlockersQuery,
+    refuses=(409,),
 )
-RESUME_JOB = Route("POST", "/jobs/{job_id}/resume", "Resubmit from its checkpoint", status=201)
+RESUME_JOB = Route(
+    "POST",
+    "/jobs/{job_id}/resume",
+    "Resubmit from its checkpoint",
+    status=201,
+    refuses=(409,),
+)
 READ_LOGS = Route(
     "GET", "/jobs/{job_id}/logs", "The job's output from a byte offset", query=m.LogsQuery
 )
@@ -125,13 +220,20 @@ READ_LOGS = Route(
 # -- what workers send
 
 REGISTER_WORKER = Route(
-    "PUT", "/workers/{name}", "Register (or re-register) a worker", body=m.Registration
+    "PUT",
+    "/workers/{name}",
+    "Register (or re-register) a worker",
+    body=m.Registration,
+    max_body=ONE_DOCUMENT,
+    refuses=(409,),
 )
 HEARTBEAT = Route(
     "POST",
     "/workers/{name}/heartbeat",
     "Renew the lease; reconcile jobs both ways",
     body=m.Heartbeat,
+    max_body=ONE_DOCUMENT,
+    refuses=(409,),
 )
 LIST_WORKERS = Route("GET", "/workers", "List workers")
 
@@ -149,6 +251,7 @@ DRAIN_WORKER = Route(
     "/workers/{name}/drain",
     "Cordon, optionally preempt the preemptible jobs; answers the jobs still bound",
     query=m.DrainQuery,
+    refuses=(409,),
 )
 _REPORT_SUMMARIES = {
     "started": "Worker: the workload process started",
@@ -158,7 +261,14 @@ _REPORT_SUMMARIES = {
 }
 # One route per report, `/jobs/{job_id}/<verb>`, each with its body of models.REPORT_BODIES.
 REPORTS: dict[str, Route] = {
-    verb: Route("POST", f"/jobs/{{job_id}}/{verb}", _REPORT_SUMMARIES[verb], body=body)
+    verb: Route(
+        "POST",
+        f"/jobs/{{job_id}}/{verb}",
+        _REPORT_SUMMARIES[verb],
+        body=body,
+        max_body=ONE_DOCUMENT,
+        refuses=(409,),
+    )
     for verb, body in m.REPORT_BODIES.items()
 }
 REPORT_BATCH = Route(
@@ -166,24 +276,33 @@ REPORT_BATCH = Route(
     "/workers/{name}/reports",
     "Worker: several reports and events in one request, each answered on its own",
     body=m.ReportBatch,
+    max_body=8 * MiB,  # what piled up while a worker's previous request was in flight
+    refuses=(409,),
 )
 APPEND_LOGS = Route(
     "POST",
     "/jobs/{job_id}/logs",
     "Worker: append output at a byte offset",
     query=m.LogsAppendQuery,
+    max_body=ONE_DOCUMENT,  # a worker ships output in chunks of 256 KiB
+    refuses=(409,),
 )
 INGEST_EVENTS = Route(
     "POST",
     "/events",
     "Worker: ingest structured events into the record",
     body=m.WorkerEvents,
+    max_body=ONE_DOCUMENT,
 )
 
 # -- the record, the watch, projects
 
 WATCH = Route(
-    "GET", "/watch", "Changes after a revision; held until one arrives", query=m.WatchQuery
+    "GET",
+    "/watch",
+    "Changes after a revision; held until one arrives",
+    query=m.WatchQuery,
+    refuses=(410,),
 )
 LIST_EVENTS = Route(
     "GET",
@@ -202,6 +321,7 @@ CREATE_TOKEN = Route(
     "Make a token with a role (answered once, with the token in clear)",
     body=m.TokenRequest,
     status=201,
+    refuses=(409,),  # a token of that label exists
 )
 LIST_TOKENS = Route("GET", "/tokens", "The tokens: labels, roles, scopes, times; never a token")
 REVOKE_TOKEN = Route("DELETE", "/tokens/{label}", "Revoke a token: refused from the next request")
@@ -248,3 +368,9 @@ ROUTES: tuple[Route, ...] = (
     OPENAPI,
 )
 PUBLIC_PATHS = frozenset(r.path for r in ROUTES if r.public)
+assert all(r.max_body >= SMALL_BODY for r in ROUTES), "a cap under SMALL_BODY"
+# Each route's path split in segments, by method and number of segments (for body_cap).
+_TEMPLATES: dict[tuple[str, int], list[tuple[Route, list[str]]]] = {}
+for _route in ROUTES:
+    _segments = _route.path.split("/")
+    _TEMPLATES.setdefault((_route.method, len(_segments)), []).append((_route, _segments))

@@ -19,7 +19,13 @@ from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
-from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
+from jobd.wire.models import (
+    BATCHED_REPORTS,
+    BatchedReport,
+    ReportBatch,
+    WorkerEvent,
+    WorkerEvents,
+)
 
 __all__ = ["BrokerLink"]
 
@@ -135,10 +141,8 @@ class BrokerLink:
 def _batched(
     job_id: int, verb: str, fields: dict[str, Any], attempt: int | None = None
 ) -> BatchedReport:
-    """One report for a batch; only the fields said travel.
-
-    The run's attempt travels as soon as the wire's reports have a field for it (fencing).
-    """
-    if attempt is not None and "attempt" in BatchedReport.model_fields:
+    """One report for a batch, of its verb's own schema; only the fields said travel, with
+    the run's attempt (fencing)."""
+    if attempt is not None:
         fields = {**fields, "attempt": attempt}
-    return BatchedReport.model_validate({"job": job_id, "verb": verb, **fields})
+    return BATCHED_REPORTS[verb].model_validate({"job": job_id, "verb": verb, **fields})

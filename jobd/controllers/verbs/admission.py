@@ -23,7 +23,7 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.controllers.clock import Clock
-from jobd.controllers.errors import AdmissionError
+from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -87,14 +87,14 @@ def _resolve_parents(
         key = f"{job.project}/{ref}"
         if key in batch:
             if batch[key] >= position:
-                raise AdmissionError(
+                raise Conflict(  # as above: valid alone, in conflict together
                     f"spec.depends_on: {ref!r} must come before {job.ref} in the same apply"
                 )
             local.append(batch[key])
             continue
         parent = _find_parent(store, job.project, ref)
         if parent is None:
-            raise AdmissionError(
+            raise MissingParent(
                 f"spec.depends_on: no job {ref!r} in project {job.project!r} "
                 "(parents must exist before their children)"
             )
@@ -197,7 +197,8 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
             )
         ref = job.ref
         if ref in seen:
-            raise AdmissionError(f"metadata.name: {ref} appears twice in one apply")
+            # 409: each document is valid alone; together they conflict.
+            raise Conflict(f"metadata.name: {ref} appears twice in one apply")
         seen.add(ref)
         live = live_jobs.get(ref)
         if live is None:
@@ -251,7 +252,8 @@ def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
             f"job {live.ref} was changed since resource_version {desired.metadata.resource_version}"
         )
     if not same_spec and live.status.phase != Phase.PENDING:
-        raise AdmissionError(
+        # 409, not 422: the same document is admitted while the job is Pending.
+        raise TransitionError(
             f"spec: job {live.ref} is {live.status.phase}; only a Pending job's spec can change "
             "(delete it, or apply it under a new name)"
         )
