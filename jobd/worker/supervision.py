@@ -21,7 +21,7 @@ import anyio.abc
 import anyio.to_thread
 
 import jobd
-from jobd.worker.runner.base import ExitResult, ProcessIdentity
+from jobd.worker.runner.base import ProcessIdentity
 from jobd.worker.supervisor import (
     LOCK_FILE,
     LOG_FILE,
@@ -122,9 +122,6 @@ class ExitRecord:
     def unrecorded(cls) -> ExitRecord:
         error = "the supervisor ended without recording the job's end"
         return cls(None, None, None, None, None, None, None, error, lost=True)
-
-    def exit_result(self) -> ExitResult:
-        return ExitResult(exit_code=self.exit_code, signal=self.signal)
 
 
 @dataclass(frozen=True)

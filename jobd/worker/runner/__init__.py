@@ -3,12 +3,11 @@
 Use detect_runner() to get the best runner this host supports.
 """
 
-from jobd.worker.runner.base import ExitResult, ProcessIdentity, Runner
+from jobd.worker.runner.base import ProcessIdentity, Runner
 from jobd.worker.runner.procgroup import ProcessGroupRunner
 from jobd.worker.runner.systemd import SystemdScopeRunner, detect_runner
 
 __all__ = [
-    "ExitResult",
     "ProcessGroupRunner",
     "ProcessIdentity",
     "Runner",

@@ -2,8 +2,8 @@
 
 The workload runs under its supervisor (jobd.worker.supervisor); a runner names how the
 job is contained (a process group, or a systemd user scope) and is what the worker
-registers with. ExitResult is how a workload ended; ProcessIdentity names one process
-for good, so a recycled pid is never taken for a job's.
+registers with. ProcessIdentity names one process for good, so a recycled pid is never
+taken for a job's.
 """
 
 from __future__ import annotations
@@ -12,30 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = [
-    "ExitResult",
     "ProcessIdentity",
     "Runner",
     "read_proc_stat",
 ]
-
-
-@dataclass(frozen=True)
-class ExitResult:
-    """How the main process of a job ended."""
-
-    exit_code: int | None  # None when killed by a signal (or unknown)
-    signal: int | None  # signal number that killed it, else None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @classmethod
-    def from_returncode(cls, returncode: int) -> ExitResult:
-        # subprocess reports "killed by signal N" as returncode -N.
-        if returncode < 0:
-            return cls(exit_code=None, signal=-returncode)
-        return cls(exit_code=returncode, signal=None)
 
 
 class Runner(Protocol):
