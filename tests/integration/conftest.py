@@ -18,6 +18,10 @@ from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.store.sql import open_store
 
+# Fixtures of the supervisor tests, for every module that launches supervisors: pytest
+# finds them here, so no test module imports them by name.
+from tests.integration.supervised import child_subreaper, state_root  # noqa: F401
+
 
 @pytest.fixture
 def anyio_backend() -> str:

@@ -16,10 +16,8 @@ import pytest
 from jobd.worker.supervision import adopt, kill_orphaned_workload, launch
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
-    child_subreaper,  # noqa: F401
     is_gone,
     python_spec,
-    state_root,  # noqa: F401
     wait_for,
     wait_ready,
 )
@@ -27,7 +25,7 @@ from tests.integration.supervised import (
 
 @pytest.mark.anyio
 async def test_the_job_of_a_killed_supervisor_is_reported_lost_and_killed(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     state_dir = state_root / "42-1"
     job = launch(state_dir, python_spec(CHECKPOINTS_ON_SIGTERM))

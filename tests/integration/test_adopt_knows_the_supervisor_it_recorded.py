@@ -18,16 +18,14 @@ from jobd.worker.runner.base import ProcessIdentity
 from jobd.worker.supervision import adopt, launch, scan
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
-    child_subreaper,  # noqa: F401
     python_spec,
-    state_root,  # noqa: F401
     wait_ready,
 )
 
 
 @pytest.mark.anyio
 async def test_a_reused_pid_is_not_mistaken_for_the_supervisor(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     state_dir = state_root / "42-1"
     job = launch(state_dir, python_spec(CHECKPOINTS_ON_SIGTERM))
@@ -53,7 +51,7 @@ async def test_a_reused_pid_is_not_mistaken_for_the_supervisor(
 
 @pytest.mark.anyio
 async def test_a_supervisor_whose_record_is_lost_is_found_and_takes_a_stop_from_its_file(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     state_dir = state_root / "42-1"
     launched = launch(state_dir, python_spec(CHECKPOINTS_ON_SIGTERM))
@@ -72,7 +70,7 @@ async def test_a_supervisor_whose_record_is_lost_is_found_and_takes_a_stop_from_
 
 @pytest.mark.anyio
 async def test_scan_lists_live_and_finished_supervisors_only(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     live = launch(state_root / "1-1", python_spec(CHECKPOINTS_ON_SIGTERM))
     finished = launch(state_root / "2-1", python_spec("pass"))

@@ -15,9 +15,7 @@ import pytest
 
 from jobd.worker.supervision import Launcher, SupervisedJob
 from tests.integration.supervised import (
-    child_subreaper,  # noqa: F401
     python_spec,
-    state_root,  # noqa: F401
 )
 
 # Sleeps a little, then exits with the code it was given.
@@ -26,7 +24,7 @@ SLEEPS_THEN_EXITS = "import sys, time; time.sleep(float(sys.argv[2])); sys.exit(
 
 @pytest.mark.anyio
 async def test_concurrent_launches_each_get_their_own_answer_and_exit(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     launcher = Launcher()
     jobs: dict[int, SupervisedJob] = {}
@@ -53,7 +51,7 @@ async def test_concurrent_launches_each_get_their_own_answer_and_exit(
 
 @pytest.mark.anyio
 async def test_a_second_launch_into_the_same_directory_returns_the_first_job(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     launcher = Launcher()
     state_dir = state_root / "7-1"

@@ -16,9 +16,7 @@ import pytest
 from jobd.worker.supervision import launch
 from jobd.worker.supervisor import read_json, write_json_atomic
 from tests.integration.supervised import (
-    child_subreaper,  # noqa: F401
     python_spec,
-    state_root,  # noqa: F401
 )
 
 
@@ -46,7 +44,7 @@ def test_a_reader_never_sees_a_partly_written_record(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_finished_jobs_records_are_whole_and_no_temp_file_is_left(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     job = launch(state_root / "42-1", python_spec("import sys; sys.exit(5)"))
     with anyio.fail_after(5):

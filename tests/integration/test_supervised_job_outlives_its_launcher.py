@@ -14,11 +14,9 @@ import pytest
 from jobd.worker.supervision import adopt
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
-    child_subreaper,  # noqa: F401
     kill_launcher,
     python_spec,
     start_launcher,
-    state_root,  # noqa: F401
     wait_for,
 )
 
@@ -40,7 +38,7 @@ sys.exit(3)
 
 @pytest.mark.parametrize("output", ["printing", "silent"])
 def test_exit_code_and_output_survive_the_launchers_death_and_nobody_watching(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
     tmp_path: Path,
     output: str,
 ) -> None:
@@ -71,7 +69,7 @@ def test_exit_code_and_output_survive_the_launchers_death_and_nobody_watching(
 
 
 @pytest.mark.anyio
-async def test_an_adopted_job_is_stopped_and_waited_for(state_root: Path) -> None:  # noqa: F811
+async def test_an_adopted_job_is_stopped_and_waited_for(state_root: Path) -> None:
     state_dir = state_root / "42-1"
     kill_launcher(start_launcher(state_dir, python_spec(CHECKPOINTS_ON_SIGTERM)))
     wait_for(lambda: b"ready" in (state_dir / "stdout").read_bytes())

@@ -13,10 +13,8 @@ import pytest
 
 from jobd.worker.supervision import launch
 from tests.integration.supervised import (
-    child_subreaper,  # noqa: F401
     is_gone,
     python_spec,
-    state_root,  # noqa: F401
     wait_for,
 )
 
@@ -39,7 +37,7 @@ open(sys.argv[1], "w").write(f"{child.pid} {daemon}")
 
 @pytest.mark.anyio
 async def test_a_child_and_a_double_forked_daemon_are_killed_when_the_job_ends(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
     tmp_path: Path,
 ) -> None:
     pids_file = tmp_path / "pids"
@@ -53,7 +51,7 @@ async def test_a_child_and_a_double_forked_daemon_are_killed_when_the_job_ends(
 
 @pytest.mark.anyio
 async def test_a_workload_that_cannot_start_is_recorded_as_exit_127(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     spec = python_spec("")
     spec = type(spec)(**{**spec.__dict__, "argv": ["/nonexistent/train"]})

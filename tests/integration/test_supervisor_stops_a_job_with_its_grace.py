@@ -19,12 +19,10 @@ from jobd.worker.supervision import ExitRecord, SupervisedJob, adopt, launch
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
     STUBBORN_WITH_CHILD,
-    child_subreaper,  # noqa: F401
     is_gone,
     kill_launcher,
     python_spec,
     start_launcher,
-    state_root,  # noqa: F401
     wait_for,
     wait_ready,
 )
@@ -41,7 +39,7 @@ async def wait_within(job: SupervisedJob, seconds: float) -> ExitRecord:
 
 @pytest.mark.anyio
 async def test_a_job_that_traps_sigterm_exits_and_its_exit_is_recorded(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     job = launch(state_root / "42-1", python_spec(CHECKPOINTS_ON_SIGTERM))
     wait_ready(job)
@@ -57,7 +55,7 @@ async def test_a_job_that_traps_sigterm_exits_and_its_exit_is_recorded(
 
 @pytest.mark.anyio
 async def test_a_job_ignoring_sigterm_is_killed_at_the_deadline_though_its_launcher_died(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
     tmp_path: Path,
 ) -> None:
     state_dir, child_pid_file = state_root / "42-1", tmp_path / "child.pid"
@@ -81,7 +79,7 @@ async def test_a_job_ignoring_sigterm_is_killed_at_the_deadline_though_its_launc
 
 @pytest.mark.anyio
 async def test_sigterm_to_the_supervisor_stops_the_job_with_the_specs_grace(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
     tmp_path: Path,
 ) -> None:
     spec = python_spec(STUBBORN_WITH_CHILD, str(tmp_path / "child.pid"), grace_s=0.3)
@@ -97,7 +95,7 @@ async def test_sigterm_to_the_supervisor_stops_the_job_with_the_specs_grace(
 
 @pytest.mark.anyio
 async def test_sigint_and_sighup_to_the_supervisor_do_not_end_the_job(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     job = launch(state_root / "42-1", python_spec(CHECKPOINTS_ON_SIGTERM))
     record = await job.started()
@@ -116,7 +114,7 @@ async def test_sigint_and_sighup_to_the_supervisor_do_not_end_the_job(
 
 @pytest.mark.anyio
 async def test_a_stop_requested_before_the_start_means_no_start(
-    state_root: Path,  # noqa: F811
+    state_root: Path,
 ) -> None:
     state_dir = state_root / "42-1"
     state_dir.mkdir()
