@@ -15,20 +15,17 @@ this module about the objects it is about to read or change (`job`, `as_worker`,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from starlette.requests import Request
 
 from jobd.api.models import Job
 from jobd.broker.tokens import ADMIN, USER, WORKER, Principal
 from jobd.wire import routes as r
-from jobd.wire.routes import ROUTES, Route
+from jobd.wire.routes import Route
 
 __all__ = [
     "PRINCIPAL",
     "ROLES",
     "Forbidden",
-    "RouteIndex",
     "as_worker",
     "job",
     "jobs_visible",
@@ -89,49 +86,6 @@ def refusal(who: Principal, route: Route) -> str | None:
     if who.role in ROLES[route]:
         return None
     return f"a {who.role} token may not call {route.method} {route.path} ({route.summary})"
-
-
-class RouteIndex:
-    """The wire's route of a method and path, without checking its parameters.
-
-    A templated path is found by one dict look-up per shape (where its parameters sit):
-    the path with those segments masked, as each route's template is.
-    """
-
-    def __init__(self, routes: Iterable[Route] = ROUTES) -> None:
-        self._exact: dict[tuple[str, str], Route] = {}
-        self._masked: dict[tuple[str, tuple[str, ...]], Route] = {}
-        self._shapes: dict[tuple[str, int], list[tuple[int, ...]]] = {}
-        for route in routes:
-            if route.public:
-                continue
-            if not route.params:
-                self._exact[(route.method, route.path)] = route
-                continue
-            segments = route.path.split("/")
-            at = tuple(i for i, s in enumerate(segments) if s.startswith("{"))
-            shapes = self._shapes.setdefault((route.method, len(segments)), [])
-            if at not in shapes:
-                shapes.append(at)
-            self._masked[(route.method, _masked(segments, at))] = route
-
-    def find(self, method: str, path: str) -> Route | None:
-        exact = self._exact.get((method, path))
-        if exact is not None:
-            return exact
-        parts = path.split("/")
-        for at in self._shapes.get((method, len(parts)), ()):
-            found = self._masked.get((method, _masked(parts, at)))
-            if found is not None:
-                return found
-        return None
-
-
-def _masked(segments: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
-    masked = list(segments)
-    for i in at:
-        masked[i] = "{}"
-    return tuple(masked)
 
 
 def principal_of(request: Request) -> Principal:

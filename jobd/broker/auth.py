@@ -13,9 +13,9 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from jobd.broker.access import PRINCIPAL, RouteIndex, refusal
+from jobd.broker.access import PRINCIPAL, refusal
 from jobd.broker.tokens import Tokens
-from jobd.wire.routes import PUBLIC_PATHS
+from jobd.wire.routes import PUBLIC_PATHS, find_route
 
 __all__ = ["PUBLIC_PATHS", "TokenAuth"]
 
@@ -27,7 +27,6 @@ class TokenAuth:
     def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
         self.app = app
         self.tokens = tokens
-        self.routes = RouteIndex()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
@@ -42,7 +41,7 @@ class TokenAuth:
             headers = [*_HEADERS, (b"www-authenticate", b"Bearer")]
             await _send(send, 401, headers, _UNAUTHORIZED)
             return
-        route = self.routes.find(scope["method"], scope["path"])
+        route = find_route(scope["method"], scope["path"])
         refused = refusal(who, route) if route is not None else None
         if refused is not None:
             await _send(send, 403, _HEADERS, json.dumps({"detail": refused}).encode())

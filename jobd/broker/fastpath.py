@@ -32,7 +32,7 @@ from jobd.broker.responses import status_for, validation_detail
 from jobd.broker.routing import error_responses
 from jobd.broker.state import BrokerState, state_of
 from jobd.broker.tokens import Principal
-from jobd.wire.routes import PATH_PARAMS, ROUTES, Route, parse_path_param
+from jobd.wire.routes import PATH_PARAMS, ROUTES, Route, find_route, parse_path_param
 
 __all__ = [
     "FastRoute",
@@ -136,17 +136,13 @@ class FastRoutes:
     def __init__(self, app: ASGIApp, state: BrokerState, routes: Sequence[FastRoute]) -> None:
         self.app = app
         self.state = state
-        self._exact = {(f.route.method, f.route.path): f for f in routes if not f.route.params}
-        fast = {f.route: f for f in routes}
-        # By method and number of segments: a path is tried only against its own kind.
-        self._templated: dict[tuple[str, int], list[tuple[_Template, FastRoute | None]]] = {}
-        # The fast ones first: they are the busiest. A route matched but not fast is
-        # FastAPI's to answer, once its parameters are found valid.
-        for route in [*fast, *(r for r in ROUTES if r not in fast)]:
-            if route.params:
-                template = _Template(route)
-                key = (route.method, template.size)
-                self._templated.setdefault(key, []).append((template, fast.get(route)))
+        self._fast = {f.route: f for f in routes}
+        # Where each templated route's parameters sit in its path's segments.
+        self._params = {
+            route: [(i, s[1:-1]) for i, s in enumerate(route.path.split("/")) if s[:1] == "{"]
+            for route in ROUTES
+            if route.params
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self._match(scope) if scope["type"] == "http" else None
@@ -165,41 +161,20 @@ class FastRoutes:
     def _match(self, scope: Scope) -> tuple[FastRoute, PathArgs] | bytes | None:
         """The fast route and its arguments; a refusal's body; None: FastAPI's to answer."""
         method, path = scope.get("method", ""), scope.get("path", "")
-        exact = self._exact.get((method, path))
-        if exact is not None:
-            return exact, {}
+        route = find_route(method, path)
+        if route is None:
+            return None
+        fast = self._fast.get(route)
+        if not route.params:
+            return (fast, {}) if fast is not None else None
         parts = path.split("/")
-        templates = self._templated.get((method, len(parts)))
-        if not templates:
-            return None
-        for template, fast in templates:
-            try:
-                args = template.match(parts)
-            except ValueError as exc:
-                return _detail(str(exc))
-            if args is not None:
-                return (fast, args) if fast is not None else None
-        return None
-
-
-class _Template:
-    """A path template's fixed segments and parameters, matched against a split path."""
-
-    def __init__(self, route: Route) -> None:
-        segments = route.path.split("/")
-        self.size = len(segments)
-        self.fixed = [(i, s) for i, s in enumerate(segments) if not s.startswith("{")]
-        self.params = [(i, s[1:-1]) for i, s in enumerate(segments) if s.startswith("{")]
-
-    def match(self, parts: list[str]) -> PathArgs | None:
-        """The path's arguments; None when it is not this route's; ValueError: it is, but
-        a parameter is invalid (the message names it)."""
-        if len(parts) != self.size or any(parts[i] != s for i, s in self.fixed):
-            return None
-        if any(not parts[i] for i, _ in self.params):
+        if any(not parts[i] for i, _ in self._params[route]):
             return None  # `/jobs//cancel` is no route's: a 404
-        # ASGI paths come percent-decoded.
-        return {name: parse_path_param(name, parts[i]) for i, name in self.params}
+        try:  # ASGI paths come percent-decoded.
+            args = {name: parse_path_param(name, parts[i]) for i, name in self._params[route]}
+        except ValueError as exc:
+            return _detail(str(exc))
+        return (fast, args) if fast is not None else None
 
 
 # -- the FastAPI side: documentation from the same declaration, answered by answer()

@@ -57,6 +57,7 @@ __all__ = [
     "Route",
     "allowed_methods",
     "body_cap",
+    "find_route",
     "parse_path_param",
 ]
 
@@ -144,30 +145,40 @@ class Route:
         return tuple(sorted(found))
 
 
+def find_route(method: str, path: str) -> Route | None:
+    """The route a request is for, its path parameters not yet checked; None: no route's.
+
+    The one matcher of the broker (its token check, its body caps, its fast path, a 405's
+    methods): an exact path is one dict look-up; a templated one, one per shape (where its
+    parameters sit), the path's segments there masked as each template's are.
+    """
+    exact = _EXACT.get((method, path))
+    if exact is not None:
+        return exact
+    parts = path.split("/")
+    for at in _SHAPES.get((method, len(parts)), ()):
+        found = _MASKED.get((method, _masked(parts, at)))
+        if found is not None:
+            return found
+    return None
+
+
 def body_cap(method: str, path: str) -> int:
     """The body cap of the route a request is for; SMALL_BODY when no route is."""
-    parts = path.split("/")
-    for route, template in _TEMPLATES.get((method, len(parts)), ()):
-        if _fits(template, parts):
-            return route.max_body
-    return SMALL_BODY
+    route = find_route(method, path)
+    return route.max_body if route is not None else SMALL_BODY
 
 
 def allowed_methods(path: str) -> list[str]:
     """The methods the routes of this path answer (a 405's `Allow` header)."""
-    parts = path.split("/")
-    found = {
-        m
-        for (m, size), ts in _TEMPLATES.items()
-        if size == len(parts)
-        for _, t in ts
-        if _fits(t, parts)
-    }
-    return sorted(found)
+    return sorted(m for m in _METHODS if find_route(m, path) is not None)
 
 
-def _fits(template: list[str], parts: list[str]) -> bool:
-    return all(t.startswith("{") or t == p for t, p in zip(template, parts, strict=True))
+def _masked(segments: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
+    masked = list(segments)
+    for i in at:
+        masked[i] = "{}"
+    return tuple(masked)
 
 
 # -- jobs, as users see them
@@ -369,8 +380,19 @@ ROUTES: tuple[Route, ...] = (
 )
 PUBLIC_PATHS = frozenset(r.path for r in ROUTES if r.public)
 assert all(r.max_body >= SMALL_BODY for r in ROUTES), "a cap under SMALL_BODY"
-# Each route's path split in segments, by method and number of segments (for body_cap).
-_TEMPLATES: dict[tuple[str, int], list[tuple[Route, list[str]]]] = {}
+# find_route's index: exact paths; templated ones by their masked segments, and the
+# shapes (where parameters sit) of each method and number of segments.
+_EXACT: dict[tuple[str, str], Route] = {}
+_MASKED: dict[tuple[str, tuple[str, ...]], Route] = {}
+_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {}
 for _route in ROUTES:
+    if not _route.params:
+        _EXACT[(_route.method, _route.path)] = _route
+        continue
     _segments = _route.path.split("/")
-    _TEMPLATES.setdefault((_route.method, len(_segments)), []).append((_route, _segments))
+    _at = tuple(i for i, s in enumerate(_segments) if s.startswith("{"))
+    _shapes = _SHAPES.setdefault((_route.method, len(_segments)), [])
+    if _at not in _shapes:
+        _shapes.append(_at)
+    _MASKED[(_route.method, _masked(_segments, _at))] = _route
+_METHODS = frozenset(route.method for route in ROUTES)
