@@ -7,6 +7,7 @@ state directory. Its user is jobd.worker.execution (one Execution per job attemp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -285,7 +286,7 @@ def launch(state_dir: Path, spec: SupervisedSpec, prefix: list[str] | None = Non
     """
     state_dir = prepare(state_dir, spec)
     log = os.open(
-        state_dir / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+        state_dir.parent / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
     )
     try:
         child = subprocess.Popen(
@@ -437,20 +438,29 @@ def _find_supervisor(state_dir: Path) -> ProcessIdentity | None:
 
 
 def _lock_holder(state_dir: Path) -> ProcessIdentity | None:
-    """The process holding the lock file's flock, as /proc/locks names it (by inode)."""
+    """The process holding the directory's flock (or an older supervisor's lock file's),
+    as /proc/locks names it (by inode)."""
+    inodes = set()
+    for path in (state_dir, state_dir / LOCK_FILE):
+        with contextlib.suppress(OSError):
+            inodes.add(path.stat().st_ino)
     try:
-        inode = (state_dir / LOCK_FILE).stat().st_ino
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].endswith(f":{inode}"):
+        if len(fields) >= 6 and fields[1] == "FLOCK" and _inode(fields[5]) in inodes:
             identity = ProcessIdentity.of(int(fields[4]))
             if identity is not None:
                 return identity
     return None
+
+
+def _inode(device_inode: str) -> int | None:
+    _, _, inode = device_inode.rpartition(":")
+    return int(inode) if inode.isdigit() else None
 
 
 def _find_by_command_line(state_dir: Path) -> ProcessIdentity | None:

@@ -17,14 +17,18 @@ The state directory, one per job attempt:
                      agent (0600), so nothing of the job travels on a command line; from the
                      launcher, the spec comes in the launch request and the directory's
                      existence marks the launch
-    supervisor.lock  flock'ed for the supervisor's whole life: a held lock means it is alive
+    (the directory)  flock'ed for the supervisor's whole life: a held lock means it is alive
     supervisor.json  the supervisor's and the workload's pids with their start times, the
                      job, attempt and grace: written once the workload runs
     stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
     stop             a stop request, written atomically by the agent: reason, grace_s
     stopping.json    the stop under way: when SIGTERM went, when SIGKILL is due and went
     status.json      the end: exit code, signal, times, the stop; written last, durably
-    supervisor.log   the supervisor's own stderr
+
+Beside the state directories, `supervisors.log` takes every supervisor's own stderr (one
+line per event, each prefixed with its pid; appended, so lines never interleave). A
+state directory holds no file of the supervisor's own that a job does not need: on a busy
+worker, every file made and removed per job costs the filesystem's inode allocator.
 
 Every JSON file is replaced whole (temp file, fsync, rename, fsync of the directory).
 """
@@ -67,6 +71,7 @@ __all__ = [
 ]
 
 SPEC_FILE = "spec.json"
+# Where supervisors of jobd before 0.2 held their lock (an upgraded agent still sees it).
 LOCK_FILE = "supervisor.lock"
 RECORD_FILE = "supervisor.json"
 STDOUT_FILE = "stdout"
@@ -74,7 +79,7 @@ STDERR_FILE = "stderr"
 STOP_FILE = "stop"
 STOPPING_FILE = "stopping.json"
 STATUS_FILE = "status.json"
-LOG_FILE = "supervisor.log"
+LOG_FILE = "supervisors.log"  # in the state directories' parent, shared
 
 # A stop request whose wake-up signal was lost (or never sent) is still seen this soon.
 STOP_FILE_POLL_S = 0.5
@@ -133,9 +138,13 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def lock_is_held(state_dir: Path) -> bool:
     """Whether a supervisor holds the state directory's lock, i.e. is alive."""
+    return any(_held(path) for path in (state_dir, state_dir / LOCK_FILE))
+
+
+def _held(path: Path) -> bool:
     try:
-        fd = os.open(state_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -147,7 +156,8 @@ def lock_is_held(state_dir: Path) -> bool:
 
 
 def _take_lock(state_dir: Path) -> int | None:
-    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """The directory itself is locked: no file to make, none to remove."""
+    fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -173,9 +183,13 @@ def start_time(pid: int) -> int | None:
     return None if fields is None else int(fields[19])
 
 
+_job_label = ""  # the state directory's name, set once a supervisor has one: the log is shared
+
+
 def _log(message: str) -> None:
     with contextlib.suppress(OSError, ValueError):
-        print(f"{utc_now()} jobd-supervisor[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+        who = f"jobd-supervisor[{os.getpid()}]{_job_label}"
+        print(f"{utc_now()} {who}: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -527,7 +541,9 @@ def supervise(
     spec: the launch spec, from the launcher's request (None: read it from spec.json,
     which whoever started us wrote).
     """
+    global _job_label
     wakeups = _Wakeups()  # first: a stop signal must never find the default action
+    _job_label = f" {state_dir.name}"
     os.chdir("/")  # keep no directory of the agent's busy
     if _take_lock(state_dir) is None or (state_dir / STATUS_FILE).exists():
         _log(f"{state_dir} has a live supervisor or a finished job already")
@@ -540,7 +556,8 @@ def supervise(
     else:
         status = Supervisor(state_dir, wakeups, on_started).run(parsed)
     write_json_atomic(state_dir / STATUS_FILE, status)
-    _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
+    if status["error"] or status["stop"]:  # the usual end is in status.json alone
+        _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
     return 0
 
 
@@ -610,9 +627,17 @@ class _Reply:
         os.close(fd)
 
 
+# The shared log is set aside (one generation kept) once it outgrows this.
+LOG_ROTATE_BYTES = 16 * 1024 * 1024
+
+
 def _own_stdio(state_dir: Path) -> None:
     null = os.open(os.devnull, os.O_RDWR)
-    log = _open_append(state_dir / LOG_FILE)
+    path = state_dir.parent / LOG_FILE
+    log = _open_append(path)
+    if os.fstat(log).st_size > LOG_ROTATE_BYTES:
+        with contextlib.suppress(OSError):
+            os.replace(path, path.with_name(LOG_FILE + ".1"))
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.dup2(log, 2)
