@@ -187,10 +187,14 @@ async def test_a_cancelled_or_deleted_job_keeps_no_secret_either(
     assert not _holds_secrets(row) and not any(_holds_secrets(c) for c in changes)
 
     preempted = await _preempted(api, tmp_path)
+    revision = (await api.get("/jobs")).json()["revision"]
     assert (await api.delete(f"/jobs/{preempted}")).status_code == 200
     with _db(tmp_path) as db:
         changes = db.execute("SELECT body FROM changes WHERE key = ?", (str(preempted),))
         assert not any(_holds_secrets(body) for (body,) in changes)
+    # Its worker's watch hears of the delete, from memory, masked too.
+    deleted = json.loads(await _watch(api, worker="w1", since=revision))["changes"]
+    assert [(c["op"], c["object"]["spec"]["env"]) for c in deleted] == [("DELETED", MASKED)]
 
 
 async def _preempted(api: httpx.AsyncClient, tmp_path: Path) -> int:
