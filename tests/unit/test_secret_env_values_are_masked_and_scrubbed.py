@@ -22,6 +22,7 @@ from jobd.api.secrets import (
     secret_keys,
 )
 from jobd.controllers import transitions
+from jobd.worker.launching import StartFailed, check_unmasked
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 ENV = {"HF_TOKEN": "hf_real", "WANDB_API": "wb_real", "EPOCHS": "3"}
@@ -113,3 +114,11 @@ def test_every_way_to_an_end_scrubs() -> None:
     assert done.status.phase == Phase.SUCCEEDED and not holds_secrets(done)
     gone, _ = transitions.process_vanished(running, NOW)
     assert gone.status.phase == Phase.FAILED and not holds_secrets(gone)
+
+
+def test_an_agent_refuses_to_start_a_job_whose_secret_reached_it_masked() -> None:
+    """Its workload would otherwise run with the mask for its token."""
+    check_unmasked(_job(EPOCHS="3", LR="0.1"))
+    check_unmasked(_job())
+    with pytest.raises(StartFailed, match=r"spec\.env\.HF_TOKEN reached this worker masked"):
+        check_unmasked(mask_job(_job()))
