@@ -116,3 +116,23 @@ def test_the_mask_is_no_value_for_a_new_job(jobd: Jobd) -> None:
     refused = jobd.job("submit", "-p", "nlp", "--env", "WANDB_API=***", "--", sys.executable)
     assert refused.returncode != 0
     assert "spec.env.WANDB_API" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_queued_jobs_new_secret_value_is_diffed_unshown_and_applied(jobd: Jobd) -> None:
+    def queued(value: str) -> str:  # a GPU this worker lacks: it stays Pending
+        doc = json.loads(_manifest("queued", [sys.executable, "-c", "pass"]).split("---")[1])
+        doc["spec"]["env"]["HF_TOKEN"] = value
+        doc["spec"]["resources"] = {"gpus": 1}
+        return json.dumps(doc)
+
+    (jobd.root / "queued.yaml").write_text(queued(HF))
+    jobd.ok("apply", "-f", "queued.yaml")
+    job_id = jobd.get("nlp/queued")["metadata"]["id"]
+    (jobd.root / "rotated.yaml").write_text(queued("hf_rotated-9999"))
+    diff = jobd.job("diff", "-f", "rotated.yaml")
+    assert diff.returncode == 1, diff.stderr
+    assert "a secret env value changes" in diff.stdout and "rotated" not in diff.stdout
+    assert jobd.ok("apply", "-f", "rotated.yaml").split()[-1] == "configured"
+    assert "hf_rotated-9999" in _in_store(jobd, job_id)[0]
+    jobd.ok("cancel", "nlp/queued")
+    assert not any("hf_rotated" in body for body in _in_store(jobd, job_id))
