@@ -9,8 +9,9 @@ look at its project.
 
 `mask_job` is the one masking rule: every read surface of the broker (resource
 documents, the watch, the apply answer) passes jobs through it, and only the worker that
-runs a job reads it unmasked. `scrub` is the same replacement made for good, when a job
-ends (transitions.py). Both put `MASK` where a secret value was.
+runs a job reads it unmasked. When a job ends, `transitions.scrub_secrets` makes the same
+replacement for good in the stored job, and the store in the feed's earlier versions of
+it. Each puts `MASK` where a secret value was.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def patterns_of(job: Job) -> tuple[str, ...]:
     return DEFAULT_SECRET_ENV_KEYS + tuple(extra) if extra else DEFAULT_SECRET_ENV_KEYS
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=1024)  # one entry per distinct set of a project's patterns
 def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(fnmatch.translate(p) for p in patterns), re.IGNORECASE)
 

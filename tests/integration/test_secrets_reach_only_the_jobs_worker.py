@@ -22,6 +22,7 @@ import pytest
 from jobd.api.secrets import MASK
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
+from jobd.controllers import lifecycle
 from jobd.controllers.projects import ProjectsController
 from tests.integration.conftest import bind, broker_state, job_document
 
@@ -288,3 +289,27 @@ async def test_a_project_pattern_added_later_masks_its_live_jobs(api: httpx.Asyn
     await ProjectsController(broker_state(api).ctx).reconcile("nlp")
     job = await api.get(f"/jobs/{made.json()['metadata']['id']}")
     assert job.json()["spec"]["env"] == {"MLFLOW_CRED": MASK, "EPOCHS": "3"}
+
+
+async def test_auto_resume_carries_the_secrets_into_the_new_run(
+    api: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    doc = _train("auto")
+    doc["spec"]["auto_resume"] = True
+    job_id = (await api.post("/jobs", json=doc)).json()["metadata"]["id"]
+    bind(api, job_id, "w1")
+    w1 = await _token(api, role="worker", worker="w1", name="w1")
+    started = {"worker": "w1", "checkpoint_dir": f"/ckpt/{job_id}/"}
+    assert (await api.post(f"/jobs/{job_id}/started", json=started, headers=w1)).is_success
+    assert (await api.post(f"/jobs/{job_id}/preempt")).is_success
+    report = {"worker": "w1"}
+    done = await api.post(f"/jobs/{job_id}/checkpoint-complete", json=report, headers=w1)
+    assert done.is_success, done.text
+    ended = await api.post(f"/jobs/{job_id}/complete", json=report | {"signal": 15}, headers=w1)
+    assert ended.json()["status"]["phase"] == "Preempted"
+
+    await lifecycle.LifecycleController(broker_state(api).ctx).reconcile(str(job_id))
+    resumed = (await api.get("/jobs", params={"name": "auto-r1"})).json()["items"]
+    assert len(resumed) == 1
+    row, _changes = _stored(tmp_path, resumed[0]["metadata"]["id"])
+    assert json.loads(row)["spec"]["env"] == ENV | {"RESUME_FROM": f"/ckpt/{job_id}/"}
