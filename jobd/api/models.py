@@ -21,6 +21,8 @@ from pydantic import (
     field_validator,
 )
 
+from jobd.api.secrets import MAX_PATTERN_LENGTH, MAX_PATTERNS, check_patterns
+
 __all__ = [
     "ADMISSION",
     "ADMISSION_KEY",
@@ -34,6 +36,7 @@ __all__ = [
     "MAX_LEASE_S",
     "MIN_LEASE_S",
     "NAME_PATTERN",
+    "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
     "Condition",
     "Effective",
@@ -119,6 +122,9 @@ class Phase(enum.StrEnum):
 
 
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.PREEMPTED, Phase.CANCELLED})
+# Where a job's secret env values leave the store (api/secrets.py). Not Preempted: `job
+# resume` and `auto_resume` run its spec again, secrets included.
+SCRUBBED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
 # Phases in which a job holds capacity on its worker.
 BOUND_PHASES = frozenset(
     {Phase.SCHEDULED, Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING, Phase.LOST}
@@ -332,6 +338,8 @@ class Effective(Strict):
     priority: int = 0
     preemptible: bool = False
     checkpoint_grace_s: float | None = None  # None: the worker's default applies
+    # The project's `secret_env_keys`, beyond the defaults (api/secrets.py); None: none.
+    secret_env_keys: list[str] | None = None
 
 
 class PreemptionStatus(Strict):
@@ -394,8 +402,9 @@ class Job(Strict):
     def evolve(self) -> Job:
         """A copy whose status may be changed; spec and metadata are shared, not copied.
 
-        Transitions only ever write status, and a deep copy of the whole document is
-        the largest cost of a write on the hot paths.
+        Transitions only ever write status (and, when a job ends, replace its spec by
+        one whose secrets are masked: a new object, the shared one untouched), and a deep
+        copy of the whole document is the largest cost of a write on the hot paths.
         """
         # Through pydantic's core and back: several times faster than copy.deepcopy.
         status = JobStatus.model_validate(self.status.model_dump(round_trip=True))
@@ -410,6 +419,25 @@ class ProjectDefaults(Strict):
 class ProjectSpec(Strict):
     priority: int = Field(default=0, ge=0, le=1_000_000)
     defaults: ProjectDefaults = Field(default_factory=ProjectDefaults)
+    # Globs (fnmatch, case-insensitive) of the env keys whose values are secret in this
+    # project's jobs, beyond the defaults every project has (api/secrets.py).
+    secret_env_keys: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_PATTERNS,
+        json_schema_extra={
+            "items": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_PATTERN_LENGTH,
+                "pattern": r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$",
+            }
+        },
+    )
+
+    @field_validator("secret_env_keys")
+    @classmethod
+    def _valid_patterns(cls, patterns: list[str], info: ValidationInfo) -> list[str]:
+        return check_patterns(patterns) if admitting(info) else patterns
 
 
 class Project(Strict):

@@ -11,6 +11,11 @@ this module about the objects it is about to read or change (`job`, `as_worker`,
   events, watch); workers and its projects read-only.
 - *worker*: registers, heartbeats and reports as its own worker only; reads its bound
   jobs and their changes; never creates, cancels or changes a job, nor cordons.
+
+Secret env values (api/secrets.py) are masked on every read but the two an agent makes
+naming its worker — `GET /jobs?worker=W` and `GET /watch?worker=W` — and there only for
+a principal that may speak as W (`reveals`): W's worker token, or an admin token (which
+can make W's token anyway, and is what `jobd dev`'s worker holds).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
     "project",
     "projects",
     "refusal",
+    "reveals",
 ]
 
 PRINCIPAL = "jobd.principal"  # the key of the request's principal in the ASGI scope
@@ -140,6 +146,16 @@ def jobs_visible(who: Principal, project_asked: str | None, worker_asked: str | 
 
 def as_worker(who: Principal, name: str) -> None:
     """A worker token speaks only as its own worker."""
-    if who.role == ADMIN or (who.role == WORKER and who.worker == name):
-        return
-    raise Forbidden(f"token {who.label!r} may not act as worker {name!r}")
+    if not _speaks_as(who, name):
+        raise Forbidden(f"token {who.label!r} may not act as worker {name!r}")
+
+
+def reveals(who: Principal | None, worker_asked: str | None) -> bool:
+    """Whether a read of the jobs bound to `worker_asked` shows their secret env values:
+    only to a principal that may speak as that worker (module docstring). A user token,
+    even of the job's own project, never sees them."""
+    return who is not None and worker_asked is not None and _speaks_as(who, worker_asked)
+
+
+def _speaks_as(who: Principal, name: str) -> bool:
+    return who.role == ADMIN or (who.role == WORKER and who.worker == name)

@@ -7,10 +7,11 @@ behind the store's compaction gets 410 Gone and lists again. A commit the tail f
 to take in is handled by `rebuild`: the tail starts afresh after it, so it never has a
 hole, and watchers behind its start are served from the store.
 
-The tail keeps what a watch needs of each change — its JSON text and the worker of a
-job — not the committed objects: tens of thousands of jobs' models (two dozen objects
-each), kept alive only here, were most of the memory and of what the garbage collector
-walked.
+The tail keeps what a watch needs of each change — its JSON text (and, for a job that
+holds secret env values, the text with them masked: what everyone but its worker reads)
+and the worker of a job — not the committed objects: tens of thousands of jobs' models
+(two dozen objects each), kept alive only here, were most of the memory and of what the
+garbage collector walked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import NamedTuple
 
 import anyio
 
+from jobd.api.secrets import mask_job
+from jobd.broker.responses import doc
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ChangeFeed", "FeedEntry", "Notifier"]
@@ -36,13 +39,17 @@ class FeedEntry(NamedTuple):
     text: str
     worker: str | None  # the worker a job is bound to; None for anything else
     project: str | None  # a job's project, a project's name; None for a worker
+    masked: str  # `text` as all but the job's worker read it: `text` itself, mostly
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
         job = change.job
         worker = job.status.worker if job is not None else None
         project = job.project if job is not None else _project_name(change)
-        return cls(change.revision, change.kind, change.op, change.text, worker, project)
+        masked = change.text
+        if job is not None and mask_job(job) is not job:
+            masked = str(doc(job))
+        return cls(change.revision, change.kind, change.op, change.text, worker, project, masked)
 
 
 def _project_name(change: Change) -> str | None:

@@ -15,6 +15,8 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from jobd.api.manifests import ManifestError
+from jobd.api.models import Job
+from jobd.api.secrets import mask_job
 from jobd.broker.access import Forbidden
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.store.base import Conflict, Gone, NotFound, StorageFull, StoreUnavailable
@@ -64,8 +66,12 @@ class RawJSON(str):
     """JSON text to embed as it is."""
 
 
-def doc(obj: BaseModel) -> RawJSON:
-    """A resource's document, as users see it (CONTRACT.md §3)."""
+def doc(obj: BaseModel, *, reveal: bool = False) -> RawJSON:
+    """A resource's document, as users see it (CONTRACT.md §3): a job's secret env values
+    masked (api/secrets.py). Only the worker-facing reads of a job's own worker pass
+    `reveal` (see `access.reveals`)."""
+    if isinstance(obj, Job) and not reveal:
+        obj = mask_job(obj)
     return RawJSON(obj.model_dump_json(by_alias=True, exclude_none=True))
 
 

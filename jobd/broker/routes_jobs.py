@@ -172,6 +172,7 @@ declare(router, CREATE_JOB)
 async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> Response:
     state, who = state_of(request), principal_of(request)
     access.jobs_visible(who, query.project, query.worker)
+    reveal = access.reveals(who, query.worker)  # every job listed is bound to that worker
     revision = state.feed.revision
     items = state.store.list_jobs(
         project=query.project,
@@ -181,7 +182,7 @@ async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> R
         name=query.name,
         limit=query.limit,
     )
-    return json_response({"items": [doc(j) for j in items], "revision": revision})
+    return json_response({"items": [doc(j, reveal=reveal) for j in items], "revision": revision})
 
 
 @route(router, routes.GET_JOB)

@@ -94,6 +94,7 @@ async def run_watch(
     kind, worker = query.kind, query.worker
     if who is not None and who.role == "worker":
         access.jobs_visible(who, None, worker)  # a worker watches its own jobs only
+    reveal = access.reveals(who, worker)  # every change passed is of a job bound there
     seen = access.projects(who) if who is not None and who.role == "user" else None
 
     def accept(entry: FeedEntry) -> bool:
@@ -107,7 +108,12 @@ async def run_watch(
         query.since, accept, query.timeout, worker=worker
     )
     items = [
-        {"revision": c.revision, "kind": c.kind, "op": c.op, "object": RawJSON(c.text)}
+        {
+            "revision": c.revision,
+            "kind": c.kind,
+            "op": c.op,
+            "object": RawJSON(c.text if reveal else c.masked),
+        }
         for c in changes
     ]
     return {"revision": revision, "changes": items}

@@ -242,7 +242,9 @@ def _diff_all(settings: Settings, files: Sequence[str]) -> str:
     with settings.client() as client:
         results = client.apply(documents, dry_run=True)
         return "".join(
-            render.diff_text(_live(client, r.kind, r.name, r.action), r.object, r.kind, r.name)
+            render.diff_text(
+                _live(client, r.kind, r.name, r.action), r.object, r.kind, r.name, r.action
+            )
             for r in results
             if r.object is not None
         )

@@ -361,21 +361,33 @@ def to_json(docs: Any, *, compact: bool = False) -> str:
     return json.dumps(docs, indent=2, ensure_ascii=False)
 
 
-def diff_text(live: Document | None, applied: Document, kind: str, name: str) -> str:
+def diff_text(
+    live: Document | None, applied: Document, kind: str, name: str, action: str = ""
+) -> str:
     """Unified diff of the live YAML against what apply would make; "" when they agree.
 
     `status` and the server's own metadata are left out: apply never writes them, and
     comparing them would show the job's progress between two requests as a difference.
+    Secret env values read masked on both sides: an apply that would change only those
+    (`action` configured, no line differs) is said in a comment line, values unshown.
     """
     before = dump_yaml([_without_status(live)]) if live is not None else ""
     after = dump_yaml([_without_status(applied)])
     label = f"{kind.lower()}/{name}"
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
-        fromfile=f"live/{label}",
-        tofile=f"applied/{label}",
+    lines = list(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"live/{label}",
+            tofile=f"applied/{label}",
+        )
     )
+    if not lines and action == "configured":
+        lines = [
+            f"--- live/{label}\n",
+            f"+++ applied/{label}\n",
+            "# a secret env value changes (secret values are shown masked on both sides)\n",
+        ]
     return "".join(lines)
 
 

@@ -19,7 +19,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from jobd.api.models import TERMINAL_PHASES, Job, Phase, PreemptionStatus, set_condition
+from jobd.api.models import (
+    SCRUBBED_PHASES,
+    TERMINAL_PHASES,
+    Job,
+    Phase,
+    PreemptionStatus,
+    set_condition,
+)
+from jobd.api.secrets import mask_job
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refusal
 from jobd.store.base import EventRecord
@@ -43,6 +51,7 @@ __all__ = [
     "nominate",
     "process_vanished",
     "request_preemption",
+    "scrub_secrets",
     "start",
     "stopping",
     "unbind",
@@ -62,6 +71,8 @@ def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
     status.nominated_worker = None
     status.reason = reason or status.reason
     set_condition(status, "Finished", True, phase.value, reason or "", now=now)
+    if phase in SCRUBBED_PHASES:
+        scrub_secrets(job, now)
     events = [
         EventRecord(
             "job_finished",
@@ -73,6 +84,22 @@ def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
     if phase == P.CANCELLED:
         events.append(EventRecord("job_cancelled", job=job.id, fields={"reason": reason or "user"}))
     return events
+
+
+def scrub_secrets(job: Job, now: datetime) -> None:
+    """Replace `job`'s secret env values by the mask, for good: the job has ended.
+
+    `job` is a copy this module made; its spec, shared with the job it was made from,
+    is replaced, not changed. The same write that ends the job stores this, so no
+    finished job keeps a secret in the store (a Preempted one does: it may be resumed).
+    """
+    masked = mask_job(job)
+    if masked is job:
+        return
+    hidden = [key for key, value in job.spec.env.items() if masked.spec.env[key] != value]
+    job.spec = masked.spec
+    message = "secret env values removed from the store: " + ", ".join(hidden)
+    set_condition(job.status, "SecretsScrubbed", True, "JobEnded", message, now=now)
 
 
 def finish(job: Job, phase: Phase, now: datetime, reason: str | None = None) -> tuple[Job, Events]:

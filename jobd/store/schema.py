@@ -87,7 +87,14 @@ changes = sa.Table(
     sa.Column("op", sa.String(8), nullable=False),
     sa.Column("key", sa.String(320), nullable=False),
     sa.Column("body", sa.Text, nullable=False),
+    # The body holds a job's secret env values (api/secrets.py): rewritten, masked, when
+    # the job ends or is deleted (migration 0004).
+    sa.Column("secret", sa.Boolean, nullable=False, server_default=sa.false()),
 )
+# Few changes hold secrets: a partial index finds a job's without a scan, and costs the
+# writes of every other change nothing.
+_secret = changes.c.secret == sa.true()
+sa.Index("ix_changes_secret", changes.c.key, sqlite_where=_secret, postgresql_where=_secret)
 
 events = sa.Table(
     "events",

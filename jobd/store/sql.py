@@ -26,7 +26,18 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ClauseElement
 
-from jobd.api.models import Job, ObjectMeta, Phase, Project, Resource, Worker, assign, utcnow
+from jobd.api.models import (
+    SCRUBBED_PHASES,
+    Job,
+    ObjectMeta,
+    Phase,
+    Project,
+    Resource,
+    Worker,
+    assign,
+    utcnow,
+)
+from jobd.api.secrets import holds_secrets, mask_job, patterns_of, secret_keys
 from jobd.store import schema as t
 from jobd.store.base import (
     Change,
@@ -349,12 +360,16 @@ class SQLStore:
                 raise self._stale("job", job.metadata.id, self.get_job(job.id) is not None)
             tx.record("Job", "MODIFIED", job, rev, row["body"])
             tx.add_events(events)
+            if job.status.phase in SCRUBBED_PHASES and secret_keys(job.spec.env, patterns_of(job)):
+                tx.scrub_history(job)
         return job
 
     def delete_job(self, job: Job) -> None:
+        """Compare-and-swap delete; the feed's last word of it, and its history, masked."""
         with self._tx(durable=True) as tx:
-            self._delete(tx, "Job", t.jobs.c.id, job.id, job)
+            self._delete(tx, "Job", t.jobs.c.id, job.id, mask_job(job))
             tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
+            tx.scrub_history(job)
 
     def _delete(
         self, tx: _Tx, kind: Kind, key: sa.Column[Any], value: object, obj: Job | Project
@@ -665,6 +680,17 @@ _UPDATE_JOB = sa.update(t.jobs).where(
     t.jobs.c.resource_version == sa.bindparam("expected_rv"),
 )
 _GET_JOB = sa.select(t.jobs.c.body).where(t.jobs.c.id == sa.bindparam("id"))
+# The flag's test as the partial index ix_changes_secret says it (schema.py).
+_SECRET_CHANGES = sa.select(t.changes.c.revision, t.changes.c.body).where(
+    t.changes.c.secret == sa.true(),
+    t.changes.c.key == sa.bindparam("key"),
+    t.changes.c.kind == "Job",
+)
+_SCRUB_CHANGE = (
+    sa.update(t.changes)
+    .where(t.changes.c.revision == sa.bindparam("b_rev"))
+    .values(body=sa.bindparam("b_body"), secret=False)
+)
 _JOBS_BY_NAME = sa.select(t.jobs.c.body).where(
     t.jobs.c.project == sa.bindparam("project"),
     t.jobs.c.name.in_(sa.bindparam("names", expanding=True)),
@@ -832,9 +858,23 @@ class _Tx:
             text = known if known is not None else _to_json(obj)
             rev = revision or obj.metadata.resource_version or 0
             key = str(obj.metadata.id) if isinstance(obj, Job) else str(obj.metadata.name)
-            rows.append({"revision": rev, "kind": kind, "op": op, "key": key, "body": text})
+            secret = isinstance(obj, Job) and holds_secrets(obj)
+            row = {"revision": rev, "kind": kind, "op": op, "key": key, "body": text}
+            rows.append(row | {"secret": secret})
             self.changes.append(Change(rev, kind, op, key, obj, text))
         self.run_many(self.hot.insert_change, rows)
+
+    def scrub_history(self, job: Job) -> None:
+        """Mask the secret values of the earlier versions of `job` the change feed keeps.
+
+        Those rows are flagged `secret` when written; the partial index on the flag finds
+        them without a scan. Each is masked by its own patterns and the job's now.
+        """
+        found = self.conn.execute(_SECRET_CHANGES, {"key": str(job.id)}).all()
+        for revision, body in found:
+            old = Job.model_validate_json(body)
+            masked = mask_job(old, patterns_of(old) + patterns_of(job))
+            self.conn.execute(_SCRUB_CHANGE, {"b_rev": revision, "b_body": _to_json(masked)})
 
     def add_events(self, events: Iterable[EventRecord]) -> None:
         records = list(events)

@@ -29,7 +29,12 @@ from jobd.wire.models import Completion
 from jobd.worker.checkpoints import checkpoint_dir, ensure_checkpoint_dir, find_resume_target
 from jobd.worker.following import OutputFollower, SentinelWatch
 from jobd.worker.jobrecord import JobRecord, boot_id, job_dir, made_this_boot
-from jobd.worker.launching import StartFailed, check_launchable, start_supervised
+from jobd.worker.launching import (
+    StartFailed,
+    check_launchable,
+    check_unmasked,
+    start_supervised,
+)
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner import Runner
 from jobd.worker.supervision import (
@@ -216,6 +221,7 @@ class Execution:
         assert job is not None
         argv, cwd = list(job.spec.command), job.spec.cwd or str(Path.home())
         check_launchable(argv, cwd, job.spec.env)
+        check_unmasked(job)
         ckpt = ensure_checkpoint_dir(self.settings.checkpoint_root, job.id)
         env = workload_env(job, self.settings, ckpt)
         spec = SupervisedSpec(argv, cwd, env, self.grace_s, job.id, self.attempt)

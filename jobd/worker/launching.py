@@ -14,10 +14,12 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from jobd.api.models import Job
+from jobd.api.secrets import MASK, patterns_of, secret_keys
 from jobd.worker.runner import Runner
 from jobd.worker.supervision import Launcher, SupervisedJob, SupervisedSpec, launch
 
-__all__ = ["StartFailed", "check_launchable", "start_supervised"]
+__all__ = ["StartFailed", "check_launchable", "check_unmasked", "start_supervised"]
 
 
 class StartFailed(Exception):
@@ -40,6 +42,19 @@ def check_launchable(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> N
             raise StartFailed(f"spec.env[{key!r}] holds a NUL byte")
     if not os.path.isdir(cwd):
         raise StartFailed(f"the working directory {cwd} does not exist (spec.cwd)")
+
+
+def check_unmasked(job: Job) -> None:
+    """Raise StartFailed when a secret env value arrived masked: the workload would get
+    the mask for its token. Only a read as this worker, by a token that may speak as it,
+    carries the real values (broker/access.py); anything else is a misconfiguration."""
+    env = job.spec.env
+    masked = [key for key in secret_keys(env, patterns_of(job)) if env[key] == MASK]
+    if masked:
+        raise StartFailed(
+            f"spec.env.{masked[0]} reached this worker masked ({MASK!r}): its token may not "
+            "read this job's secrets"
+        )
 
 
 async def start_supervised(

@@ -3,8 +3,10 @@
 A new job gets its project's defaults merged field by field under its own values
 (`None` means "not said"), its `depends_on` resolved to job ids, and a fresh status.
 Apply matches documents by project and name and decides created / configured /
-unchanged; a refused document changes nothing. Next stage: the lifecycle controller
-decides whether its dependencies are met, then the scheduler binds it.
+unchanged; a refused document changes nothing. A secret env value sent back as the mask
+reads show (api/secrets.py) keeps the stored value; as a new job's value it is refused.
+Next stage: the lifecycle controller decides whether its dependencies are met, then the
+scheduler binds it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from typing import Any, Literal
 from jobd.api.models import (
     Effective,
     Job,
+    JobSpec,
     JobStatus,
     Phase,
     Project,
     assign,
     set_condition,
 )
+from jobd.api.secrets import MASK, patterns_of, secret_keys
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.store.base import Conflict, EventRecord, Store
@@ -33,6 +37,7 @@ __all__ = [
     "apply_project",
     "create_jobs",
     "prepare_new_job",
+    "refuse_masks",
     "resolve_effective",
 ]
 
@@ -64,7 +69,13 @@ def _effective_values(job: Job, project: Project | None) -> dict[str, Any]:
     grace = spec.checkpoint_grace_s
     if grace is None and defaults is not None:
         grace = defaults.checkpoint_grace_s
-    return {"priority": priority, "preemptible": preemptible, "checkpoint_grace_s": grace}
+    secret = list(project.spec.secret_env_keys) if project else None
+    return {
+        "priority": priority,
+        "preemptible": preemptible,
+        "checkpoint_grace_s": grace,
+        "secret_env_keys": secret or None,
+    }
 
 
 def _find_parent(store: Store, project: str, ref: int | str) -> int | None:
@@ -127,6 +138,7 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     if "status" in job.model_fields_set:  # a status the user sent is not the server's
         job.status = JobStatus()
     assign(job.status.effective, **_effective_values(job, project))
+    refuse_masks(job)
     assign(
         job.status,
         parents=parents,
@@ -137,6 +149,18 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
     return job
+
+
+def refuse_masks(job: Job) -> None:
+    """AdmissionError when a secret env value of `job` (its effective patterns resolved) is
+    the mask: that is what a masked read gave back, or a finished job kept, not a value."""
+    env = job.spec.env
+    masked = [key for key in secret_keys(env, patterns_of(job)) if env[key] == MASK]
+    if masked:
+        raise AdmissionError(
+            f"spec.env.{masked[0]}: {MASK!r} is how jobd shows a secret value, not a value; "
+            "give the real one (a finished job's secrets are removed when it ends)"
+        )
 
 
 def create_jobs(
@@ -190,6 +214,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
     updates: list[Job] = []
     seen: set[str] = set()
     live_jobs = _live_by_ref(store, jobs)
+    projects: dict[str, Project | None] = {}
     for job in jobs:
         if not job.metadata.name:
             raise AdmissionError(
@@ -202,6 +227,11 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
         seen.add(ref)
         live = live_jobs.get(ref)
         if live is None:
+            if job.project not in projects:
+                projects[job.project] = store.get_project(job.project)
+            # Resolved now, so a dry run's answer masks as the stored job's would.
+            assign(job.status.effective, **_effective_values(job, projects[job.project]))
+            refuse_masks(job)
             new.append(job)
             results.append(ApplyResult("Job", ref, "created", job))
             continue
@@ -241,9 +271,27 @@ def _check_parents(store: Store, new: list[Job]) -> None:
         _resolve_parents(store, job, i, batch)
 
 
+def _kept_secrets(spec: JobSpec, live: Job) -> JobSpec:
+    """`spec` with the live job's secret values where the document cannot say them.
+
+    A masked read applied back holds MASK for each secret value (`job get -o yaml | job
+    apply -f -`): the stored value stays. A finished job holds MASK itself (its secrets
+    were scrubbed): any value the document gives compares equal, so applying its manifest
+    again is `unchanged`, as before it ended.
+    """
+    env, stored = spec.env, live.spec.env
+    kept = {
+        key: stored[key]
+        for key in secret_keys(env, patterns_of(live))
+        if key in stored and MASK in (env[key], stored[key]) and env[key] != stored[key]
+    }
+    return spec.model_copy(update={"env": env | kept}) if kept else spec
+
+
 def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
     """The live job with the desired spec and labels; `live` itself when nothing changes."""
-    same_spec = live.spec == desired.spec
+    desired_spec = _kept_secrets(desired.spec, live)
+    same_spec = live.spec == desired_spec
     same_labels = live.metadata.labels == desired.metadata.labels
     if same_spec and same_labels:
         return live
@@ -262,10 +310,11 @@ def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
     if not same_spec:
         if merged.spec.depends_on != desired.spec.depends_on:
             raise AdmissionError(f"spec.depends_on: cannot change the parents of {live.ref}")
-        merged.spec = desired.spec.model_copy(deep=True)
+        merged.spec = desired_spec.model_copy(deep=True)
         merged.metadata.generation += 1
         merged.status.observed_generation = merged.metadata.generation
         merged.status.effective = resolve_effective(merged, project)
+        refuse_masks(merged)
     return merged
 
 

@@ -31,5 +31,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Named as the upgrade finds it on each dialect (PostgreSQL named 0001's itself).
+    postgres = op.get_bind().dialect.name == "postgresql"
     with op.batch_alter_table("jobs") as batch:
-        batch.create_unique_constraint("uq_jobs_uid", ["uid"])
+        batch.create_unique_constraint("jobs_uid_key" if postgres else "uq_jobs_uid", ["uid"])
