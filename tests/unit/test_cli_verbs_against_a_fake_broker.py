@@ -118,11 +118,15 @@ def manifest(tmp_path: Path) -> str:
     return str(path)
 
 
-def test_apply_prints_an_action_per_document(manifest: str) -> None:
+def test_apply_prints_an_action_per_document_naming_a_project_not_the_default(
+    manifest: str,
+) -> None:
     result = run(FakeBroker(job(1)), "apply", "-f", manifest, "--dry-run")
 
     assert result.exit_code == 0, result.output
-    assert result.stdout == ("job/j1 configured (dry run)\njob/fresh created (dry run)\n")
+    assert result.stdout == (
+        "job/vision/j1 configured (dry run)\njob/vision/fresh created (dry run)\n"
+    )
 
 
 def test_diff_exits_1_with_a_labelled_unified_diff(manifest: str) -> None:
@@ -167,24 +171,36 @@ def test_an_unknown_name_is_not_found() -> None:
     assert result.stderr == "error: no job named 'nope' in project 'vision'\n"
 
 
-@pytest.mark.parametrize(("phase", "code"), [("Succeeded", 0), ("Failed", 1)])
-def test_wait_exits_by_the_final_phase(phase: str, code: int) -> None:
+@pytest.mark.parametrize(
+    ("phase", "status", "code", "said"),
+    [
+        ("Succeeded", {"exit_code": 0}, 0, "job/1 Succeeded"),
+        ("Failed", {"exit_code": 3}, 3, "job/1 Failed (exit code 3)"),
+        ("Failed", {"exit_signal": 9}, 137, "job/1 Failed (signal 9, SIGKILL)"),
+        ("Failed", {"reason": "start_failed"}, 200, "job/1 Failed"),
+        ("Cancelled", {"exit_signal": 15}, 201, "job/1 Cancelled (signal 15, SIGTERM)"),
+        ("Preempted", {"exit_code": 0}, 202, "job/1 Preempted"),
+    ],
+)
+def test_wait_exits_with_the_jobs_own_code_or_one_for_how_it_ended(
+    phase: str, status: dict[str, Any], code: int, said: str
+) -> None:
     broker = FakeBroker(job(1, "Running"))
-    final = job(1, phase, exit_code=0 if code == 0 else 3)
+    final = job(1, phase, **status)
     final["metadata"]["resource_version"] = 2
     broker.changes = [{"revision": 6, "kind": "Job", "op": "MODIFIED", "object": final}]
 
     result = run(broker, "wait", "1")
 
     assert result.exit_code == code
-    assert result.stderr == ("job/1 Succeeded\n" if code == 0 else "job/1 Failed (exit code 3)\n")
+    assert result.stderr == said + "\n"
 
 
-def test_wait_timeout_is_a_failure() -> None:
+def test_wait_timeout_exits_124() -> None:
     result = run(FakeBroker(job(1, "Running")), "wait", "1", "--timeout", "0")
 
-    assert result.exit_code == 1
-    assert result.stderr == "error: job 1 is still Running after 0 s\n"
+    assert result.exit_code == 124
+    assert result.stderr == "job/1 is still Running: the wait timed out\n"
 
 
 def test_logs_prints_every_chunk() -> None:
@@ -194,12 +210,22 @@ def test_logs_prints_every_chunk() -> None:
     assert result.stdout == "line one\nline two\n"
 
 
-def test_events_print_the_events_jsonl_lines() -> None:
+def test_events_as_json_are_the_events_jsonl_records() -> None:
+    result = run(FakeBroker(job(1)), "events", "--job", "1", "-o", "json")
+
+    assert json.loads(result.stdout) == [
+        {"ts": "2025-01-01T00:00:00Z", "event": "job_created", "job": 1},
+        {"ts": "2025-01-01T00:00:01Z", "event": "job_started", "job": 1},
+    ]
+
+
+def test_events_are_a_table_for_people() -> None:
     result = run(FakeBroker(job(1)), "events", "--job", "1")
 
-    assert result.stdout.splitlines() == [
-        '{"ts":"2025-01-01T00:00:00Z","event":"job_created","job":1}',
-        '{"ts":"2025-01-01T00:00:01Z","event":"job_started","job":1}',
+    assert [line.split() for line in result.stdout.splitlines()] == [
+        ["TIME", "EVENT", "JOB", "REASON"],
+        ["2025-01-01", "00:00:00Z", "job_created", "job/1", "-"],
+        ["2025-01-01", "00:00:01Z", "job_started", "job/1", "-"],
     ]
 
 
