@@ -249,3 +249,72 @@ def test_status_lists_only_converging_jobs() -> None:
     result = run(broker, "status")
 
     assert [line.split()[:2] for line in result.stdout.splitlines()] == [["1", "Running→Preempted"]]
+
+
+# -- the grammar -----------------------------------------------------------------------------
+
+
+def test_a_typod_submit_option_is_refused_and_nothing_is_sent() -> None:
+    broker = FakeBroker()
+
+    result = run(broker, "submit", "--nmae", "x", "--", "python3", "-c", "print(1)")
+
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: no such option '--nmae'. Did you mean '--name'? (see 'cli submit -h')\n"
+    )
+    assert broker.requests == []
+
+
+@pytest.mark.parametrize("verb", sorted(cli.commands))
+def test_every_verb_refuses_an_unknown_option(verb: str) -> None:
+    broker = FakeBroker(job(1))
+
+    result = run(broker, verb, "--bogus", "1")
+
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: no such option '--bogus'")
+    assert len(result.stderr.splitlines()) == 1
+    assert broker.requests == []
+
+
+def test_a_verb_goes_on_past_a_job_it_cannot_act_on_and_exits_1() -> None:
+    broker = FakeBroker(job(1), job(2))
+
+    result = run(broker, "cancel", "job/1", "99", "vision/j2")
+
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "job/1 cancel requested (Running)",
+        "job/2 cancel requested (Running)",
+    ]
+    assert result.stderr == "error: job 99 not found\n"
+
+
+def test_a_verb_on_jobs_says_which_jobs_are_needed() -> None:
+    result = run(FakeBroker(job(1)), "cancel")
+
+    assert result.exit_code == 2
+    assert "say which jobs" in result.stderr
+
+
+def test_a_selector_is_sent_to_the_broker_and_checked_first() -> None:
+    broker = FakeBroker(job(1))
+
+    run(broker, "get", "-l", "team=vision,!scratch")
+    empty_value = run(broker, "cancel", "-l", "team=")
+
+    assert broker.requests[0].url.params["selector"] == "team=vision,!scratch"
+    assert empty_value.exit_code == 0  # `team=` is a selector: team set to the empty value
+    bad = run(broker, "cancel", "-l", "=x")
+    assert bad.exit_code == 2 and "not a label key" in bad.stderr
+
+
+@pytest.mark.parametrize("phase", ["failed", "FAILED", "Failed"])
+def test_phases_are_taken_in_any_case(phase: str) -> None:
+    broker = FakeBroker(job(1, "Failed"))
+
+    result = run(broker, "get", "--phase", phase, "-o", "json")
+
+    assert result.exit_code == 0, result.output
+    assert broker.requests[0].url.params.get_list("phase") == ["Failed"]
