@@ -579,7 +579,8 @@ def _say_where(
     ]
     if worker is not None:
         gpus = ",".join(map(str, worker.gpus)) or "none"
-        lines.append(f"  worker: {worker.name} ({worker.slots} slots, GPUs {gpus})")
+        slots = f"{worker.slots} slot{'s' if worker.slots != 1 else ''}"
+        lines.append(f"  worker: {worker.name} ({slots}, GPUs {gpus})")
     lines.append("Press Ctrl-C to stop.")
     # stdout: stderr carries only the structured log, one JSON object a line.
     click.echo("\n".join(lines))
