@@ -2,21 +2,33 @@
 
 A selector is a comma-separated list of requirements, all of which a resource's labels
 must meet: `key=value` (or `key==value`), `key!=value` (the key absent, or another
-value), `key` (present, any value) and `!key` (absent). The broker filters lists with
-it (`GET /jobs?selector=...`) and the CLI's watch filters changes with the same rules.
+value), `key` (present, any value) and `!key` (absent). A key holds no `!`, `=`, `,`,
+space or tab; a value no `,`; spaces and tabs around either are dropped. The broker
+filters lists with it (`GET /jobs?selector=...`, whose schema states SELECTOR_PATTERN,
+the parser's own rule) and the CLI's watch filters changes with the same rules.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Requirement", "Selector", "parse_selector"]
+__all__ = ["SELECTOR_PATTERN", "Requirement", "Selector", "parse_selector"]
 
 Op = Literal["=", "!=", "exists", "!exists"]
-# Tried in this order: `!=` before `=`, and `==` before its own `=`.
-_OPS: tuple[tuple[str, Op], ...] = (("!=", "!="), ("==", "="), ("=", "="))
+
+# Spaces and tabs only, spelt out: `\s` means other characters to ECMA-262 than to Python,
+# and the OpenAPI document's pattern must take exactly what the parser takes.
+_SP = "[ \t]*"
+_KEY = "[^!=, \t]+"
+_REQUIREMENT = f"{_SP}(?:!{_SP}{_KEY}|{_KEY}(?:{_SP}(?:==|!=|=)[^,]*)?){_SP}"
+# What a selector is, for the OpenAPI document.
+SELECTOR_PATTERN = f"^{_REQUIREMENT}(?:,{_REQUIREMENT})*$"
+_PARSE = re.compile(
+    f"{_SP}(?:!{_SP}(?P<absent>{_KEY})|(?P<key>{_KEY})(?:{_SP}(?P<op>==|!=|=)(?P<value>[^,]*))?){_SP}"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,28 +56,19 @@ class Selector:
 
 def parse_selector(text: str) -> Selector:
     """The selector `text` says; ValueError, one sentence, for what is not one."""
-    parts = [p.strip() for p in text.split(",")]
-    if not any(parts):
-        raise ValueError("an empty label selector; say KEY=VALUE (several joined by ',')")
-    return Selector(tuple(_requirement(part, text) for part in parts))
+    return Selector(tuple(_requirement(part, text) for part in text.split(",")))
 
 
 def _requirement(part: str, text: str) -> Requirement:
-    if not part:
-        raise ValueError(f"label selector {text!r} has an empty requirement (two commas?)")
-    for token, op in _OPS:
-        key, found, value = part.partition(token)
-        if found:
-            return Requirement(_key(key.strip(), text), op, value.strip())
-    if part.startswith("!"):
-        return Requirement(_key(part[1:].strip(), text), "!exists")
-    return Requirement(_key(part, text), "exists")
-
-
-def _key(key: str, text: str) -> str:
-    if not key or any(c in key for c in "!= "):
+    found = _PARSE.fullmatch(part)
+    if found is None:
         raise ValueError(
-            f"label selector {text!r}: {key!r} is not a label key "
-            "(say KEY=VALUE, KEY!=VALUE, KEY or !KEY)"
+            f"label selector {text!r}: {part.strip()!r} is not a requirement "
+            "(say KEY=VALUE, KEY!=VALUE, KEY or !KEY, joined by ',')"
         )
-    return key
+    if found["absent"] is not None:
+        return Requirement(found["absent"], "!exists")
+    op, value = found["op"], (found["value"] or "").strip(" \t")
+    if op is None:
+        return Requirement(found["key"], "exists")
+    return Requirement(found["key"], "!=" if op == "!=" else "=", value)

@@ -27,7 +27,7 @@ from jobd.api.models import (
     WorkerSpec,
     check_name,
 )
-from jobd.api.selectors import parse_selector
+from jobd.api.selectors import SELECTOR_PATTERN, parse_selector
 
 # A job id as an object's key (JSON keys are text): 0 to MAX_ID, digit by digit.
 _JOB_ID_TEXT = (
@@ -147,6 +147,7 @@ class JobsQuery(_Query):
     selector: Annotated[str | None, AfterValidator(_check_selector)] = Field(
         default=None,
         max_length=4096,
+        json_schema_extra={"pattern": SELECTOR_PATTERN},
         description="Labels the jobs must have, as kubectl's -l: "
         "`team=vision,tier!=batch,owner,!scratch`",
     )

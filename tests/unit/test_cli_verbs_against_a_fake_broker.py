@@ -307,7 +307,7 @@ def test_a_selector_is_sent_to_the_broker_and_checked_first() -> None:
     assert broker.requests[0].url.params["selector"] == "team=vision,!scratch"
     assert empty_value.exit_code == 0  # `team=` is a selector: team set to the empty value
     bad = run(broker, "cancel", "-l", "=x")
-    assert bad.exit_code == 2 and "not a label key" in bad.stderr
+    assert bad.exit_code == 2 and "is not a requirement" in bad.stderr
 
 
 @pytest.mark.parametrize("phase", ["failed", "FAILED", "Failed"])

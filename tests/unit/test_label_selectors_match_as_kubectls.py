@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from jobd.api.selectors import parse_selector
+from jobd.api.selectors import SELECTOR_PATTERN, parse_selector
 
 LABELS = {"team": "vision", "tier": "batch", "owner": "ana"}
 
@@ -40,3 +42,16 @@ def test_no_labels_match_only_absence_requirements() -> None:
 def test_what_is_no_selector_is_refused_in_a_sentence(selector: str) -> None:
     with pytest.raises(ValueError, match=r"selector|requirement|label key"):
         parse_selector(selector)
+
+
+@pytest.mark.parametrize(
+    "selector", ["team=vision", "a b=c", "", "=x", "!", "a=b!=c", " !x , y = z ", "a\x1cb", "k=="]
+)
+def test_the_schemas_pattern_takes_exactly_what_the_parser_takes(selector: str) -> None:
+    try:
+        parse_selector(selector)
+        parsed = True
+    except ValueError:
+        parsed = False
+
+    assert (re.fullmatch(SELECTOR_PATTERN.strip("^$"), selector) is not None) is parsed
