@@ -55,6 +55,8 @@ class Settings:
 
 
 class _UsageFailure(Failure):
+    """Bad usage of a verb: click's exit code, in the one-line form of every error."""
+
     exit_code = 2
 
 
@@ -81,8 +83,7 @@ def _usage_sentence(exc: click.UsageError) -> str:
     """click's usage error as one line, with where to read more."""
     message = exc.format_message()
     where = exc.ctx.command_path if exc.ctx is not None else "job"
-    help_option = "-h"
-    return f"{message[:1].lower()}{message[1:]} (see '{where} {help_option}')"
+    return f"{message[:1].lower()}{message[1:]} (see '{where} -h')"
 
 
 def _check_server(_ctx: click.Context, _param: click.Parameter, value: str) -> str:

@@ -95,8 +95,9 @@ class Selection:
             sys.exit(1)
 
     def _lookups(self, client: JobdClient) -> Iterator[Callable[[], list[int]]]:
+        """A look-up per thing named, run one by one so a failing one stops no other."""
         for ref in self.refs:
-            yield functools.partial(lambda r: [resolve(client, r)], ref)
+            yield _by_name(client, ref)
         if self.files:
             yield from self._from_files(client)
         if self.selector:
@@ -118,8 +119,11 @@ class Selection:
             elif not name:
                 warn("note: a Job without metadata.name names no stored job, left alone")
             else:
-                ref = f"{meta.get('project') or DEFAULT_PROJECT}/{name}"
-                yield functools.partial(lambda r: [resolve(client, r)], ref)
+                yield _by_name(client, f"{meta.get('project') or DEFAULT_PROJECT}/{name}")
+
+
+def _by_name(client: JobdClient, ref: str) -> Callable[[], list[int]]:
+    return lambda: [resolve(client, ref)]
 
 
 def job_targets(f: F) -> F:
