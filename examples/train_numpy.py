@@ -10,6 +10,7 @@ Environment:
     JOBD_CHECKPOINT_DIR  where checkpoints and result.json go (default ./checkpoints)
     RESUME_FROM          a latest.npz file, or a directory holding one, to resume from
     TRAIN_STEP_SLEEP     seconds to sleep after each step (default 0.001), to make it preemptible
+    TRAIN_LOG_EVERY      print the loss every this many steps (default 500)
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class Trainer:
         # ever publishes a finished step by replacing this one attribute.
         self.snapshot = snapshot
 
-    def run(self, features: np.ndarray, targets: np.ndarray, step_sleep: float) -> np.ndarray:
+    def run(
+        self, features: np.ndarray, targets: np.ndarray, step_sleep: float, log_every: int
+    ) -> np.ndarray:
         snap = self.snapshot
         rng = np.random.default_rng()
         rng.bit_generator.state = snap.rng_state
@@ -64,7 +67,7 @@ class Trainer:
             grad = 2.0 * x.T @ (x @ weights - y) / BATCH_SIZE
             weights = weights - LEARNING_RATE * grad  # a new array: published snapshots stay put
             self.snapshot = Snapshot(step + 1, weights, rng.bit_generator.state)
-            if (step + 1) % LOG_EVERY == 0:
+            if (step + 1) % log_every == 0:
                 print(f"step={step + 1} loss={mse(features, targets, weights):.6f}", flush=True)
             if step_sleep > 0:
                 time.sleep(step_sleep)
@@ -137,6 +140,7 @@ def main() -> int:
     ckpt_dir = Path(os.environ.get("JOBD_CHECKPOINT_DIR", "checkpoints"))
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     step_sleep = float(os.environ.get("TRAIN_STEP_SLEEP", "0.001"))
+    log_every = max(1, int(os.environ.get("TRAIN_LOG_EVERY", str(LOG_EVERY))))
     resume_from = os.environ.get("RESUME_FROM")
 
     features, targets = make_dataset()
@@ -151,7 +155,7 @@ def main() -> int:
         print(f"checkpointed step={snap.step} ({time_remaining:.1f}s to spare)", file=sys.stderr)
 
     install_preemption_handler(checkpoint)
-    weights = trainer.run(features, targets, step_sleep)
+    weights = trainer.run(features, targets, step_sleep, log_every)
 
     result = {
         "final_loss": mse(features, targets, weights),

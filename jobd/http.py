@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from jobd.api.models import DEFAULT_PROJECT
+from jobd.api.selectors import Selector, parse_selector
 from jobd.wire import calls
 from jobd.wire.answers import (
     ApplyResult,
@@ -144,9 +146,12 @@ class JobdClient(Client):
         phase: Sequence[str] = (),
         worker: str | None = None,
         name: str | None = None,
+        selector: str | None = None,
         limit: int | None = None,
     ) -> JobList:
-        call = calls.list_jobs(project=project, phase=phase, worker=worker, name=name, limit=limit)
+        call = calls.list_jobs(
+            project=project, phase=phase, worker=worker, name=name, selector=selector, limit=limit
+        )
         return self.run(call)
 
     def get_job(self, job_id: int) -> Document:
@@ -155,10 +160,15 @@ class JobdClient(Client):
     def find_job(self, project: str | None, name: str) -> Document | None:
         """The job named `name` in `project` (any project when None), or None.
 
-        A name found in several projects is ambiguous: ApiError asks for PROJECT/NAME.
+        A name found in several projects means the default project's job, as a bare name
+        means the default namespace to kubectl (and `job apply` prints a job of the default
+        project as `job/NAME`); without one there, ApiError asks for PROJECT/NAME.
         """
         items = self.list_jobs(project=project, name=name).items
         if len(items) > 1:
+            default = [d for d in items if d["metadata"].get("project") == DEFAULT_PROJECT]
+            if default:
+                return default[0]
             where = ", ".join(f"{d['metadata']['project']}/{name}" for d in items)
             raise ApiError(409, f"{name!r} names several jobs ({where}); say PROJECT/NAME")
         return items[0] if items else None
@@ -184,6 +194,9 @@ class JobdClient(Client):
     def list_projects(self) -> list[Document]:
         return self.run(calls.list_projects())
 
+    def get_project(self, name: str) -> Document:
+        return self.run(calls.get_project(name))
+
     def get_worker(self, name: str) -> Document:
         return self.run(calls.get_worker(name))
 
@@ -199,9 +212,19 @@ class JobdClient(Client):
     # -- streams
 
     def read_logs(
-        self, job_id: int, *, offset: int = 0, follow: bool = False, timeout: float = 30.0
+        self,
+        job_id: int,
+        *,
+        offset: int = 0,
+        follow: bool = False,
+        timeout: float = 30.0,
+        tail: int | None = None,
+        since_s: float | None = None,
     ) -> LogChunk:
-        return self.run(calls.read_logs(job_id, offset=offset, follow=follow, timeout=timeout))
+        call = calls.read_logs(
+            job_id, offset=offset, follow=follow, timeout=timeout, tail=tail, since_s=since_s
+        )
+        return self.run(call)
 
     def events(
         self,
@@ -209,11 +232,17 @@ class JobdClient(Client):
         job: int | None = None,
         event_type: str | None = None,
         after: int | None = None,
+        from_now: bool = False,
         follow: bool = False,
         timeout: float = 30.0,
     ) -> EventPage:
         call = calls.list_events(
-            job=job, event_type=event_type, after=after, follow=follow, timeout=timeout
+            job=job,
+            event_type=event_type,
+            after=after,
+            from_now=from_now,
+            follow=follow,
+            timeout=timeout,
         )
         return self.run(call)
 
@@ -240,6 +269,7 @@ class JobdClient(Client):
         project: str | None = None,
         name: str | None = None,
         phases: Sequence[str] = (),
+        selector: str | None = None,
         known: Sequence[Document] = (),
         deadline: float | None = None,
     ) -> Iterator[tuple[str, Document]]:
@@ -252,8 +282,9 @@ class JobdClient(Client):
         stream quietly.
         """
         versions = {_job_id(j): _version(j) for j in known}
+        wanted = parse_selector(selector) if selector else None
         while True:
-            listing = self.list_jobs(project=project, name=name, phase=phases)
+            listing = self.list_jobs(project=project, name=name, phase=phases, selector=selector)
             for job in listing.items:
                 if versions.get(_job_id(job), -1) != _version(job):
                     op = "MODIFIED" if _job_id(job) in versions else "ADDED"
@@ -269,7 +300,7 @@ class JobdClient(Client):
                     break
                 for change in page.changes:
                     job = change.object
-                    if not _matches(job, project, name, phases):
+                    if not _matches(job, project, name, phases, wanted):
                         continue
                     if change.op == "DELETED":
                         versions.pop(_job_id(job), None)
@@ -291,11 +322,19 @@ def _version(job: Document) -> Any:
     return (job.get("metadata") or {}).get("resource_version")
 
 
-def _matches(job: Document, project: str | None, name: str | None, phases: Sequence[str]) -> bool:
+def _matches(
+    job: Document,
+    project: str | None,
+    name: str | None,
+    phases: Sequence[str],
+    selector: Selector | None,
+) -> bool:
     meta = job.get("metadata") or {}
-    if project is not None and (meta.get("project") or "default") != project:
+    if project is not None and (meta.get("project") or DEFAULT_PROJECT) != project:
         return False
     if name is not None and meta.get("name") != name:
+        return False
+    if selector is not None and not selector.matches(meta.get("labels")):
         return False
     return not phases or (job.get("status") or {}).get("phase") in phases
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,18 +204,54 @@ class _Positioned(dict[str, Any]):
         self.parent, self.key = parent, key
 
 
-def load_path(path: str | Path) -> list[Document]:
-    """Documents from a file, every manifest in a directory, or `-` for stdin."""
+def load_path(path: str | Path, note: Callable[[str], None] | None = None) -> list[Document]:
+    """Documents from a file, every manifest in a directory, or `-` for stdin.
+
+    A directory is walked for `.yaml`, `.yml` and `.json` files, in sorted order, as a
+    project's tree holds them: hidden directories and files (`.git`, `.venv`) are not
+    entered, and a file none of whose documents is a jobd one (no `apiVersion: jobd/v1`,
+    no kind of jobd's, no `projects:`) is left out; `note` is told of each with why. A
+    file named on its own is always read, and what is wrong in it is an error.
+    """
     import sys
 
     if str(path) == "-":
         # One byte past the limit is enough for load_documents to refuse it.
         return load_documents(sys.stdin.read(MAX_MANIFEST_BYTES + 1), "<stdin>")
     p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.suffix in _MANIFEST_SUFFIXES and f.is_file())
-        return [doc for f in files for doc in load_documents(_read(f), str(f))]
-    return load_documents(_read(p), str(path))
+    if not p.is_dir():
+        return load_documents(_read(p), str(path))
+    tell = note or (lambda _text: None)
+    docs: list[Document] = []
+    for file in _manifest_files(p, tell):
+        found = load_documents(_read(file), str(file))
+        if found and not any(_is_jobd_document(d.data) for d in found):
+            tell(f"skipped {file}: not a jobd manifest")
+            continue
+        docs.extend(found)
+    return docs
+
+
+def _manifest_files(root: Path, tell: Callable[[str], None]) -> list[Path]:
+    files: list[Path] = []
+    for top, dirs, names in os.walk(root):
+        hidden = sorted(d for d in dirs if d.startswith("."))
+        if hidden:
+            shown = ", ".join(str(Path(top) / d) + "/" for d in hidden)
+            tell(f"skipped {shown}: hidden")
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in sorted(n for n in names if n.endswith(_MANIFEST_SUFFIXES)):
+            if name.startswith("."):
+                tell(f"skipped {Path(top) / name}: hidden")
+            else:
+                files.append(Path(top) / name)
+    return sorted(f for f in files if f.is_file())
+
+
+def _is_jobd_document(data: Any) -> bool:
+    if not isinstance(data, dict):
+        return False
+    return data.get("apiVersion") == API_VERSION or data.get("kind") in _KINDS
 
 
 def _read(path: Path) -> str:

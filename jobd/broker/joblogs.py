@@ -22,13 +22,16 @@ from pathlib import Path
 
 from jobd.api.models import Job, Phase
 from jobd.broker.feed import Notifier
+from jobd.broker.logtimes import ArrivalTimes
 from jobd.broker.outputfile import OutputConflict, OutputFile, Read
 from jobd.controllers.errors import TransitionError
+from jobd.logconfig import get_logger
 from jobd.store.base import Change, EventRecord
 
 __all__ = ["DEFAULT_MAX_LOG_BYTES", "JobLogs", "LogRead", "dropped_note"]
 
 DEFAULT_MAX_LOG_BYTES = 1 << 30
+log = get_logger()
 
 
 def dropped_note(n: int, new_line: bool) -> bytes:
@@ -59,6 +62,9 @@ class JobLogs:
     def output(self, job_id: int) -> OutputFile:
         return OutputFile(self.path(job_id), self.max_bytes)
 
+    def times(self, job_id: int) -> ArrivalTimes:
+        return ArrivalTimes(self.dir / f"{job_id}.times")
+
     def notifier(self, job_id: int) -> Notifier:
         return self._notifiers.setdefault(job_id, Notifier())
 
@@ -74,8 +80,16 @@ class JobLogs:
         except OutputConflict as exc:
             raise TransitionError(f"job {job.id}'s output: {exc}") from None
         if data:
+            self._stamp(job.id, offset, now)
             self.wake(job.id)
         return end
+
+    def _stamp(self, job_id: int, offset: int, now: datetime) -> None:
+        """Note when this output arrived, for `--since`: worth no failure of the append."""
+        try:
+            self.times(job_id).stamp(offset, now.timestamp())
+        except OSError as exc:
+            log.warning("log_times_not_written", job=job_id, error=str(exc))
 
     def _check_writable(self, job: Job, now: datetime) -> None:
         status = job.status
@@ -89,6 +103,19 @@ class JobLogs:
                 f"job {job.id} ended at {ended.isoformat()}: output is accepted until "
                 f"{self.grace.total_seconds():g} s after a job's end"
             )
+
+    def start(
+        self, job_id: int, offset: int, tail: int | None, since_s: float | None, now: datetime
+    ) -> int:
+        """Where a read asked to start: at `offset`, or later for the last `tail` lines or
+        the output that arrived in the last `since_s` seconds (both: the later)."""
+        if tail is not None:
+            offset = max(offset, self.output(job_id).start_of_last_lines(tail))
+        if since_s is not None:
+            end = self.output(job_id).end()
+            cutoff = now.timestamp() - since_s
+            offset = max(offset, self.times(job_id).offset_since(cutoff, end))
+        return offset
 
     def read(self, job_id: int, offset: int, limit: int = 1 << 20) -> LogRead:
         output = self.output(job_id)
@@ -120,3 +147,4 @@ class JobLogs:
 
     def remove(self, job_id: int) -> None:
         self.output(job_id).remove()
+        self.times(job_id).remove()

@@ -28,6 +28,7 @@ from jobd.store.base import StorageFull
 __all__ = ["OutputConflict", "OutputFile", "Read"]
 
 _HEADER = struct.Struct("<QQ")  # ring_start, end
+_SCAN_BYTES = 64 * 1024  # read backwards this much at a time, looking for line ends
 
 
 class OutputConflict(Exception):
@@ -82,6 +83,45 @@ class OutputFile:
             return Read(b"", offset)
         upto = min(lay.end, offset + limit)
         return Read(self._ring_read(offset, upto), upto)
+
+    def start_of_last_lines(self, lines: int) -> int:
+        """The offset where the output's last `lines` lines begin (a final line without
+        its newline counts); never before bytes that were dropped, which hold no lines."""
+        end = self.end()
+        if lines <= 0 or end == 0:
+            return end
+        # A final newline ends the last line: it starts none.
+        wanted = lines + (1 if self.byte_before(end) == b"\n" else 0)
+        upto = end
+        while upto > 0:
+            begin, block = self._held_before(max(0, upto - _SCAN_BYTES), upto)
+            found = block.count(b"\n")
+            if found >= wanted:
+                at = len(block)
+                for _ in range(wanted):
+                    at = block.rindex(b"\n", 0, at)
+                return begin + at + 1
+            wanted -= found
+            if begin > max(0, upto - _SCAN_BYTES):  # a drop: nothing older is held
+                return begin
+            upto = begin
+        return 0
+
+    def _held_before(self, start: int, upto: int) -> tuple[int, bytes]:
+        """(begin, bytes): the held bytes that run without a gap up to `upto`, from `start`
+        or from just after the last drop past it."""
+        at, begin, parts = start, start, list[bytes]()
+        while at < upto:
+            found = self.read(at, upto - at)
+            if found.dropped:
+                at = begin = found.next_offset
+                parts = []
+                continue
+            if not found.data:
+                break
+            parts.append(found.data)
+            at = found.next_offset
+        return begin, b"".join(parts)
 
     def byte_before(self, offset: int) -> bytes:
         """The byte at offset - 1 if it is held (for a reader placing a note on its line)."""

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from jobd.api.manifests import Document, ManifestError, parse_resource
 from jobd.api.models import ADMISSION, Job, Project, Resource
+from jobd.api.selectors import parse_selector
 from jobd.broker import access
 from jobd.broker.access import Forbidden, principal_of
 from jobd.broker.fastpath import FastRoute, PathArgs, declare, parse_value
@@ -174,14 +175,17 @@ async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> R
     access.jobs_visible(who, query.project, query.worker)
     reveal = access.reveals(who, query.worker)  # every job listed is bound to that worker
     revision = state.feed.revision
+    selector = parse_selector(query.selector) if query.selector is not None else None
     items = state.store.list_jobs(
         project=query.project,
         projects=access.projects(who) if who.role == "user" else None,
         phases=query.phase,
         worker=query.worker,
         name=query.name,
-        limit=query.limit,
+        limit=query.limit if selector is None else None,  # the limit counts matching jobs
     )
+    if selector is not None:
+        items = [j for j in items if selector.matches(j.metadata.labels)][: query.limit]
     return json_response({"items": [doc(j, reveal=reveal) for j in items], "revision": revision})
 
 
@@ -257,8 +261,10 @@ async def read_logs(
     request: Request, job_id: int, query: Annotated[LogsQuery, Query()]
 ) -> Response:
     state = state_of(request)
-    offset, follow, timeout = query.offset, query.follow, query.timeout
+    follow, timeout = query.follow, query.timeout
     job = _job(request, job_id)
+    now = state.ctx.clock.now()
+    offset = state.logs.start(job_id, query.offset, query.tail, query.since_s, now)
     found = state.logs.read(job_id, offset)
     if follow and not found.data and not job.status.phase.terminal:
         await state.logs.notifier(job_id).wait(timeout)

@@ -126,7 +126,8 @@ declare(router, WATCH)
 @route(router, routes.LIST_EVENTS)
 async def events(request: Request, query: Annotated[EventsQuery, Query()]) -> Response:
     state, who = state_of(request), principal_of(request)
-    job, after, limit = query.job, query.after, query.limit
+    job, limit = query.job, query.limit
+    after = state.store.last_event_seq() if query.from_now else query.after
     if job is not None and not who.admin:
         access.job(who, job_or_404(state, job))
     seen = access.projects(who)

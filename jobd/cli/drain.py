@@ -19,6 +19,7 @@ import click
 
 from jobd.api.models import normalise_worker_name
 from jobd.cli import render
+from jobd.cli.targets import strip_kind
 from jobd.http import Document, DrainResult, JobdClient
 
 __all__ = ["VERBS"]
@@ -39,9 +40,10 @@ def _client() -> JobdClient:
 
 
 def _worker_name(raw: str) -> str:
-    """The name as the worker registered it: hostnames are lower-cased (CONTRACT §2)."""
+    """The name as the worker registered it: hostnames are lower-cased (CONTRACT §2).
+    `worker/NAME`, as `job` prints a worker, is taken too."""
     try:
-        return normalise_worker_name(raw)
+        return normalise_worker_name(strip_kind(raw, "worker"))
     except ValueError as exc:
         raise _Failure(str(exc)) from None
 

@@ -381,6 +381,7 @@ async def _until_signalled(scope: anyio.CancelScope) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="jobd", prog_name="jobd", message="%(prog)s %(version)s")
 def cli() -> None:
     """jobd: a small, fast job scheduler for the GPU machines you own."""
 
@@ -395,6 +396,7 @@ def broker(**kw: Any) -> None:
 
     config = _broker_config(kw)
     _refuse_weak_token(config, kw["host"])
+    listener = _listen(kw["host"], kw["port"])  # before the store is opened
     configure_logging("broker")
     app = create_app(config)
     server = _server(app, kw["host"], kw["port"])
@@ -402,7 +404,7 @@ def broker(**kw: Any) -> None:
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve)
+            tg.start_soon(server.serve, [listener])
             with anyio.CancelScope() as waiting:
                 await _until_signalled(waiting)
             _stop_broker(app, server)
@@ -476,6 +478,7 @@ def dev(**kw: Any) -> None:
 
     config = _broker_config(kw)
     _refuse_weak_token(config, kw["host"])
+    listener = _listen(kw["host"], kw["port"])  # before the store is opened
     _forget_token()
     configure_logging("dev")
     app = create_app(config)
@@ -488,7 +491,7 @@ def dev(**kw: Any) -> None:
 
     async def both() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve)
+            tg.start_soon(server.serve, [listener])
             while not server.started:
                 if server.should_exit:
                     raise SystemExit(1)
@@ -517,6 +520,17 @@ def _refuse_weak_token(config: BrokerConfig, host: str) -> None:
     if refusal is not None:
         click.echo(refusal, err=True)
         raise SystemExit(2)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The bound socket the broker will serve on; a taken port ends jobd here, in a line."""
+    from jobd.cli.listening import ListenError, bind_listener
+
+    try:
+        return bind_listener(host, port)
+    except ListenError as exc:
+        click.echo(f"jobd: {exc}", err=True)
+        raise SystemExit(1) from None
 
 
 def _worker_token(server: str, token: str | None, token_file: Path | None) -> str | None:
@@ -565,7 +579,8 @@ def _say_where(
     ]
     if worker is not None:
         gpus = ",".join(map(str, worker.gpus)) or "none"
-        lines.append(f"  worker: {worker.name} ({worker.slots} slots, GPUs {gpus})")
+        slots = f"{worker.slots} slot{'s' if worker.slots != 1 else ''}"
+        lines.append(f"  worker: {worker.name} ({slots}, GPUs {gpus})")
     lines.append("Press Ctrl-C to stop.")
     # stdout: stderr carries only the structured log, one JSON object a line.
     click.echo("\n".join(lines))

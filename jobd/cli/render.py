@@ -27,14 +27,18 @@ __all__ = [
     "describe_job",
     "diff_text",
     "emit",
+    "event_header_text",
     "event_line",
+    "event_row",
     "event_row_text",
     "events_table",
     "format_age",
     "jobs_table",
     "make_console",
     "phase_text",
+    "projects_table",
     "status_line",
+    "status_table",
     "to_json",
     "to_text",
     "victim_line",
@@ -44,7 +48,7 @@ __all__ = [
 
 Document = Mapping[str, Any]
 _PIPE_WIDTH = 200  # wide enough that a table on a pipe never wraps mid-row
-_EVENT_KEYS = ("ts", "event", "job", "seq")
+_EVENT_KEYS = ("ts", "event", "job", "seq", "reason")
 
 
 # -- consoles --------------------------------------------------------------------------------
@@ -304,36 +308,72 @@ def _event_details(event: Document) -> str:
     )
 
 
-def events_table(events: Iterable[Document]) -> Table:
-    table = _table("TIME", "EVENT", "JOB", "DETAILS")
+def _event_time(event: Document) -> str:
+    """The event's time to the second, as `2026-12-02 14:10:00Z`: a person's reading."""
+    ts = _parse_time(event.get("ts"))
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if ts else str(event.get("ts", ""))
+
+
+def _event_reason(event: Document) -> str:
+    """Why it happened: its `reason`, else what a job's end or a preemption says."""
+    if event.get("reason"):
+        return str(event["reason"])
+    if event.get("event") == "job_finished":
+        code = event.get("exit_code")
+        return f"{event.get('phase', '')}" + ("" if code is None else f" (exit {code})")
+    return "-"
+
+
+def events_table(events: Iterable[Document], *, wide: bool = False) -> Table:
+    """TIME EVENT JOB REASON, and every other field under DETAILS when wide."""
+    table = _table("TIME", "EVENT", "JOB", "REASON", *(["DETAILS"] if wide else []))
     for event in events:
-        job = event.get("job")
-        table.add_row(
-            str(event.get("ts", "")),
-            str(event.get("event", "")),
-            "-" if job is None else str(job),
-            _event_details(event),
-        )
+        table.add_row(*event_row(event, wide=wide))
     return table
 
 
-def event_row_text(event: Document) -> str:
-    """An events table row as one line, for following (`-f -o table`)."""
+def event_row(event: Document, *, wide: bool = False) -> list[str]:
     job = event.get("job")
-    return "  ".join(
-        [str(event.get("ts", "")), str(event.get("event", "")), str(job or "-")]
-        + ([_event_details(event)] if _event_details(event) else [])
-    )
+    row = [
+        _event_time(event),
+        str(event.get("event", "")),
+        "-" if job is None else f"job/{job}",
+        _event_reason(event),
+    ]
+    return row + ([_event_details(event) or "-"] if wide else [])
+
+
+_EVENT_WIDTHS = (21, 22, 11)  # TIME, EVENT, JOB: a followed row lines up with the header
+
+
+def event_row_text(event: Document, *, wide: bool = False) -> str:
+    """An events table row as one line, for following (`-f`)."""
+    return _padded(event_row(event, wide=wide))
+
+
+def event_header_text(*, wide: bool = False) -> str:
+    """The header above the lines `event_row_text` prints."""
+    return _padded(["TIME", "EVENT", "JOB", "REASON", *(["DETAILS"] if wide else [])])
+
+
+def _padded(row: Sequence[str]) -> str:
+    cells = [cell.ljust(width) for cell, width in zip(row, _EVENT_WIDTHS, strict=False)]
+    return " ".join(cells + list(row[len(cells) :])).rstrip()
 
 
 # -- workers ---------------------------------------------------------------------------------
 
 
 def workers_table(
-    workers: Iterable[Document], slots_used: Mapping[str, int], now: datetime | None = None
+    workers: Iterable[Document],
+    slots_used: Mapping[str, int],
+    now: datetime | None = None,
+    *,
+    wide: bool = False,
 ) -> Table:
     now = _now(now)
-    table = _table("NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS")
+    headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
+    table = _table(*headers, *(["HOST", "RUNNER", "AGE"] if wide else []))
     for worker in workers:
         name = (worker.get("metadata") or {}).get("name", "?")
         spec, status = worker.get("spec") or {}, worker.get("status") or {}
@@ -341,7 +381,11 @@ def workers_table(
         jobs = ",".join(str(j) for j in status.get("jobs") or []) or "-"
         slots = f"{slots_used.get(name, 0)}/{spec.get('slots', 1)}"
         lease = f"{_age(status.get('last_renewal'), now)} ago"
-        table.add_row(name, _worker_status(spec, status), slots, gpus, lease, jobs)
+        row = [name, _worker_status(spec, status), slots, gpus, lease, jobs]
+        if wide:
+            row += [status.get("hostname") or "-", status.get("runner") or "-"]
+            row.append(_age(status.get("registered_at"), now))
+        table.add_row(*row)
     return table
 
 
@@ -349,6 +393,46 @@ def _worker_status(spec: Document, status: Document) -> str:
     """The phase, and `SchedulingDisabled` when cordoned, as kubectl shows a node."""
     phase = str(status.get("phase", "Ready"))
     return f"{phase},SchedulingDisabled" if spec.get("cordoned") else phase
+
+
+# -- projects --------------------------------------------------------------------------------
+
+
+def projects_table(
+    projects: Iterable[Document], now: datetime | None = None, *, wide: bool = False
+) -> Table:
+    """NAME PRIORITY PREEMPTIBLE GRACE AGE: what a project gives its jobs by default."""
+    now = _now(now)
+    table = _table("NAME", "PRIORITY", "PREEMPTIBLE", "GRACE", "AGE", *(["LABELS"] if wide else []))
+    for project in projects:
+        meta, spec = project.get("metadata") or {}, project.get("spec") or {}
+        defaults = spec.get("defaults") or {}
+        preemptible = defaults.get("preemptible")
+        grace = defaults.get("checkpoint_grace_s")
+        row = [
+            str(meta.get("name", "?")),
+            str(spec.get("priority", 0)),
+            "-" if preemptible is None else str(preemptible).lower(),
+            "-" if grace is None else f"{grace:g}s",
+            _age(meta.get("created_at"), now),
+        ]
+        if wide:
+            labels = meta.get("labels") or {}
+            row.append(",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-")
+        table.add_row(*row)
+    return table
+
+
+def status_table(jobs: Iterable[Document], now: datetime | None = None) -> Table:
+    """`job status -o wide`: the converging jobs with their names and workers."""
+    now = _now(now)
+    table = _table("ID", "NAME", "PHASE", "WORKER", "FOR", "WAITING FOR")
+    for job in jobs:
+        status = _status(job)
+        since = status.get("stopping_at") or status.get("queued_at")
+        row = [_id(job), _ref(job), phase_text(job), status.get("worker") or "-"]
+        table.add_row(*row, _age(since, now), _why(status) or "-")
+    return table
 
 
 # -- documents -------------------------------------------------------------------------------

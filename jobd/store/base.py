@@ -259,3 +259,4 @@ class Store(Protocol):
         limit: int = 1000,
         projects: Iterable[str] | None = None,  # only events of these projects' jobs
     ) -> list[EventRecord]: ...
+    def last_event_seq(self) -> int: ...  # the newest event's seq; 0 for none

@@ -674,6 +674,11 @@ class SQLStore:
             for r in self._rows(q)
         ]
 
+    def last_event_seq(self) -> int:
+        """The newest event's seq (0 for none): where a follower of new events starts."""
+        rows = self._rows(sa.select(sa.func.max(t.events.c.seq)))
+        return int(rows[0][0] or 0) if rows else 0
+
 
 _UPDATE_JOB = sa.update(t.jobs).where(
     t.jobs.c.id == sa.bindparam("b_id"),

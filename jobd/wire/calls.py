@@ -52,6 +52,7 @@ __all__ = [
     "delete_job",
     "drain_worker",
     "get_job",
+    "get_project",
     "get_worker",
     "heartbeat",
     "ingest_events",
@@ -223,9 +224,17 @@ def list_jobs(
     phase: Sequence[str] = (),
     worker: str | None = None,
     name: str | None = None,
+    selector: str | None = None,
     limit: int | None = None,
 ) -> Call[JobList]:
-    params = _params(project=project, phase=list(phase), worker=worker, name=name, limit=limit)
+    params = _params(
+        project=project,
+        phase=list(phase),
+        worker=worker,
+        name=name,
+        selector=selector,
+        limit=limit,
+    )
     return Call(routes.LIST_JOBS, routes.LIST_JOBS.url(), _job_list, params=params)
 
 
@@ -282,11 +291,30 @@ def list_projects() -> Call[list[Document]]:
     return Call(routes.LIST_PROJECTS, routes.LIST_PROJECTS.url(), _items)
 
 
+def get_project(name: str) -> Call[Document]:
+    return Call(routes.GET_PROJECT, routes.GET_PROJECT.url(name=name), _document)
+
+
 # -- streams: held by the broker until something comes, when asked to follow
 
 
-def read_logs(job_id: int, *, offset: int, follow: bool, timeout: float) -> Call[LogChunk]:
-    params = _params(offset=offset, follow=_flag(follow), timeout=timeout if follow else None)
+def read_logs(
+    job_id: int,
+    *,
+    offset: int,
+    follow: bool,
+    timeout: float,
+    tail: int | None = None,
+    since_s: float | None = None,
+) -> Call[LogChunk]:
+    """Output from `offset` (or from the last `tail` lines, the last `since_s` seconds)."""
+    params = _params(
+        offset=offset,
+        tail=tail,
+        since_s=since_s,
+        follow=_flag(follow),
+        timeout=timeout if follow else None,
+    )
     return Call(
         routes.READ_LOGS,
         routes.READ_LOGS.url(job_id=job_id),
@@ -301,6 +329,7 @@ def list_events(
     job: int | None = None,
     event_type: str | None = None,
     after: int | None = None,
+    from_now: bool = False,
     follow: bool = False,
     timeout: float = 30.0,
 ) -> Call[EventPage]:
@@ -308,6 +337,7 @@ def list_events(
         job=job,
         type=event_type,
         after=after,
+        from_now=_flag(True) if from_now else None,
         follow=_flag(follow),
         timeout=timeout if follow else None,
     )

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model,
 
 from jobd.api.models import (
     MAX_ID,
+    MAX_INT,
     NAME_PATTERN,
     Job,
     ObjectMeta,
@@ -26,6 +27,7 @@ from jobd.api.models import (
     WorkerSpec,
     check_name,
 )
+from jobd.api.selectors import SELECTOR_PATTERN, parse_selector
 
 # A job id as an object's key (JSON keys are text): 0 to MAX_ID, digit by digit.
 _JOB_ID_TEXT = (
@@ -131,11 +133,24 @@ class ApplyQuery(_Query):
     )
 
 
+def _check_selector(value: str | None) -> str | None:
+    if value is not None:
+        parse_selector(value)  # ValueError: a 422 naming the field
+    return value
+
+
 class JobsQuery(_Query):
     project: str | None = None
     phase: list[Phase] | None = None
     worker: str | None = None
     name: str | None = None
+    selector: Annotated[str | None, AfterValidator(_check_selector)] = Field(
+        default=None,
+        max_length=4096,
+        json_schema_extra={"pattern": SELECTOR_PATTERN},
+        description="Labels the jobs must have, as kubectl's -l: "
+        "`team=vision,tier!=batch,owner,!scratch`",
+    )
     limit: StoreInt | None = Field(default=None, ge=1)
 
 
@@ -151,6 +166,15 @@ class DrainQuery(_Query):
 
 class LogsQuery(_Query):
     offset: StoreInt = 0
+    tail: StoreInt | None = Field(
+        default=None, description="Start at the output's last N lines (or later, by offset)"
+    )
+    since_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="Start at the output that reached the broker in the last N seconds",
+    )
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
 
@@ -159,6 +183,10 @@ class EventsQuery(_Query):
     job: StoreId | None = None
     type: str | None = None
     after: StoreId = 0
+    from_now: bool = Field(
+        default=False,
+        description="Start after the newest event (instead of `after`): only events to come",
+    )
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
     limit: int = Field(default=1000, ge=1, le=10_000)

@@ -449,6 +449,17 @@ def test_list_events_filters(store: SQLStore) -> None:
     assert store.list_events(after_seq=every[-1].seq) == []
 
 
+def test_the_last_event_seq_is_where_new_events_start(store: SQLStore) -> None:
+    assert store.last_event_seq() == 0
+    store.append_events([EventRecord("one"), EventRecord("two")])
+    last = store.last_event_seq()
+
+    store.append_events([EventRecord("three")])
+
+    assert [e.event for e in store.list_events(after_seq=last)] == ["three"]
+    assert store.last_event_seq() == last + 1
+
+
 def test_a_batch_commits_once_and_a_refused_write_inside_changes_nothing(
     store: SQLStore,
 ) -> None:

@@ -231,6 +231,10 @@ def test_the_contracts_verbs_all_exist() -> None:
         "wait",
         "workers",
         "resume",
+        "rerun",
+        "cordon",
+        "uncordon",
+        "drain",
     }
 
 

@@ -118,11 +118,15 @@ def manifest(tmp_path: Path) -> str:
     return str(path)
 
 
-def test_apply_prints_an_action_per_document(manifest: str) -> None:
+def test_apply_prints_an_action_per_document_naming_a_project_not_the_default(
+    manifest: str,
+) -> None:
     result = run(FakeBroker(job(1)), "apply", "-f", manifest, "--dry-run")
 
     assert result.exit_code == 0, result.output
-    assert result.stdout == ("job/j1 configured (dry run)\njob/fresh created (dry run)\n")
+    assert result.stdout == (
+        "job/vision/j1 configured (dry run)\njob/vision/fresh created (dry run)\n"
+    )
 
 
 def test_diff_exits_1_with_a_labelled_unified_diff(manifest: str) -> None:
@@ -167,24 +171,36 @@ def test_an_unknown_name_is_not_found() -> None:
     assert result.stderr == "error: no job named 'nope' in project 'vision'\n"
 
 
-@pytest.mark.parametrize(("phase", "code"), [("Succeeded", 0), ("Failed", 1)])
-def test_wait_exits_by_the_final_phase(phase: str, code: int) -> None:
+@pytest.mark.parametrize(
+    ("phase", "status", "code", "said"),
+    [
+        ("Succeeded", {"exit_code": 0}, 0, "job/1 Succeeded"),
+        ("Failed", {"exit_code": 3}, 3, "job/1 Failed (exit code 3)"),
+        ("Failed", {"exit_signal": 9}, 137, "job/1 Failed (signal 9, SIGKILL)"),
+        ("Failed", {"reason": "start_failed"}, 200, "job/1 Failed"),
+        ("Cancelled", {"exit_signal": 15}, 201, "job/1 Cancelled (signal 15, SIGTERM)"),
+        ("Preempted", {"exit_code": 0}, 202, "job/1 Preempted"),
+    ],
+)
+def test_wait_exits_with_the_jobs_own_code_or_one_for_how_it_ended(
+    phase: str, status: dict[str, Any], code: int, said: str
+) -> None:
     broker = FakeBroker(job(1, "Running"))
-    final = job(1, phase, exit_code=0 if code == 0 else 3)
+    final = job(1, phase, **status)
     final["metadata"]["resource_version"] = 2
     broker.changes = [{"revision": 6, "kind": "Job", "op": "MODIFIED", "object": final}]
 
     result = run(broker, "wait", "1")
 
     assert result.exit_code == code
-    assert result.stderr == ("job/1 Succeeded\n" if code == 0 else "job/1 Failed (exit code 3)\n")
+    assert result.stderr == said + "\n"
 
 
-def test_wait_timeout_is_a_failure() -> None:
+def test_wait_timeout_exits_124() -> None:
     result = run(FakeBroker(job(1, "Running")), "wait", "1", "--timeout", "0")
 
-    assert result.exit_code == 1
-    assert result.stderr == "error: job 1 is still Running after 0 s\n"
+    assert result.exit_code == 124
+    assert result.stderr == "job/1 is still Running: the wait timed out\n"
 
 
 def test_logs_prints_every_chunk() -> None:
@@ -194,12 +210,22 @@ def test_logs_prints_every_chunk() -> None:
     assert result.stdout == "line one\nline two\n"
 
 
-def test_events_print_the_events_jsonl_lines() -> None:
+def test_events_as_json_are_the_events_jsonl_records() -> None:
+    result = run(FakeBroker(job(1)), "events", "--job", "1", "-o", "json")
+
+    assert json.loads(result.stdout) == [
+        {"ts": "2025-01-01T00:00:00Z", "event": "job_created", "job": 1},
+        {"ts": "2025-01-01T00:00:01Z", "event": "job_started", "job": 1},
+    ]
+
+
+def test_events_are_a_table_for_people() -> None:
     result = run(FakeBroker(job(1)), "events", "--job", "1")
 
-    assert result.stdout.splitlines() == [
-        '{"ts":"2025-01-01T00:00:00Z","event":"job_created","job":1}',
-        '{"ts":"2025-01-01T00:00:01Z","event":"job_started","job":1}',
+    assert [line.split() for line in result.stdout.splitlines()] == [
+        ["TIME", "EVENT", "JOB", "REASON"],
+        ["2025-01-01", "00:00:00Z", "job_created", "job/1", "-"],
+        ["2025-01-01", "00:00:01Z", "job_started", "job/1", "-"],
     ]
 
 
@@ -223,3 +249,72 @@ def test_status_lists_only_converging_jobs() -> None:
     result = run(broker, "status")
 
     assert [line.split()[:2] for line in result.stdout.splitlines()] == [["1", "Running→Preempted"]]
+
+
+# -- the grammar -----------------------------------------------------------------------------
+
+
+def test_a_typod_submit_option_is_refused_and_nothing_is_sent() -> None:
+    broker = FakeBroker()
+
+    result = run(broker, "submit", "--nmae", "x", "--", "python3", "-c", "print(1)")
+
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: no such option '--nmae'. Did you mean '--name'? (see 'cli submit -h')\n"
+    )
+    assert broker.requests == []
+
+
+@pytest.mark.parametrize("verb", sorted(cli.commands))
+def test_every_verb_refuses_an_unknown_option(verb: str) -> None:
+    broker = FakeBroker(job(1))
+
+    result = run(broker, verb, "--bogus", "1")
+
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: no such option '--bogus'")
+    assert len(result.stderr.splitlines()) == 1
+    assert broker.requests == []
+
+
+def test_a_verb_goes_on_past_a_job_it_cannot_act_on_and_exits_1() -> None:
+    broker = FakeBroker(job(1), job(2))
+
+    result = run(broker, "cancel", "job/1", "99", "vision/j2")
+
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "job/1 cancel requested (Running)",
+        "job/2 cancel requested (Running)",
+    ]
+    assert result.stderr == "error: job 99 not found\n"
+
+
+def test_a_verb_on_jobs_says_which_jobs_are_needed() -> None:
+    result = run(FakeBroker(job(1)), "cancel")
+
+    assert result.exit_code == 2
+    assert "say which jobs" in result.stderr
+
+
+def test_a_selector_is_sent_to_the_broker_and_checked_first() -> None:
+    broker = FakeBroker(job(1))
+
+    run(broker, "get", "-l", "team=vision,!scratch")
+    empty_value = run(broker, "cancel", "-l", "team=")
+
+    assert broker.requests[0].url.params["selector"] == "team=vision,!scratch"
+    assert empty_value.exit_code == 0  # `team=` is a selector: team set to the empty value
+    bad = run(broker, "cancel", "-l", "=x")
+    assert bad.exit_code == 2 and "is not a requirement" in bad.stderr
+
+
+@pytest.mark.parametrize("phase", ["failed", "FAILED", "Failed"])
+def test_phases_are_taken_in_any_case(phase: str) -> None:
+    broker = FakeBroker(job(1, "Failed"))
+
+    result = run(broker, "get", "--phase", phase, "-o", "json")
+
+    assert result.exit_code == 0, result.output
+    assert broker.requests[0].url.params.get_list("phase") == ["Failed"]
