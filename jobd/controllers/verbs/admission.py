@@ -339,4 +339,7 @@ def _fresh_project(project: Project) -> Project:
     fresh = project.model_copy(deep=True)
     for field in ("id", "uid", "resource_version", "created_at", "project"):
         setattr(fresh.metadata, field, None)
+    # The broker counts generations: one a client sent (2^53 - 1, say) would be carried on
+    # and soon past what a store and a reader accept.
+    fresh.metadata.generation = 0
     return fresh
