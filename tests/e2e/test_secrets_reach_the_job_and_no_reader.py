@@ -65,7 +65,7 @@ def test_the_job_gets_its_secrets_and_no_reader_does(jobd: Jobd) -> None:
     path.write_text(_manifest("check", write_script(jobd.root, "check.py", CHECK)))
     assert jobd.ok("apply", "-f", str(path)).split() == [
         *("project/nlp", "created"),
-        *("job/check", "created"),
+        *("job/nlp/check", "created"),
     ]
     done = jobd.wait_phase("nlp/check", "Succeeded", "Failed")
     output = jobd.ok("logs", "nlp/check")
