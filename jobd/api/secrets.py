@@ -34,6 +34,7 @@ __all__ = [
     "holds_secrets",
     "mask_env",
     "mask_job",
+    "masked_keys",
     "patterns_of",
     "secret_keys",
 ]
@@ -124,6 +125,13 @@ def mask_job(job: Job, patterns: Iterable[str] | None = None) -> Job:
     if masked is env:
         return job
     return job.model_copy(update={"spec": job.spec.model_copy(update={"env": masked})})
+
+
+def masked_keys(job: Job) -> list[str]:
+    """The env keys of `job` that are secret (its effective patterns) and hold MASK, not a
+    value: what a masked read handed on, or a finished job kept."""
+    env = job.spec.env
+    return [key for key in secret_keys(env, patterns_of(job)) if env[key] == MASK]
 
 
 def holds_secrets(job: Job) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from jobd.api.models import Job
-from jobd.api.secrets import MASK, patterns_of, secret_keys
+from jobd.api.secrets import MASK, masked_keys
 from jobd.worker.runner import Runner
 from jobd.worker.supervision import Launcher, SupervisedJob, SupervisedSpec, launch
 
@@ -48,8 +48,7 @@ def check_unmasked(job: Job) -> None:
     """Raise StartFailed when a secret env value arrived masked: the workload would get
     the mask for its token. Only a read as this worker, by a token that may speak as it,
     carries the real values (broker/access.py); anything else is a misconfiguration."""
-    env = job.spec.env
-    masked = [key for key in secret_keys(env, patterns_of(job)) if env[key] == MASK]
+    masked = masked_keys(job)
     if masked:
         raise StartFailed(
             f"spec.env.{masked[0]} reached this worker masked ({MASK!r}): its token may not "

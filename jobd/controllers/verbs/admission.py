@@ -25,7 +25,7 @@ from jobd.api.models import (
     assign,
     set_condition,
 )
-from jobd.api.secrets import MASK, patterns_of, secret_keys
+from jobd.api.secrets import MASK, masked_keys, patterns_of, secret_keys
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.store.base import Conflict, EventRecord, Store
@@ -154,8 +154,7 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
 def refuse_masks(job: Job) -> None:
     """AdmissionError when a secret env value of `job` (its effective patterns resolved) is
     the mask: that is what a masked read gave back, or a finished job kept, not a value."""
-    env = job.spec.env
-    masked = [key for key in secret_keys(env, patterns_of(job)) if env[key] == MASK]
+    masked = masked_keys(job)
     if masked:
         raise AdmissionError(
             f"spec.env.{masked[0]}: {MASK!r} is how jobd shows a secret value, not a value; "
