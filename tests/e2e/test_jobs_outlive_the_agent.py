@@ -137,6 +137,16 @@ def test_jobs_survive_a_stop_of_jobd_dev_and_are_readopted(tmp_path: Path, how: 
         stop_jobd(jobd)
 
 
+def _stop_with_sigkill(state_dir: Path) -> dict[str, str]:
+    """stopping.json once it records the SIGKILL, which is written just after it is sent."""
+    deadline = time.monotonic() + 5
+    while True:
+        stop: dict[str, str] = json.loads((state_dir / "stopping.json").read_text())
+        if stop.get("sigkill_at") or time.monotonic() > deadline:
+            return stop
+        time.sleep(0.02)
+
+
 def test_a_preemption_keeps_its_deadline_with_no_agent(tmp_path: Path) -> None:
     jobd = start_jobd(tmp_path, "--slots", "2")
     argv = write_script(tmp_path, "stubborn.py", STUBBORN)
@@ -158,7 +168,7 @@ def test_a_preemption_keeps_its_deadline_with_no_agent(tmp_path: Path) -> None:
     while _alive(pid):
         assert time.monotonic() - asked < 8, "no SIGKILL at the deadline"
         time.sleep(0.05)
-    stop = json.loads((state_dir / "stopping.json").read_text())
+    stop = _stop_with_sigkill(state_dir)
     sigterm_at, sigkill_at = (_ts(stop[k]) for k in ("sigterm_at", "sigkill_at"))
     assert 2.0 <= sigkill_at - sigterm_at < 3.0  # the grace, kept with no agent
     jobd = start_jobd(tmp_path, "--slots", "2")
