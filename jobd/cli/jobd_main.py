@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import click
 
+from jobd.cli.mcp_command import mcp
 from jobd.cli.tokens import token
 
 if TYPE_CHECKING:
@@ -633,6 +634,7 @@ def main() -> None:
 
 
 cli.add_command(token)
+cli.add_command(mcp)
 
 
 if __name__ == "__main__":
