@@ -45,9 +45,7 @@ _INSTRUCTIONS = (
 # A read of the broker returns up to 1 MiB; a tail over more than this many is cut short.
 _MAX_LOG_READS = 16
 
-JobRef = Annotated[
-    str, Field(description="The job: its integer id, PROJECT/NAME, or a bare NAME.")
-]
+JobRef = Annotated[str, Field(description="The job: its integer id, PROJECT/NAME, or a bare NAME.")]
 
 
 @contextmanager
@@ -269,7 +267,7 @@ def build_server(broker: JobdClient) -> MCPServer:
     """An MCP server whose tools act through `broker` (a client holding the caller's token)."""
     server = MCPServer("jobd", version=version("jobd"), instructions=_INSTRUCTIONS)
     tools = JobTools(broker)
-    for tool, hints in [
+    hinted: list[tuple[Callable[..., Document], ToolAnnotations]] = [
         (tools.submit_job, _MAKES),
         (tools.get_job, _READ),
         (tools.list_jobs, _READ),
@@ -279,6 +277,7 @@ def build_server(broker: JobdClient) -> MCPServer:
         (tools.preempt_job, _STOPS),
         (tools.resume_job, _MAKES),
         (tools.list_workers, _READ),
-    ]:
+    ]
+    for tool, hints in hinted:
         server.add_tool(tool, annotations=hints, structured_output=True)
     return server

@@ -1,0 +1,167 @@
+"""An LLM agent's view: the real `jobd mcp` on stdio, driven by the MCP SDK's own client,
+against a real `jobd dev`. It submits, watches, reads logs and events, cancels, preempts and
+resumes; and a user token scoped to one project sees no other project's job through it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.types import TextContent
+
+from tests.e2e.harness import BIN, Jobd, start_jobd, stop_jobd, write_script
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = {
+    "submit_job",
+    "get_job",
+    "list_jobs",
+    "job_logs",
+    "job_events",
+    "cancel_job",
+    "preempt_job",
+    "resume_job",
+    "list_workers",
+}
+
+
+@pytest.fixture
+def jobd(tmp_path: Path) -> Iterator[Jobd]:
+    running = start_jobd(tmp_path, "--slots", "4")
+    yield running
+    stop_jobd(running)
+
+
+class Agent:
+    """An MCP client session with the tool calls a test makes."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def call(self, tool: str, **arguments: Any) -> Any:
+        result = await self.session.call_tool(tool, arguments)
+        assert not result.is_error, f"{tool}: {_text(result.content)}"
+        return result.structured_content
+
+    async def refused(self, tool: str, **arguments: Any) -> str:
+        result = await self.session.call_tool(tool, arguments)
+        assert result.is_error, f"{tool} was not refused: {result.structured_content}"
+        return _text(result.content)
+
+    async def until(self, job: str | int, *phases: str, timeout: float = 20) -> Any:
+        with anyio.fail_after(timeout):
+            while (doc := await self.call("get_job", job=str(job)))["status"][
+                "phase"
+            ] not in phases:
+                await anyio.sleep(0.1)
+        return doc
+
+
+def _text(content: list[Any]) -> str:
+    return " ".join(c.text for c in content if isinstance(c, TextContent))
+
+
+@asynccontextmanager
+async def agent(jobd: Jobd, **env: str) -> AsyncIterator[Agent]:
+    params = StdioServerParameters(command=str(BIN / "jobd"), args=["mcp"], env=jobd.env | env)
+    with (jobd.root / "mcp.log").open("a") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield Agent(session)
+
+
+async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
+    sleeper = write_script(jobd.root, "sleeper.py", "import time\ntime.sleep(60)\n")
+    async with agent(jobd) as a:
+        listed = await a.session.list_tools()
+        assert {t.name for t in listed.tools} == TOOLS
+        hello = await a.call(
+            "submit_job",
+            command=[sys.executable, "-c", "print('hello from an agent')"],
+            name="hello",
+            env={"API_TOKEN": "s3cret-value"},
+        )
+        assert "s3cret-value" not in json.dumps(hello)  # masked, as the broker sends it
+        done = await a.until("default/hello", "Succeeded", "Failed")
+        assert done["status"]["phase"] == "Succeeded"
+        logs = await a.call("job_logs", job="hello")
+        assert logs["text"] == "hello from an agent\n" and logs["job_done"] is True
+        events = await a.call("job_events", job=str(hello["metadata"]["id"]))
+        assert "job_finished" in [e["event"] for e in events["items"]]
+        assert "no job named 'nope'" in await a.refused("get_job", job="nope")
+        assert "gpus" in await a.refused("submit_job", command=["true"], gpus=-1)
+
+        other = (await a.call("submit_job", command=sleeper, name="other"))["metadata"]["id"]
+        await a.until(other, "Running")
+        assert (await a.call("cancel_job", job=str(other)))["status"][
+            "desired_phase"
+        ] == "Cancelled"
+        await a.until(other, "Cancelled")
+
+        low = await a.call(
+            "submit_job", command=sleeper, preemptible=True, checkpoint_grace_s=1, name="low"
+        )
+        await a.until("low", "Running")
+        await a.call("preempt_job", job="low")
+        await a.until("low", "Preempted")
+        resumed = await a.call("resume_job", job="low")
+        assert resumed["metadata"]["id"] != low["metadata"]["id"]
+        assert "RESUME_FROM" in resumed["spec"]["env"]
+        await a.call("cancel_job", job=str(resumed["metadata"]["id"]))
+
+        workers = await a.call("list_workers")
+        assert [w["metadata"]["name"] for w in workers["items"]] == ["w1"]
+        succeeded = await a.call("list_jobs", phase=["Succeeded"])
+        assert [j["name"] for j in succeeded["items"]] == ["hello"]
+
+
+async def test_a_project_token_sees_only_its_project_through_mcp(jobd: Jobd) -> None:
+    alice = _token(jobd, "--role", "user", "--project", "a", "--name", "alice")
+    async with agent(jobd) as admin:
+        theirs = await admin.call("submit_job", command=["true"], project="b", name="theirs")
+    async with agent(jobd, JOBD_TOKEN=alice) as a:
+        mine = await a.call("submit_job", command=["true"], project="a", name="mine")
+        assert mine["metadata"]["project"] == "a"
+        assert "'b'" in await a.refused("get_job", job=str(theirs["metadata"]["id"]))
+        assert "'b'" in await a.refused("submit_job", command=["true"], project="b")
+        listed = await a.call("list_jobs")
+        assert {j["project"] for j in listed["items"]} == {"a"}
+
+
+def _token(jobd: Jobd, *args: str) -> str:
+    admin = (jobd.root / "data" / "admin.token").read_text().strip()
+    made = subprocess.run(
+        [str(BIN / "jobd"), "token", "create", "--server", jobd.url, "--token", admin, *args],
+        env=jobd.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
+def test_without_the_extra_jobd_mcp_says_what_to_install(tmp_path: Path) -> None:
+    # The SDK marked absent, as in an environment where jobd[mcp] was not installed.
+    code = "import sys; sys.modules['mcp'] = None; from jobd.cli.jobd_main import main; main()"
+    ran = subprocess.run(
+        [sys.executable, "-c", code, "mcp"], capture_output=True, text=True, timeout=30
+    )
+    assert ran.returncode == 1
+    assert ran.stderr.strip().splitlines() == [
+        "jobd mcp: the MCP server needs the optional extra: pip install 'jobd[mcp]'"
+    ]
