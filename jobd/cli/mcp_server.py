@@ -72,8 +72,10 @@ _PARAMETERS = {
 
 
 def _in_parameter_terms(message: str) -> str:
-    flag, sep, rest = message.partition(":")
-    return f"{_PARAMETERS[flag]}:{rest}" if sep and flag in _PARAMETERS else message
+    for flag, parameter in _PARAMETERS.items():
+        if message.startswith((f"{flag}:", f"{flag} ")):
+            return parameter + message[len(flag) :]
+    return message
 
 
 def job_summary(job: Document) -> Document:

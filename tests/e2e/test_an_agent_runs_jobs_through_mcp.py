@@ -103,7 +103,8 @@ async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
         events = await a.call("job_events", job=str(hello["metadata"]["id"]))
         assert "job_finished" in [e["event"] for e in events["items"]]
         assert "no job named 'nope'" in await a.refused("get_job", job="nope")
-        assert "gpus" in await a.refused("submit_job", command=["true"], gpus=-1)
+        refusal = await a.refused("submit_job", command=["true"], checkpoint_grace_s=900)
+        assert "checkpoint_grace_s 900 s is over" in refusal and "--" not in refusal
 
         other = (await a.call("submit_job", command=sleeper, name="other"))["metadata"]["id"]
         await a.until(other, "Running")
@@ -123,17 +124,36 @@ async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
         assert "RESUME_FROM" in resumed["spec"]["env"]
         await a.call("cancel_job", job=str(resumed["metadata"]["id"]))
 
+        chatty = [sys.executable, "-c", "for i in range(4000): print(f'line {i:05} ' + 'x' * 20)"]
+        await a.call("submit_job", command=chatty, name="chatty")
+        await a.until("chatty", "Succeeded")
+        whole = "".join(f"line {i:05} {'x' * 20}\n" for i in range(4000))
+        tail = await a.call("job_logs", job="chatty", tail_lines=3000, max_bytes=1000)
+        assert tail["truncated"] is True and whole.endswith(tail["text"])
+        assert len(tail["text"]) == 1000
+        pages, offset = [], 0
+        while not (page := await a.call("job_logs", job="chatty", offset=offset, max_bytes=40_000))[
+            "job_done"
+        ]:
+            pages.append(page["text"])
+            assert len(page["text"]) <= 40_000
+            offset = page["next_offset"]
+        assert "".join([*pages, page["text"]]) == whole and len(pages) >= 3
+
         workers = await a.call("list_workers")
         assert [w["metadata"]["name"] for w in workers["items"]] == ["w1"]
         succeeded = await a.call("list_jobs", phase=["Succeeded"])
-        assert [j["name"] for j in succeeded["items"]] == ["hello"]
+        assert sorted(j["name"] for j in succeeded["items"]) == ["chatty", "hello"]
 
 
 async def test_a_project_token_sees_only_its_project_through_mcp(jobd: Jobd) -> None:
     alice = _token(jobd, "--role", "user", "--project", "a", "--name", "alice")
     async with agent(jobd) as admin:
         theirs = await admin.call("submit_job", command=["true"], project="b", name="theirs")
-    async with agent(jobd, JOBD_TOKEN=alice) as a:
+    token_file = jobd.root / "alice.token"
+    token_file.write_text(alice)
+    token_file.chmod(0o600)
+    async with agent(jobd, JOBD_TOKEN_FILE=str(token_file)) as a:
         mine = await a.call("submit_job", command=["true"], project="a", name="mine")
         assert mine["metadata"]["project"] == "a"
         assert "'b'" in await a.refused("get_job", job=str(theirs["metadata"]["id"]))
@@ -165,3 +185,17 @@ def test_without_the_extra_jobd_mcp_says_what_to_install(tmp_path: Path) -> None
     assert ran.stderr.strip().splitlines() == [
         "jobd mcp: the MCP server needs the optional extra: pip install 'jobd[mcp]'"
     ]
+
+
+def test_a_token_file_others_may_read_is_refused(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t" * 40)
+    token_file.chmod(0o644)
+    ran = subprocess.run(
+        [str(BIN / "jobd"), "mcp", "--token-file", str(token_file)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert ran.returncode == 2 and "chmod 600" in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1
