@@ -225,8 +225,30 @@ class JobTools:
         """Events (as in events.jsonl), oldest first: the newest `limit` of them."""
         with _as_tool_errors():
             job_id = None if job is None else self._id(job)
-            newest = deque(self.broker.iter_events(job=job_id, event_type=event_type), limit)
-        return {"items": list(newest), "count": len(newest)}
+            newest = self._newest_events(job_id, event_type, limit)
+        return {"items": newest, "count": len(newest)}
+
+    def _newest_events(self, job_id: int | None, event_type: str | None, limit: int) -> list[Any]:
+        """The newest `limit` matching events, without reading a long history from its start:
+        look back over a window of sequence numbers, widened until it holds enough."""
+        end = self.broker.events(from_now=True).last or 0
+        window = limit
+        while True:
+            start = max(0, end - window)
+            found = list(self._events_between(job_id, event_type, start, end))
+            if len(found) >= limit or start == 0:
+                return found[-limit:]
+            window *= 4
+
+    def _events_between(
+        self, job_id: int | None, event_type: str | None, start: int, end: int
+    ) -> Iterator[Document]:
+        after = start
+        while page := self.broker.events(job=job_id, event_type=event_type, after=after).items:
+            yield from (e for e in page if e["seq"] <= end)
+            if page[-1]["seq"] >= end:
+                return
+            after = page[-1]["seq"]
 
     def cancel_job(self, job: JobRef) -> Document:
         """Stop a job (as `job cancel`): Cancelling, then Cancelled."""
@@ -267,7 +289,10 @@ _MAKES = ToolAnnotations(destructive_hint=False, open_world_hint=False)
 
 def build_server(broker: JobdClient) -> MCPServer:
     """An MCP server whose tools act through `broker` (a client holding the caller's token)."""
-    server = MCPServer("jobd", version=version("jobd"), instructions=_INSTRUCTIONS)
+    # Warnings only on stderr: a refused call is already told to the agent, as a tool error.
+    server = MCPServer(
+        "jobd", version=version("jobd"), instructions=_INSTRUCTIONS, log_level="WARNING"
+    )
     tools = JobTools(broker)
     hinted: list[tuple[Callable[..., Document], ToolAnnotations]] = [
         (tools.submit_job, _MAKES),

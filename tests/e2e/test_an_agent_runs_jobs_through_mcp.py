@@ -140,6 +140,13 @@ async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
             offset = page["next_offset"]
         assert "".join([*pages, page["text"]]) == whole and len(pages) >= 3
 
+        # hello's few events are far back by now: the newest two are found all the same.
+        every = (await a.call("job_events", job="hello", limit=1000))["items"]
+        assert every[0]["event"] == "job_created" and len(every) > 2
+        assert (await a.call("job_events", job="hello", limit=2))["items"] == every[-2:]
+        last = (await a.call("job_events", limit=1))["items"]
+        assert len(last) == 1 and last[0]["seq"] > every[-1]["seq"]
+
         workers = await a.call("list_workers")
         assert [w["metadata"]["name"] for w in workers["items"]] == ["w1"]
         succeeded = await a.call("list_jobs", phase=["Succeeded"])
