@@ -117,8 +117,13 @@ class JobTools:
             str | None, Field(description="Working directory; the MCP server's when omitted.")
         ] = None,
         gpus: Annotated[int | None, Field(description="GPUs the job needs.", ge=0)] = None,
-        priority: Annotated[int | None, Field(description="Else the project's.")] = None,
-        preemptible: Annotated[bool | None, Field(description="Else the project's.")] = None,
+        priority: Annotated[
+            int | None, Field(description="Higher runs first; the project's when omitted.")
+        ] = None,
+        preemptible: Annotated[
+            bool | None,
+            Field(description="May be stopped for a higher priority; the project's when omitted."),
+        ] = None,
         checkpoint_grace_s: Annotated[
             float | None, Field(description="Seconds between SIGTERM and SIGKILL (<= 300).")
         ] = None,
