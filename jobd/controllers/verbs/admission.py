@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from jobd.api.models import (
+    RUN_LIMITS,
     Effective,
     Job,
     JobSpec,
     JobStatus,
     Phase,
     Project,
+    ProjectDefaults,
     assign,
     set_condition,
 )
@@ -75,7 +77,17 @@ def _effective_values(job: Job, project: Project | None) -> dict[str, Any]:
         "preemptible": preemptible,
         "checkpoint_grace_s": grace,
         "secret_env_keys": secret or None,
+        **_run_limits(spec, defaults),
     }
+
+
+def _run_limits(spec: JobSpec, defaults: ProjectDefaults | None) -> dict[str, int | None]:
+    """Each guard and the TTL: the job's own, else its project's default, else None."""
+    limits: dict[str, int | None] = {}
+    for name in RUN_LIMITS:
+        own = getattr(spec, name)
+        limits[name] = own if own is not None or defaults is None else getattr(defaults, name)
+    return limits
 
 
 def _find_parent(store: Store, project: str, ref: int | str) -> int | None:
