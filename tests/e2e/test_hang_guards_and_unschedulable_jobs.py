@@ -50,7 +50,7 @@ def _timed_out(jobd: Jobd, job_id: int, reason: str) -> dict[str, object]:
 
 def test_max_runtime_ends_a_running_job_through_its_grace(jobd: Jobd, tmp_path: Path) -> None:
     marker = tmp_path / "term"
-    argv = write_script(tmp_path, "chatty.py", CHATTY) + [str(marker)]
+    argv = [*write_script(tmp_path, "chatty.py", CHATTY), str(marker)]
     job_id = _submit(jobd, "--max-runtime", "2s", "--checkpoint-grace", "10", "--", *argv)
     jobd.wait_phase(job_id, "Running")
     _timed_out(jobd, job_id, "MaxRuntimeExceeded")
@@ -62,7 +62,7 @@ def test_max_runtime_ends_a_running_job_through_its_grace(jobd: Jobd, tmp_path: 
 
 def test_idle_timeout_ends_a_silent_job_through_its_grace(jobd: Jobd, tmp_path: Path) -> None:
     marker = tmp_path / "term"
-    argv = write_script(tmp_path, "silent.py", SILENT) + [str(marker)]
+    argv = [*write_script(tmp_path, "silent.py", SILENT), str(marker)]
     started = time.monotonic()
     job_id = _submit(jobd, "--idle-timeout", "2", "--checkpoint-grace", "10", "--", *argv)
     _timed_out(jobd, job_id, "IdleTimeout")
@@ -72,7 +72,7 @@ def test_idle_timeout_ends_a_silent_job_through_its_grace(jobd: Jobd, tmp_path: 
 
 
 def test_a_chatty_job_is_not_idle(jobd: Jobd, tmp_path: Path) -> None:
-    argv = write_script(tmp_path, "chatty.py", CHATTY) + [str(tmp_path / "term")]
+    argv = [*write_script(tmp_path, "chatty.py", CHATTY), str(tmp_path / "term")]
     job_id = _submit(jobd, "--idle-timeout", "1", "--max-runtime", "4", "--", *argv)
     _timed_out(jobd, job_id, "MaxRuntimeExceeded")
 
