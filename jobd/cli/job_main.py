@@ -14,7 +14,6 @@ acting on workers in drain.py.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,7 +302,7 @@ def submit(
     with settings.client() as client:
         created = client.create_job(document)
         job_id = int(created["metadata"]["id"])
-        _warn_if_unschedulable(client, created)
+        _warn_if_unschedulable(created)
         if output == "text":
             click.echo(job_id)
         else:
@@ -313,20 +312,12 @@ def submit(
             exit_with(wait_all(client, [job_id], None))
 
 
-# Long enough for the broker's placement loop to have judged a new job (milliseconds).
-_PLACEMENT_LOOK_S = 0.2
-
-
-def _warn_if_unschedulable(client: JobdClient, created: Document) -> None:
+def _warn_if_unschedulable(created: Document) -> None:
     """Say on stderr that no worker could run the job (it waits all the same)."""
-    if (created.get("status") or {}).get("phase") != "Pending":
-        return
-    time.sleep(_PLACEMENT_LOOK_S)
-    job = client.get_job(int(created["metadata"]["id"]))
-    said = render.unschedulable(job)
+    said = render.unschedulable(created)
     if said is not None:
         click.echo(
-            f"warning: job {job['metadata']['id']} is unschedulable: {said} "
+            f"warning: job {created['metadata']['id']} is unschedulable: {said} "
             "(it waits, in case such a worker joins)",
             err=True,
         )

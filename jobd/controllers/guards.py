@@ -28,7 +28,7 @@ from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.store.base import Change, Conflict
 
-__all__ = ["Deadline", "GuardsController", "soonest_deadline"]
+__all__ = ["Deadline", "GuardsController", "guarded", "soonest_deadline"]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ cordoned or Lost alike: each may run jobs again) and sets the condition
 ("no worker has 5 GPUs; the largest has 4"), with one `job_unschedulable` event. The
 job keeps waiting, since a worker may join; once one could run it the condition goes.
 With no worker registered at all, nothing is said: a worker is usually on its way.
+A job created through `job submit` is judged at admission already (verbs/admission.py),
+so the answer to the create carries the condition; this loop judges the rest.
 
 Cheap on the scheduler's hot path: the capacities are kept here from the workers'
 committed changes, and a job's change queues its key only when its verdict differs from
@@ -24,10 +26,23 @@ from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.store.base import Change, Conflict
 
-__all__ = ["EVERY_QUEUED_JOB", "PlacementController", "unschedulable_message"]
+__all__ = [
+    "EVERY_QUEUED_JOB",
+    "UNSCHEDULABLE",
+    "PlacementController",
+    "Shape",
+    "shapes_of",
+    "unschedulable_message",
+]
 
 EVERY_QUEUED_JOB = "*"
+UNSCHEDULABLE = "Unschedulable"
 Shape = tuple[int, int]  # a worker's (slots, GPUs)
+
+
+def shapes_of(workers: Iterable[Worker]) -> set[Shape]:
+    """The distinct (slots, GPUs) of these workers: all a verdict needs to know of them."""
+    return {_shape(w) for w in workers}
 
 
 def unschedulable_message(needs: Resources, shapes: Collection[Shape]) -> str | None:
@@ -53,7 +68,7 @@ def _count(n: int, noun: str) -> str:
 def _said_unschedulable(job: Job) -> str | None:
     """The message of the job's Unschedulable condition; None when it has none."""
     for c in job.status.conditions:
-        if c.type == "Scheduled" and c.reason == "Unschedulable":
+        if c.type == "Scheduled" and c.reason == UNSCHEDULABLE:
             return c.message
     return None
 

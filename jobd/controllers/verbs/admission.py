@@ -11,7 +11,7 @@ scheduler binds it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,12 +24,14 @@ from jobd.api.models import (
     Phase,
     Project,
     ProjectDefaults,
+    Worker,
     assign,
     set_condition,
 )
 from jobd.api.secrets import MASK, masked_keys, patterns_of, secret_keys
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
+from jobd.controllers.placement import UNSCHEDULABLE, Shape, shapes_of, unschedulable_message
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -179,11 +181,13 @@ def create_jobs(
     jobs: list[Job],
     clock: Clock,
     projects: Mapping[str, Project] | None = None,
+    workers: Iterable[Worker] = (),
 ) -> list[Job]:
     """Admit and insert jobs in one transaction; all or nothing.
 
     A job may depend on one that comes earlier in the same batch (by name); those links
-    are made once the store has given the batch its ids.
+    are made once the store has given the batch its ids. Given the registered `workers`,
+    a job none of them could run is said Unschedulable at once (placement.py).
     """
     batch = _positions(jobs)
     if projects is None:  # the broker passes its view's; others read the store
@@ -195,6 +199,7 @@ def create_jobs(
         prepared.append(prepare_new_job(job, projects.get(job.project), clock, stored + marker))
         if local:
             local_links[i] = local
+    _judge_placement(prepared, shapes_of(workers), clock)
 
     def link(created: list[Job]) -> None:
         for i, positions in local_links.items():
@@ -204,8 +209,15 @@ def create_jobs(
     return store.create_jobs(prepared, events_for=_created_event, on_ids=link)
 
 
+def _judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
+    for job in jobs:
+        message = unschedulable_message(job.spec.resources, shapes)
+        if message is not None:
+            set_condition(job.status, "Scheduled", False, UNSCHEDULABLE, message, now=clock.now())
+
+
 def _created_event(job: Job) -> list[EventRecord]:
-    return [
+    events = [
         EventRecord(
             "job_created",
             job=job.id,
@@ -216,6 +228,12 @@ def _created_event(job: Job) -> list[EventRecord]:
             },
         )
     ]
+    for cond in job.status.conditions:
+        if cond.type == "Scheduled" and cond.reason == UNSCHEDULABLE:
+            events.append(
+                EventRecord("job_unschedulable", job=job.id, fields={"message": cond.message})
+            )
+    return events
 
 
 def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> list[ApplyResult]:
