@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
+import httpx
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
@@ -24,7 +25,7 @@ from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.base import Change, EventRecord
-from tests.integration.conftest import reread
+from tests.integration.conftest import job_document, reread
 
 pytestmark = pytest.mark.anyio
 
@@ -176,3 +177,16 @@ async def test_the_brokers_default_ttl_applies_to_a_job_that_says_none(ctx: Cont
     assert ctx.store.get_job(job.id) is None
     (expired,) = ctx.store.list_events(event="job_expired")
     assert expired.fields == {"phase": "Cancelled", "ttl_s": 30.0, "name": "p/queued"}
+
+
+@pytest.mark.parametrize("field", ["max_runtime_s", "idle_timeout_s", "ttl_after_finished_s"])
+async def test_a_limit_that_is_no_positive_whole_number_is_refused_naming_it(
+    api: httpx.AsyncClient, field: str
+) -> None:
+    for bad in (0, True, 2.5):
+        resp = await api.post("/jobs", json=job_document("bad", **{field: bad}))
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["detail"].startswith(f"spec.{field}:")
+    resp = await api.post("/jobs", json=job_document("good", **{field: 7200}))
+    assert resp.status_code == 201
+    assert resp.json()["status"]["effective"][field] == 7200
