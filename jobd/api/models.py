@@ -36,11 +36,13 @@ __all__ = [
     "MAX_LEASE_S",
     "MIN_LEASE_S",
     "NAME_PATTERN",
+    "RUN_LIMITS",
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
     "Condition",
     "Effective",
     "Grace",
+    "GuardSeconds",
     "Job",
     "JobSpec",
     "JobStatus",
@@ -52,6 +54,7 @@ __all__ = [
     "ProjectSpec",
     "Resource",
     "Resources",
+    "RunLimits",
     "StoreId",
     "StoreInt",
     "Strict",
@@ -244,6 +247,37 @@ Grace = Annotated[
 ]
 
 
+def _whole_seconds(value: Any) -> Any:
+    if isinstance(value, bool):  # a number of seconds, never a flag read as 0 or 1
+        raise ValueError("a number of seconds, not true or false")
+    return value
+
+
+GuardSeconds = Annotated[
+    int,
+    Field(ge=1, le=MAX_INT, description="whole seconds, at least 1"),
+    BeforeValidator(_whole_seconds),
+]
+"""A hang guard's or a retention's limit: None (not said) or a positive count of seconds."""
+
+
+class RunLimits(Strict):
+    """The hang guards and the retention, said by a job, a project's defaults, or resolved.
+
+    Each is None when not said; a job's value wins over its project's, field by field
+    (verbs/admission.py). Guards end a job Failed with their own reason (controllers/
+    guards.py); the TTL removes a finished job (controllers/retention.py).
+    """
+
+    max_runtime_s: GuardSeconds | None = None  # wall clock from start (Slurm's --time)
+    idle_timeout_s: GuardSeconds | None = None  # no output for this long while Running
+    max_pending_s: GuardSeconds | None = None  # queued (Pending) this long
+    ttl_after_finished_s: GuardSeconds | None = None  # kept this long after the end
+
+
+RUN_LIMITS = tuple(RunLimits.model_fields)
+
+
 class Resources(Strict):
     gpus: int = Field(default=0, ge=0, le=64)
 
@@ -274,6 +308,11 @@ class JobSpec(Strict):
     preemptible: bool | None = None
     checkpoint_grace_s: Grace | None = None
     resources: Resources = Field(default_factory=Resources)
+    # The run limits (RunLimits, declared here again to keep the document's order).
+    max_runtime_s: GuardSeconds | None = None
+    idle_timeout_s: GuardSeconds | None = None
+    max_pending_s: GuardSeconds | None = None
+    ttl_after_finished_s: GuardSeconds | None = None
     depends_on: list[int | str] = Field(
         default_factory=list,
         json_schema_extra={
@@ -332,8 +371,12 @@ class JobSpec(Strict):
         return env
 
 
-class Effective(Strict):
-    """Values resolved from the job, its project and the global defaults."""
+class Effective(RunLimits):
+    """Values resolved from the job, its project and the global defaults.
+
+    The run limits (RunLimits) are the job's, else its project's; None: none applies
+    (for the TTL, the broker's `--finished-job-ttl` then does).
+    """
 
     priority: int = 0
     preemptible: bool = False
@@ -352,7 +395,9 @@ class PreemptionStatus(Strict):
 class JobStatus(Strict):
     desired_phase: Phase = Phase.RUNNING
     phase: Phase = Phase.PENDING
-    signal: Literal["preempt", "cancel"] | None = None
+    # What the worker is asked to stop the job for (SIGTERM, grace, SIGKILL): a
+    # preemption, a cancel, or a hang guard (controllers/guards.py).
+    signal: Literal["preempt", "cancel", "timeout"] | None = None
     worker: str | None = None
     # The run's fencing number: bumped by every bind; every worker report carries it.
     attempt: int = 0
@@ -411,7 +456,7 @@ class Job(Strict):
         return self.model_copy(update={"status": status})
 
 
-class ProjectDefaults(Strict):
+class ProjectDefaults(RunLimits):
     preemptible: bool | None = None
     checkpoint_grace_s: Grace | None = None
 

@@ -49,7 +49,7 @@ class CreateBatcher:
             return
         try:
             jobs = [job for job, _ in batch]
-            created = create_jobs(self.ctx.store, jobs, self.ctx.clock, self.ctx.view.projects)
+            created = self._create(jobs)
         except StoreUnavailable as exc:
             for _, future in batch:
                 if not future.done():
@@ -63,9 +63,16 @@ class CreateBatcher:
             if not future.done():
                 future.set_result(job)
 
+    def _create(self, jobs: list[Job]) -> list[Job]:
+        """Admit and insert; the view's workers judge at once whether any could run each."""
+        view = self.ctx.view
+        return create_jobs(
+            self.ctx.store, jobs, self.ctx.clock, view.projects, view.workers.values()
+        )
+
     def _create_alone(self, job: Job, future: asyncio.Future[Job]) -> None:
         try:
-            result = create_jobs(self.ctx.store, [job], self.ctx.clock, self.ctx.view.projects)[0]
+            result = self._create([job])[0]
         except Exception as exc:
             if not future.done():
                 future.set_exception(exc)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from jobd.api.models import Job, Phase
@@ -55,6 +55,8 @@ class JobLogs:
         self.max_bytes = max_bytes
         self.grace = timedelta(seconds=grace_s)
         self._notifiers: dict[int, Notifier] = {}
+        # When each job's output last arrived, since this broker started (the idle guard).
+        self._last_output: dict[int, datetime] = {}
 
     def path(self, job_id: int) -> Path:
         return self.dir / f"{job_id}.log"
@@ -81,8 +83,23 @@ class JobLogs:
             raise TransitionError(f"job {job.id}'s output: {exc}") from None
         if data:
             self._stamp(job.id, offset, now)
+            self._last_output[job.id] = now
             self.wake(job.id)
         return end
+
+    def last_output(self, job_id: int) -> datetime | None:
+        """When output of the job last arrived: as heard since start, else the file's time.
+
+        What the idle guard (controllers/guards.py) measures silence from.
+        """
+        held = self._last_output.get(job_id)
+        if held is not None:
+            return held
+        try:
+            mtime = self.path(job_id).stat().st_mtime
+        except OSError:
+            return None
+        return datetime.fromtimestamp(mtime, UTC)
 
     def _stamp(self, job_id: int, offset: int, now: datetime) -> None:
         """Note when this output arrived, for `--since`: worth no failure of the append."""
@@ -129,11 +146,17 @@ class JobLogs:
     def notifiers(self) -> list[Notifier]:
         return list(self._notifiers.values())
 
-    def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
-        """A job that changed (ended, above all) releases its `job logs -f` followers."""
+    def on_commit(self, changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
+        """A job that changed (ended, above all) releases its `job logs -f` followers;
+        a job whose retention ran out (`job_expired`) loses its output files."""
         for change in changes:
             if change.kind == "Job":
                 self.wake(int(change.key))
+                if change.op == "DELETED":
+                    self._last_output.pop(int(change.key), None)
+        for event in events:
+            if event.event == "job_expired" and event.job is not None:
+                self.remove(event.job)
 
     def wake_all(self) -> None:
         """Every follower looks again: what to do after missing a commit."""

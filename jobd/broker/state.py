@@ -82,6 +82,7 @@ class BrokerState:
         self.logs = JobLogs(config.log_dir, config.max_log_bytes, config.log_grace_s)
         clock = clock or SystemClock()
         self.ctx = Context(self.store, config.settings, clock, follow_store=False)
+        self.ctx.last_output = self.logs.last_output
         self.manager = Manager(self.ctx)
         self.creates = CreateBatcher(self.ctx)
         self.wiring = Wiring(

@@ -7,13 +7,15 @@ commit to the broker's listeners in this order:
 2. `leases`: the lease table;
 3. `feed`: the watch tail, which wakes the watchers;
 4. `manager`: maps the changes to controller keys;
-5. `job_logs`: wakes `job logs -f` followers of jobs that changed;
+5. `job_logs`: wakes `job logs -f` followers of jobs that changed, and removes the
+   output files of jobs whose retention ran out (`job_expired`);
 6. `events_file`: appends the commit's events to events.jsonl.
 
 Caches first, then the manager: its `keys_for` reads the view (the lifecycle's parents),
 and every pass it queues must find the caches holding the commit that queued it. The
-events.jsonl writer last: it is the one listener that does I/O of its own (a full disk
-fails it), and nothing in the broker reads the file.
+events.jsonl writer last: it does I/O of its own (a full disk fails it), and nothing in
+the broker reads the file. (`job_logs` only unlinks files; an expired job's output that
+could not be unlinked is left behind, logged, and removed by nothing: no data is lost.)
 
 Isolation lives here rather than in the store's notify loop because what a failure calls
 for is the broker's business: log it, count it (`failures`, per listener), and bring the

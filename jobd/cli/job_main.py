@@ -24,6 +24,7 @@ import httpx
 from jobd.api.manifests import ManifestError
 from jobd.api.models import DEFAULT_PROJECT, MAX_GRACE_S
 from jobd.cli import acting, drain, reading, render, streams
+from jobd.cli.durations import Duration
 from jobd.cli.failure import DiffFailure, Failure
 from jobd.cli.manifest_files import load_manifests
 from jobd.cli.options import output_option, print_documents
@@ -259,6 +260,23 @@ _COMMAND_ARGS = {"allow_interspersed_args": False}
     "into the job's env, as sbatch --export [default: none].",
 )
 @click.option("--shell", metavar="'CMD'", help="Run CMD through `sh -c` (pipes, globs, &&).")
+@click.option(
+    "--max-runtime",
+    type=Duration(),
+    help="Fail the job (SIGTERM, its grace) once it has run this long: 90, 10m, 2h, 1d.",
+)
+@click.option(
+    "--idle-timeout",
+    type=Duration(),
+    help="Fail the job (SIGTERM, its grace) once it has printed nothing for this long.",
+)
+@click.option("--max-pending", type=Duration(), help="Fail the job if queued this long.")
+@click.option(
+    "--ttl-after-finished",
+    type=Duration(),
+    help="Remove the job, its logs and events this long after it ends [default: the "
+    "project's, else the broker's].",
+)
 @click.option("--resume-from", metavar="PATH", help="Set RESUME_FROM for the workload.")
 @click.option("--wait", is_flag=True, help="Then wait for its end, and exit as `job wait` does.")
 @output_option("text")
@@ -284,6 +302,7 @@ def submit(
     with settings.client() as client:
         created = client.create_job(document)
         job_id = int(created["metadata"]["id"])
+        _warn_if_unschedulable(created)
         if output == "text":
             click.echo(job_id)
         else:
@@ -291,6 +310,17 @@ def submit(
         if wait:
             sys.stdout.flush()  # the id is useful before the wait ends
             exit_with(wait_all(client, [job_id], None))
+
+
+def _warn_if_unschedulable(created: Document) -> None:
+    """Say on stderr that no worker could run the job (it waits all the same)."""
+    said = render.unschedulable(created)
+    if said is not None:
+        click.echo(
+            f"warning: job {created['metadata']['id']} is unschedulable: {said} "
+            "(it waits, in case such a worker joins)",
+            err=True,
+        )
 
 
 for _verbs in (reading.VERBS, streams.VERBS, acting.VERBS, drain.VERBS):

@@ -168,6 +168,17 @@ def broker_options(f: F) -> F:
             show_default=True,
             help="Seconds a job may stay Lost before it is Failed.",
         ),
+        click.option(
+            "--finished-job-ttl",
+            envvar="JOBD_FINISHED_JOB_TTL_S",
+            type=_duration(),
+            default=None,
+            help=(
+                "Remove a finished job, its logs and its events this long after it ended "
+                "(90, 10m, 2h, 30d), unless the job or its project says "
+                "ttl_after_finished_s. [default: keep for ever]"
+            ),
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -256,6 +267,12 @@ def worker_options(f: F) -> F:
     return f
 
 
+def _duration() -> click.ParamType[float]:
+    from jobd.cli.durations import Duration
+
+    return Duration()
+
+
 def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
     from jobd.broker.state import BrokerConfig
     from jobd.controllers.context import Settings
@@ -273,6 +290,7 @@ def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
             auto_preempt_min_runtime_s=kw["auto_preempt_min_runtime"],
             sweep_interval_s=kw["sweep_interval"],
             lost_timeout_s=kw["lost_timeout"],
+            finished_job_ttl_s=kw["finished_job_ttl"],
         ),
     )
 

@@ -230,10 +230,24 @@ def status_line(job: Document, now: datetime | None = None) -> str:
     return f"{_id(job)} {phase_text(job)} {_age(since, _now(now))} {_why(status)}".rstrip()
 
 
+def unschedulable(job: Document) -> str | None:
+    """The message of a queued job's `Scheduled=False, Unschedulable` condition, if any."""
+    return _unschedulable(_status(job))
+
+
+def _unschedulable(status: Document) -> str | None:
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Scheduled" and cond.get("reason") == "Unschedulable":
+            return str(cond.get("message") or "no worker could run it")
+    return None
+
+
 def _why(status: Document) -> str:
     if status.get("message"):
         return str(status["message"])
     phase = status.get("phase", "")
+    if phase == "Pending" and (said := _unschedulable(status)) is not None:
+        return f"unschedulable: {said}"
     if phase == "Pending" and status.get("dependencies_met") is False:
         return "waiting for dependencies"
     return status.get("reason") or _WAITING_FOR.get(phase, "")

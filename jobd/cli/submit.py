@@ -7,6 +7,7 @@ refused here already, in the user's terms: the flag, not the field.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,6 +48,10 @@ _FLAGS = {
     ("spec", "env"): "--env/--export",
     ("spec", "depends_on"): "--depends-on",
     ("spec", "command"): "the command",
+    ("spec", "max_runtime_s"): "--max-runtime",
+    ("spec", "idle_timeout_s"): "--idle-timeout",
+    ("spec", "max_pending_s"): "--max-pending",
+    ("spec", "ttl_after_finished_s"): "--ttl-after-finished",
 }
 
 
@@ -67,6 +72,10 @@ def build_submit_job(
     depends_on_any_exit: bool = False,
     env: Sequence[str] = (),
     resume_from: str | None = None,
+    max_runtime: float | None = None,
+    idle_timeout: float | None = None,
+    max_pending: float | None = None,
+    ttl_after_finished: float | None = None,
 ) -> Document:
     """The Job `job submit` sends: only what was said, so every default stays the server's.
 
@@ -92,6 +101,10 @@ def build_submit_job(
         "resources": None if gpus is None else {"gpus": gpus},
         "depends_on": [int(d) if d.isdigit() else d for d in depends_on] or None,
         "depends_on_any_exit": depends_on_any_exit or None,
+        "max_runtime_s": _whole_seconds(max_runtime),
+        "idle_timeout_s": _whole_seconds(idle_timeout),
+        "max_pending_s": _whole_seconds(max_pending),
+        "ttl_after_finished_s": _whole_seconds(ttl_after_finished),
     }
     spec: dict[str, Any] = {
         "command": command,
@@ -102,6 +115,11 @@ def build_submit_job(
     document = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
     _validate_submit(document)
     return document
+
+
+def _whole_seconds(seconds: float | None) -> int | None:
+    """A duration as the spec holds it: whole seconds, a fraction rounded up."""
+    return None if seconds is None else math.ceil(seconds)
 
 
 def _command(command: Sequence[str], shell: str | None) -> list[str]:

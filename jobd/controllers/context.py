@@ -27,6 +27,9 @@ class Settings:
     # A stretch longer than this between two looks at the clock (a stalled loop, a
     # suspended host) is time the broker did not observe: no deadline runs out on it.
     unobserved_gap_s: float = 5.0
+    # How long a finished job is kept when neither it nor its project says
+    # (`ttl_after_finished_s`); None: for ever (controllers/retention.py).
+    finished_job_ttl_s: float | None = None
 
 
 class LeaseTable(dict[str, datetime]):
@@ -95,6 +98,9 @@ class Context:
     # A context used alone (tests, the bench) keeps its view current itself; the broker
     # passes False, and its wiring (broker/wiring.py) registers the caches in its order.
     follow_store: bool = True
+    # When a job's output last reached the broker (None: never, or not known): the
+    # broker's job logs say (broker/joblogs.py); the idle guard asks (guards.py).
+    last_output: Callable[[int], datetime | None] = lambda _job_id: None
     view: ClusterView = field(init=False)
     observed: ObservedTime = field(init=False)
 

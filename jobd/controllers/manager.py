@@ -15,9 +15,12 @@ from itertools import chain
 import anyio
 
 from jobd.controllers.context import Context
+from jobd.controllers.guards import GuardsController
 from jobd.controllers.lifecycle import LifecycleController
+from jobd.controllers.placement import PlacementController
 from jobd.controllers.projects import ProjectsController
 from jobd.controllers.queueing import Reconciler, WorkQueue, run_controller, run_resync
+from jobd.controllers.retention import RetentionController
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.sweeper import SweeperController
 from jobd.controllers.workers import WorkersController
@@ -37,6 +40,9 @@ class Manager:
                 SweeperController(ctx),
                 WorkersController(ctx),
                 ProjectsController(ctx),
+                PlacementController(ctx),
+                GuardsController(ctx),
+                RetentionController(ctx),
             )
         }
         self.queues = {name: WorkQueue(clock=ctx.clock) for name in self.controllers}

@@ -39,6 +39,8 @@ class Verb(enum.StrEnum):
     DEPENDENCIES_MET = "dependencies-met"
     DEPENDENCY_FAILED = "dependency-failed"
     PROCESS_VANISHED = "process-vanished"
+    PLACEABILITY = "placeability"  # said unschedulable, or no longer (placement.py)
+    TIME_OUT = "time-out"  # a hang guard ran out (guards.py)
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,11 @@ TABLE: Mapping[Verb, Rule] = {
     ),
     Verb.PROCESS_VANISHED: Rule(
         {p: _ENDS_BUT_SUCCESS for p in (*_STARTED, P.LOST)}, _does_not_apply("process-vanished")
+    ),
+    Verb.PLACEABILITY: Rule(_stay(P.PENDING), _does_not_apply("placeability")),
+    # A queued job ends at once; a running one is driven to Failed (SIGTERM, grace).
+    Verb.TIME_OUT: Rule(
+        {P.PENDING: _to(P.FAILED), P.RUNNING: _to(P.RUNNING)}, _does_not_apply("time-out")
     ),
 }
 

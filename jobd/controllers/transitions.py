@@ -22,6 +22,7 @@ from typing import Literal
 from jobd.api.models import (
     SCRUBBED_PHASES,
     TERMINAL_PHASES,
+    Condition,
     Job,
     Phase,
     PreemptionStatus,
@@ -49,12 +50,15 @@ __all__ = [
     "lost_timeout",
     "mark_resumed",
     "nominate",
+    "placeable",
     "process_vanished",
     "request_preemption",
     "scrub_secrets",
     "start",
     "stopping",
+    "time_out",
     "unbind",
+    "unschedulable",
 ]
 
 Events = list[EventRecord]
@@ -260,6 +264,9 @@ def complete(
     if desired in (P.PREEMPTED, P.CANCELLED):
         phase = desired
         reason = job.status.reason or ("preempted" if desired == P.PREEMPTED else "user")
+    elif desired == P.FAILED and job.status.reason:
+        # Driven to Failed (a hang guard): however it exited, it ends as it was driven.
+        phase, reason = P.FAILED, job.status.reason
     elif failure is not None:
         phase, (reason, job.status.message) = P.FAILED, failure
     elif exit_code == 0:
@@ -360,3 +367,63 @@ def process_vanished(job: Job, now: datetime) -> tuple[Job, Events]:
     job = job.evolve()
     job.status.message = f"worker {job.status.worker} no longer runs it"
     return job, _end(job, _desired_end(job), now, "process_vanished")
+
+
+def unschedulable(job: Job, message: str, now: datetime) -> tuple[Job, Events]:
+    """No worker could run this queued job: said by a condition, the event said once."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is not None and held.reason == _UNSCHEDULABLE and held.message == message:
+        return job, []
+    job = job.evolve()
+    set_condition(job.status, "Scheduled", False, _UNSCHEDULABLE, message, now=now)
+    if held is not None and held.reason == _UNSCHEDULABLE:
+        return job, []  # the same verdict, said anew (the largest worker changed)
+    fields = {"message": message}
+    return job, [EventRecord("job_unschedulable", job=job.id, fields=fields)]
+
+
+def placeable(job: Job) -> tuple[Job, Events]:
+    """Some worker could run it now: the Unschedulable condition goes."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is None or held.reason != _UNSCHEDULABLE:
+        return job, []
+    job = job.evolve()
+    job.status.conditions = [c for c in job.status.conditions if c.type != "Scheduled"]
+    return job, []
+
+
+_UNSCHEDULABLE = "Unschedulable"
+
+
+def _scheduled_condition(job: Job) -> Condition | None:
+    return next((c for c in job.status.conditions if c.type == "Scheduled"), None)
+
+
+def time_out(job: Job, reason: str, message: str, now: datetime) -> tuple[Job, Events]:
+    """A hang guard ran out: Failed with its `reason`, through SIGTERM and grace if it runs.
+
+    A queued job ends at once. A running one gets desired phase Failed and
+    `signal=timeout`: its worker stops it as it would a cancel (SIGTERM, the job's grace,
+    SIGKILL) and its `complete` then ends it Failed with this reason (`complete`).
+    A job already driven elsewhere (cancelled, preempted) is left to that.
+    """
+    allowed(Verb.TIME_OUT, job)
+    if job.status.desired_phase != P.RUNNING:
+        return job, []
+    job = job.evolve()
+    set_condition(job.status, "TimedOut", True, reason, message, now=now)
+    event = EventRecord(
+        "job_timed_out",
+        job=job.id,
+        worker=job.status.worker,
+        fields={"reason": reason, "message": message},
+    )
+    if job.status.phase == P.PENDING:
+        job.status.message = message
+        return job, [event, *_end(job, P.FAILED, now, reason)]
+    job.status.desired_phase = P.FAILED
+    job.status.signal = "timeout"
+    job.status.reason, job.status.message = reason, message
+    return job, [event]

@@ -25,8 +25,9 @@ class Plan:
 
 
 def on_the_way(job: Job) -> bool:
-    """A bound job already told to stop: its capacity is coming back."""
-    return job.status.desired_phase in (Phase.PREEMPTED, Phase.CANCELLED)
+    """A bound job already told to stop (preempted, cancelled, timed out): its capacity
+    is coming back."""
+    return job.status.desired_phase in (Phase.PREEMPTED, Phase.CANCELLED, Phase.FAILED)
 
 
 def may_yield_to(job: Job, priority: int) -> bool:

@@ -371,6 +371,20 @@ class SQLStore:
             tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
             tx.scrub_history(job)
 
+    def expire_job(self, job: Job, events: Iterable[EventRecord] = ()) -> None:
+        """Compare-and-swap delete of a finished job with its events; then `events`.
+
+        Retention's removal (controllers/retention.py): the job's row, its dependency
+        rows and its events go in one commit, and `events` (its `job_expired`) are the
+        ones left about it. Raises Conflict when the job changed, NotFound when it is gone.
+        """
+        with self._tx(durable=True) as tx:
+            self._delete(tx, "Job", t.jobs.c.id, job.id, mask_job(job))
+            tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
+            tx.conn.execute(sa.delete(t.events).where(t.events.c.job == job.id))
+            tx.scrub_history(job)
+            tx.add_events(events)
+
     def _delete(
         self, tx: _Tx, kind: Kind, key: sa.Column[Any], value: object, obj: Job | Project
     ) -> None:

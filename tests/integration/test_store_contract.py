@@ -205,6 +205,40 @@ def test_delete_is_compare_and_swap(store: SQLStore) -> None:
         store.delete_job(newer)
 
 
+def test_expire_removes_the_job_its_events_and_dependency_rows_and_adds_its_own(
+    store: SQLStore,
+) -> None:
+    parent = create(store, make_job("prep"))
+    child = make_job("train")
+    child.spec.depends_on = [parent.id]
+    child = create(store, child)
+    store.update_job(child, [EventRecord("scheduled", job=child.id, worker="w")])
+    other = create(store, make_job("other"))
+    store.update_job(other, [EventRecord("scheduled", job=other.id, worker="w")])
+    child = store.get_job(child.id)
+    assert child is not None
+    expired = EventRecord("job_expired", job=child.id, fields={"ttl_s": 60.0})
+    store.expire_job(child, [expired])
+
+    assert store.get_job(child.id) is None
+    assert [e.event for e in store.list_events(job=child.id)] == ["job_expired"]
+    assert store.list_events(job=other.id), "other jobs' events stay"
+    assert store.children_of(parent.id) == []
+    assert store.changes_since(0)[-1].op == "DELETED"
+
+
+def test_expire_is_compare_and_swap(store: SQLStore) -> None:
+    job = create(store, make_job("train"))
+    newer = store.update_job(job, [EventRecord("scheduled", job=job.id)])
+    with pytest.raises(Conflict):
+        store.expire_job(job, [EventRecord("job_expired", job=job.id)])
+    assert store.get_job(job.id) == newer
+    assert [e.event for e in store.list_events(job=job.id)][-1] == "scheduled", "nothing lost"
+    store.expire_job(newer)
+    with pytest.raises(NotFound):
+        store.expire_job(newer)
+
+
 def _secret_job(name: str) -> Job:
     job = make_job(name)
     job.spec.env = {"HF_TOKEN": "hf-real", "EPOCHS": "3"}

@@ -274,6 +274,17 @@ def test_status_line_says_what_a_job_waits_for_and_how_long() -> None:
     assert render.status_line(job, now=NOW) == "7 Pending→Running 2m10s waiting for capacity"
 
 
+def test_an_unschedulable_job_says_why_it_waits() -> None:
+    queued = (NOW - timedelta(seconds=8)).isoformat()
+    said = "no worker has 5 GPUs; the largest has 4"
+    condition = {"type": "Scheduled", "status": "False", "reason": "Unschedulable"}
+    job = job_doc(7, "Pending", queued_at=queued, conditions=[{**condition, "message": said}])
+
+    assert render.unschedulable(job) == said
+    assert render.status_line(job, now=NOW) == f"7 Pending→Running 8s unschedulable: {said}"
+    assert render.unschedulable(job_doc(8, "Pending", queued_at=queued)) is None
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(-3, "0s"), (45, "45s"), (130, "2m10s"), (3 * 3600 + 240, "3h4m"), (2 * 86400 + 7200, "2d2h")],

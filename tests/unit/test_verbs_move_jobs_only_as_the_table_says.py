@@ -37,6 +37,8 @@ APPLY: dict[Verb, Callable[[Job], Result]] = {
     Verb.DEPENDENCIES_MET: lambda job: transitions.dependencies_met(job, NOW),
     Verb.DEPENDENCY_FAILED: lambda job: transitions.dependency_failed(job, "p/parent", NOW),
     Verb.PROCESS_VANISHED: lambda job: transitions.process_vanished(job, NOW),
+    Verb.PLACEABILITY: lambda job: transitions.unschedulable(job, "no worker has 5 GPUs", NOW),
+    Verb.TIME_OUT: lambda job: transitions.time_out(job, "MaxRuntimeExceeded", "ran 2 h", NOW),
 }
 
 

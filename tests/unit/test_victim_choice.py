@@ -117,6 +117,14 @@ def test_a_job_told_to_stop_but_still_running_is_also_on_its_way() -> None:
     assert plan is not None and plan.victims == []
 
 
+def test_a_job_timing_out_is_on_its_way_and_never_a_victim() -> None:
+    timing_out = _running("w", 1)
+    timing_out.status.desired_phase = Phase.FAILED  # a hang guard ran out: SIGTERM sent
+    bound = [timing_out, _running("w", 2)]
+    plan = choose_victims(_job(10), _caps([_worker("w", 2)], bound), bound, _any)
+    assert plan is not None and plan.victims == []
+
+
 def test_the_candidate_must_fit_on_one_worker() -> None:
     # Each worker can free one slot; the candidate needs two. Two halves make no whole.
     bound = [_running("a", 1, gpus=[0]), _running("a", 9, gpus=[1])]

@@ -11,23 +11,27 @@ scheduler binds it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from jobd.api.models import (
+    RUN_LIMITS,
     Effective,
     Job,
     JobSpec,
     JobStatus,
     Phase,
     Project,
+    ProjectDefaults,
+    Worker,
     assign,
     set_condition,
 )
 from jobd.api.secrets import MASK, masked_keys, patterns_of, secret_keys
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
+from jobd.controllers.placement import UNSCHEDULABLE, Shape, shapes_of, unschedulable_message
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -75,7 +79,17 @@ def _effective_values(job: Job, project: Project | None) -> dict[str, Any]:
         "preemptible": preemptible,
         "checkpoint_grace_s": grace,
         "secret_env_keys": secret or None,
+        **_run_limits(spec, defaults),
     }
+
+
+def _run_limits(spec: JobSpec, defaults: ProjectDefaults | None) -> dict[str, int | None]:
+    """Each guard and the TTL: the job's own, else its project's default, else None."""
+    limits: dict[str, int | None] = {}
+    for name in RUN_LIMITS:
+        own = getattr(spec, name)
+        limits[name] = own if own is not None or defaults is None else getattr(defaults, name)
+    return limits
 
 
 def _find_parent(store: Store, project: str, ref: int | str) -> int | None:
@@ -167,11 +181,13 @@ def create_jobs(
     jobs: list[Job],
     clock: Clock,
     projects: Mapping[str, Project] | None = None,
+    workers: Iterable[Worker] = (),
 ) -> list[Job]:
     """Admit and insert jobs in one transaction; all or nothing.
 
     A job may depend on one that comes earlier in the same batch (by name); those links
-    are made once the store has given the batch its ids.
+    are made once the store has given the batch its ids. Given the registered `workers`,
+    a job none of them could run is said Unschedulable at once (placement.py).
     """
     batch = _positions(jobs)
     if projects is None:  # the broker passes its view's; others read the store
@@ -183,6 +199,7 @@ def create_jobs(
         prepared.append(prepare_new_job(job, projects.get(job.project), clock, stored + marker))
         if local:
             local_links[i] = local
+    _judge_placement(prepared, shapes_of(workers), clock)
 
     def link(created: list[Job]) -> None:
         for i, positions in local_links.items():
@@ -192,8 +209,15 @@ def create_jobs(
     return store.create_jobs(prepared, events_for=_created_event, on_ids=link)
 
 
+def _judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
+    for job in jobs:
+        message = unschedulable_message(job.spec.resources, shapes)
+        if message is not None:
+            set_condition(job.status, "Scheduled", False, UNSCHEDULABLE, message, now=clock.now())
+
+
 def _created_event(job: Job) -> list[EventRecord]:
-    return [
+    events = [
         EventRecord(
             "job_created",
             job=job.id,
@@ -204,6 +228,12 @@ def _created_event(job: Job) -> list[EventRecord]:
             },
         )
     ]
+    for cond in job.status.conditions:
+        if cond.type == "Scheduled" and cond.reason == UNSCHEDULABLE:
+            events.append(
+                EventRecord("job_unschedulable", job=job.id, fields={"message": cond.message})
+            )
+    return events
 
 
 def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> list[ApplyResult]:

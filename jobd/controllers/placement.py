@@ -1,0 +1,148 @@
+"""Placement: a queued job that no registered worker could ever run is said to be so.
+
+The scheduler (scheduler.py) reads only the jobs that fit some worker's *free* room, so a
+job asking for more GPUs or slots than any worker *has* would wait in silence. This loop
+compares each queued job with the workers' whole capacity (every registered worker,
+cordoned or Lost alike: each may run jobs again) and sets the condition
+`Scheduled=False, reason=Unschedulable` with a message naming the largest worker
+("no worker has 5 GPUs; the largest has 4"), with one `job_unschedulable` event. The
+job keeps waiting, since a worker may join; once one could run it the condition goes.
+With no worker registered at all, nothing is said: a worker is usually on its way.
+A job created through `job submit` is judged at admission already (verbs/admission.py),
+so the answer to the create carries the condition; this loop judges the rest.
+
+Cheap on the scheduler's hot path: the capacities are kept here from the workers'
+committed changes, and a job's change queues its key only when its verdict differs from
+what its condition says. A change of capacities looks at every queued job once (key `*`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from jobd.api.models import Job, Phase, Resources, Worker
+from jobd.controllers import transitions
+from jobd.controllers.context import Context
+from jobd.controllers.queueing import DONE, Result
+from jobd.store.base import Change, Conflict
+
+__all__ = [
+    "EVERY_QUEUED_JOB",
+    "UNSCHEDULABLE",
+    "PlacementController",
+    "Shape",
+    "shapes_of",
+    "unschedulable_message",
+]
+
+EVERY_QUEUED_JOB = "*"
+UNSCHEDULABLE = "Unschedulable"
+Shape = tuple[int, int]  # a worker's (slots, GPUs)
+
+
+def shapes_of(workers: Iterable[Worker]) -> set[Shape]:
+    """The distinct (slots, GPUs) of these workers: all a verdict needs to know of them."""
+    return {_shape(w) for w in workers}
+
+
+def unschedulable_message(needs: Resources, shapes: Collection[Shape]) -> str | None:
+    """Why no worker of these shapes could run a job needing `needs`; None if one could."""
+    if not shapes or any(s >= needs.slots and g >= needs.gpus for s, g in shapes):
+        return None
+    most_gpus = max(g for _, g in shapes)
+    most_slots = max(s for s, _ in shapes)
+    if most_gpus < needs.gpus:
+        return f"no worker has {_count(needs.gpus, 'GPU')}; the largest has {most_gpus}"
+    if most_slots < needs.slots:
+        return f"no worker has {_count(needs.slots, 'slot')}; the largest has {most_slots}"
+    return (
+        f"no worker has {_count(needs.gpus, 'GPU')} and {_count(needs.slots, 'slot')} "
+        f"together; the largest have {most_gpus} GPUs and {most_slots} slots"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _said_unschedulable(job: Job) -> str | None:
+    """The message of the job's Unschedulable condition; None when it has none."""
+    for c in job.status.conditions:
+        if c.type == "Scheduled" and c.reason == UNSCHEDULABLE:
+            return c.message
+    return None
+
+
+def _shape(worker: Worker) -> Shape:
+    return (worker.spec.slots, len(worker.spec.gpus))
+
+
+class PlacementController:
+    """Per-job key (and `*`): say, or unsay, that no worker could run a queued job."""
+
+    name = "placement"
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.resync_s = ctx.settings.sweep_interval_s
+        self._shapes: dict[str, Shape] = {}
+        self._reload_shapes()
+
+    def _reload_shapes(self) -> bool:
+        shapes = {name: _shape(w) for name, w in self.ctx.view.workers.items()}
+        changed = shapes != self._shapes
+        self._shapes = shapes
+        return changed
+
+    def _message(self, job: Job) -> str | None:
+        return unschedulable_message(job.spec.resources, set(self._shapes.values()))
+
+    def _differs(self, job: Job) -> bool:
+        """Whether `job`'s condition says other than the verdict on it now."""
+        if job.status.phase != Phase.PENDING:
+            return False
+        return self._message(job) != _said_unschedulable(job)
+
+    def keys_for(self, change: Change) -> Iterable[str]:
+        if change.kind == "Worker":
+            return [EVERY_QUEUED_JOB] if self._worker_changed(change) else []
+        job = change.job
+        if change.op == "DELETED" or job is None:
+            return []
+        return [change.key] if self._differs(job) else []
+
+    def _worker_changed(self, change: Change) -> bool:
+        before = self._shapes.get(change.key)
+        if change.op == "DELETED":
+            self._shapes.pop(change.key, None)
+            return before is not None
+        worker = change.obj
+        if not isinstance(worker, Worker):
+            return self._reload_shapes()
+        self._shapes[change.key] = _shape(worker)
+        return before != self._shapes[change.key]
+
+    def keys_all(self) -> Iterable[str]:
+        self._reload_shapes()
+        return [EVERY_QUEUED_JOB]
+
+    async def reconcile(self, key: str) -> Result:
+        store = self.ctx.store
+        if key == EVERY_QUEUED_JOB:
+            for queued in store.list_jobs(phases=[Phase.PENDING]):
+                if self._differs(queued):
+                    self.ctx.enqueue(self.name, str(queued.id))
+            return DONE
+        job = store.get_job(int(key))
+        if job is None or not self._differs(job):
+            return DONE
+        message = self._message(job)
+        now = self.ctx.clock.now()
+        moved = (
+            transitions.unschedulable(job, message, now) if message else transitions.placeable(job)
+        )
+        try:
+            store.update_job(*moved)
+        except Conflict:
+            return Result(requeue_after=0)
+        return DONE
