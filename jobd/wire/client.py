@@ -17,30 +17,13 @@ from urllib.parse import urlsplit
 import httpx
 
 from jobd.wire.calls import Call
+from jobd.wire.errors import ApiError, BrokerUnreachable
 
 __all__ = ["ApiError", "AsyncClient", "BaseClient", "BrokerUnreachable", "Client", "error_message"]
 
 T = TypeVar("T")
 # A held request (follow/watch) may take the server's whole timeout; the socket must outlast it.
 HOLD_MARGIN_S = 10.0
-
-
-class ApiError(Exception):
-    """The broker refused a request; `message` is its one-sentence reason."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class BrokerUnreachable(ConnectionError):
-    """No answer from the broker: refused, unresolvable, timed out or cut off."""
-
-    def __init__(self, server: str, message: str) -> None:
-        super().__init__(message)
-        self.server = server
-        self.message = message
 
 
 def error_message(response: httpx.Response) -> str:
