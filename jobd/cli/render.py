@@ -62,6 +62,7 @@ def make_console(stderr: bool = False) -> Console:
         width=None if tty else _PIPE_WIDTH,
         color_system="auto" if tty else None,
         highlight=False,
+        emoji=False,  # nothing jobd shows is meant as :emoji: (and the codes take ~5 ms to load)
         stderr=stderr,
     )
 
