@@ -23,13 +23,15 @@ def load_manifests(paths: Sequence[str]) -> list[Document]:
     """Every document of every file, validated here so an error names file and line.
 
     A directory's hidden entries and files that hold no jobd document are left out, with
-    a note on stderr. A relative `spec.cwd` means relative to where `job` runs, as
-    `job submit --cwd` does: the worker cannot know the directory the user meant.
+    a note on stderr. Files are read fast, without positions, and read again with them
+    only to name the line of an error (jobd.api.manifests). A relative `spec.cwd` means
+    relative to where `job` runs, as `job submit --cwd` does: the worker cannot know the
+    directory the user meant.
     """
     docs = [
         dump(parse_resource(doc))
         for path in paths
-        for doc in load_path(path, note=lambda text: warn(f"note: {text}"))
+        for doc in load_path(path, note=lambda text: warn(f"note: {text}"), positions=False)
     ]
     for doc in docs:
         spec = doc.get("spec", {})
