@@ -8,12 +8,14 @@ positions when it fails; these cases would name line 1 (or another line) if it d
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobd.api.manifests import ManifestError, load_documents, parse_resource
 from jobd.api.models import dump
+from jobd.cli import manifest_files
 
 GOOD = "apiVersion: jobd/v1\nkind: Job\nmetadata: {name: ok-%d}\nspec: {command: [/bin/true]}\n"
 
@@ -95,3 +97,33 @@ def test_what_the_fast_loader_cannot_read_is_read_as_before() -> None:
 
 def _resources(docs: list[Any]) -> list[dict[str, Any]]:
     return [dump(parse_resource(d)) for d in docs]
+
+
+def test_a_big_file_read_in_parts_reads_as_one_and_names_the_same_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`job apply -f` of a big file reads it in parts, a process each; nothing changes."""
+    used: list[bool] = []
+    in_parallel = manifest_files._validated_in_parallel
+
+    def spy(parts: list[str], source: str) -> list[dict[str, Any]] | None:
+        found = in_parallel(parts, source)
+        used.append(len(parts) > 1 and found is not None)
+        return found
+
+    monkeypatch.setattr(manifest_files, "_validated_in_parallel", spy)
+    monkeypatch.setattr(manifest_files, "PARALLEL_BYTES", 1)
+    good = tmp_path / "jobs.yaml"
+    good.write_text("---\n".join(GOOD % i for i in range(40)))
+    docs = manifest_files.load_manifests([str(good)])
+    assert used == [True] and [d["metadata"]["name"] for d in docs] == [
+        f"ok-{i}" for i in range(40)
+    ]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("---\n".join([*(GOOD % i for i in range(30)), BAD["deep field"], GOOD % 99]))
+    with pytest.raises(ManifestError) as caught:
+        manifest_files.load_manifests([str(bad)])
+    assert str(caught.value) == _error(bad.read_text(), positions=True).replace(
+        "jobs.yaml", str(bad)
+    )
+    assert used == [True, False]  # a part failed: read whole, to name the line
