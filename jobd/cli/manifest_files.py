@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,17 @@ def _validated_in_parallel(parts: list[str], source: str) -> list[Document] | No
         context = multiprocessing.get_context("fork")
     except ValueError:
         return None
-    with ProcessPoolExecutor(len(parts) - 1, mp_context=context) as pool:
+    try:
+        pool = ProcessPoolExecutor(len(parts) - 1, mp_context=context)
+    except (OSError, NotImplementedError):  # no semaphores here (no /dev/shm): one process
+        return None
+    with pool:
         others = [pool.submit(_validated_part, part, source) for part in parts[1:]]
-        found = [_validated_part(parts[0], source), *(f.result() for f in others)]
+        first = _validated_part(parts[0], source)
+        try:
+            found = [first, *(f.result() for f in others)]
+        except BrokenProcessPool:  # a part's process died (out of memory?): read it whole
+            return None
     if any(part is None for part in found):
         return None
     return [doc for part in found for doc in part or []]
