@@ -7,24 +7,21 @@ and the two exceptions (`ApiError`, `BrokerUnreachable`) are the wire's, re-expo
 here for the CLI. Next stage: the broker's routes in `jobd/broker/`.
 
 Configuration follows CONTRACT.md §2 and §8: `default_server()`, `data_dir()` and
-`default_token()` give the values a flag would otherwise carry.
+`default_token()` (from `jobd.discovery`, which needs no httpx) give the values a flag
+would otherwise carry.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import socket
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from jobd.api.models import DEFAULT_PROJECT
 from jobd.api.selectors import Selector, parse_selector
+from jobd.api.vocabulary import DEFAULT_PROJECT
+from jobd.discovery import DEFAULT_SERVER, data_dir, default_server, default_token
 from jobd.wire import calls
 from jobd.wire.answers import (
     ApplyResult,
@@ -58,55 +55,7 @@ __all__ = [
     "default_token",
 ]
 
-DEFAULT_SERVER = "http://127.0.0.1:8765"
 _WATCH_HOLD_S = 30.0
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-
-
-# -- configuration ---------------------------------------------------------------------------
-
-
-def default_server() -> str:
-    """`JOBD_URL`, else the broker `jobd dev` starts on this machine."""
-    return os.environ.get("JOBD_URL") or DEFAULT_SERVER
-
-
-def data_dir() -> Path:
-    """`JOBD_DATA_DIR`, else `$XDG_DATA_HOME/jobd`, else `~/.local/share/jobd`."""
-    explicit = os.environ.get("JOBD_DATA_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    if xdg:
-        return Path(xdg) / "jobd"
-    return Path.home() / ".local" / "share" / "jobd"
-
-
-def default_token(server: str) -> str | None:
-    """`JOBD_TOKEN`, else the local broker's `<data dir>/admin.token`, else None.
-
-    The token file belongs to the broker on this machine, so it is only offered to a server
-    on this machine: an admin token must never leak to some other host by default.
-    """
-    token = os.environ.get("JOBD_TOKEN")
-    if token:
-        return token
-    if not _is_local(server):
-        return None
-    try:
-        return (data_dir() / "admin.token").read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _is_local(server: str) -> bool:
-    host = (urlsplit(server).hostname or "").lower()
-    if host in _LOOPBACK_NAMES or host == socket.gethostname().lower():
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # -- the client ------------------------------------------------------------------------------

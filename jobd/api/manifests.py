@@ -1,7 +1,11 @@
 """Reading and writing resource documents as YAML or JSON, with positions for errors.
 
 ruamel.yaml's round-trip loader remembers where every key sits, so a validation error
-from pydantic can name the file, the line and the field. The seed's `projects.yaml`
+from pydantic can name the file, the line and the field. Remembering costs: it reads some
+300 documents a second, where the safe loader (C, ruamel.yaml.clib) reads thousands. So
+`job apply -f` reads with the safe loader (`positions=False`) and reads a text again
+with positions only when one of its documents fails: the error names the same file,
+line and field (docs/performance.md). The seed's `projects.yaml`
 form (`projects: {NAME: {...}}`) is expanded here into Project documents, so every
 place that takes a Project takes that form too.
 """
@@ -22,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.resolver import VersionedResolver
 
 from jobd.api.models import ADMISSION, API_VERSION, Job, Project, Resource, Worker
 
@@ -57,7 +62,11 @@ class Document:
 
     data: Any
     source: str
-    line: int  # 1-based line of the document's start
+    line: int  # 1-based line of the document's start (1 when read without positions)
+    # Read without positions: the whole text and this document's place among the text's
+    # documents, so that an error can read it again, with them, to say where.
+    text: str | None = None
+    index: int = 0
 
 
 def _yaml() -> YAML:
@@ -66,23 +75,45 @@ def _yaml() -> YAML:
     return yaml
 
 
-def load_documents(text: str, source: str = "<stdin>") -> list[Document]:
+class _Yaml12Resolver(VersionedResolver):
+    """ruamel.yaml's resolver, for YAML 1.2 only: the stock one looks the version up for
+    every scalar, through a failing attribute look-up under the C parser, which costs a
+    fifth of the safe loader's time. (A text that asks for another version with a %YAML
+    directive is read by the round-trip loader.)"""
+
+    @property
+    def processing_version(self) -> Any:
+        return (1, 2)
+
+
+def _fast_yaml() -> YAML:
+    """The safe loader: plain dicts and lists, YAML 1.2 as the round-trip loader reads it,
+    in C when ruamel.yaml.clib is installed (a dependency of jobd's)."""
+    yaml = YAML(typ="safe")
+    yaml.Resolver = _Yaml12Resolver
+    yaml.allow_duplicate_keys = False
+    return yaml
+
+
+def load_documents(text: str, source: str = "<stdin>", *, positions: bool = True) -> list[Document]:
     """Every document in a YAML (multi-document) or JSON text; lists are flattened.
 
     A text that would make the reader expand aliases past MAX_ALIAS_NODES, nest past
     MAX_DEPTH or read past MAX_MANIFEST_BYTES is refused with where and why, before it
     is built: a few hundred bytes of aliases can expand to gigabytes ("billion laughs").
+    `positions=False` reads fast, without positions; `parse_resource` reads the text
+    again with them when one of its documents fails.
     """
     if len(text) > MAX_MANIFEST_BYTES:
         raise ManifestError(
             f"{source}: {len(text):,} bytes is over the {MAX_MANIFEST_BYTES:,} a manifest may hold"
         )
+    if not positions and "%YAML" not in text:
+        fast = _load_fast(text, source)
+        if fast is not None:
+            return fast
     try:
-        deep_at = _too_deep_at(text)
-        if deep_at is not None:
-            _check_shape_of_head(text, deep_at, source)
-        if "&" in text or "*" in text or deep_at is not None:
-            _check_shape(text, source)  # aliases (or their characters), or deep brackets
+        _check_limits(text, source)
         raw = [d for d in _yaml().load_all(text) if d is not None]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -92,10 +123,38 @@ def load_documents(text: str, source: str = "<stdin>") -> list[Document]:
         # The composer recurses once per level; the event scan does not, and says where.
         _check_shape(text, source)
         raise ManifestError(f"{source}: nested too deep to read") from None
+    return _documents(raw, source)
+
+
+def _documents(raw: list[Any], source: str) -> list[Document]:
     docs: list[Document] = []
     for item in raw:
         for data in _flatten(item):
             docs.extend(_expand_projects_form(data, source))
+    return docs
+
+
+def _check_limits(text: str, source: str) -> None:
+    """Refuse, before building anything, a text nesting or expanding past the limits."""
+    deep_at = _too_deep_at(text)
+    if deep_at is not None:
+        _check_shape_of_head(text, deep_at, source)
+    if "&" in text or "*" in text or deep_at is not None:
+        _check_shape(text, source)  # aliases (or their characters), or deep brackets
+
+
+def _load_fast(text: str, source: str) -> list[Document] | None:
+    """The documents read without positions, each able to be read again with them; None
+    for a text the safe loader does not read (bad YAML, tags, deep nesting...): the
+    round-trip loader then reads it, or refuses it naming the line, as it always has."""
+    try:
+        _check_limits(text, source)
+        raw = [d for d in _fast_yaml().load_all(text) if d is not None]
+        docs = _documents(raw, source)
+    except (MarkedYAMLError, ManifestError, RecursionError):
+        return None
+    for index, doc in enumerate(docs):
+        doc.text, doc.index = text, index
     return docs
 
 
@@ -130,10 +189,17 @@ def _check_shape(text: str, source: str) -> None:
     Walks the parser's events, which come from a state machine, not recursion: the size
     of each anchored node is counted once as it closes, and each alias adds that size.
     """
+    try:
+        _check_events(_fast_yaml().parse(text), source)  # in C, when it can read the text
+    except MarkedYAMLError:
+        _check_events(_yaml().parse(text), source)  # says where, as it always has
+
+
+def _check_events(events: Iterator[Any], source: str) -> None:
     open_sizes: list[list[Any]] = []  # [anchor, size] of each collection being read
     anchored: dict[str, int] = {}
     added = 0
-    for event in _yaml().parse(text):
+    for event in events:
         name = type(event).__name__
         line = event.start_mark.line + 1
         if name in ("MappingStartEvent", "SequenceStartEvent"):
@@ -204,7 +270,9 @@ class _Positioned(dict[str, Any]):
         self.parent, self.key = parent, key
 
 
-def load_path(path: str | Path, note: Callable[[str], None] | None = None) -> list[Document]:
+def load_path(
+    path: str | Path, note: Callable[[str], None] | None = None, *, positions: bool = True
+) -> list[Document]:
     """Documents from a file, every manifest in a directory, or `-` for stdin.
 
     A directory is walked for `.yaml`, `.yml` and `.json` files, in sorted order, as a
@@ -212,19 +280,21 @@ def load_path(path: str | Path, note: Callable[[str], None] | None = None) -> li
     entered, and a file none of whose documents is a jobd one (no `apiVersion: jobd/v1`,
     no kind of jobd's, no `projects:`) is left out; `note` is told of each with why. A
     file named on its own is always read, and what is wrong in it is an error.
+    `positions`: as load_documents'.
     """
     import sys
 
     if str(path) == "-":
         # One byte past the limit is enough for load_documents to refuse it.
-        return load_documents(sys.stdin.read(MAX_MANIFEST_BYTES + 1), "<stdin>")
+        text = sys.stdin.read(MAX_MANIFEST_BYTES + 1)
+        return load_documents(text, "<stdin>", positions=positions)
     p = Path(path)
     if not p.is_dir():
-        return load_documents(_read(p), str(path))
+        return load_documents(_read(p), str(path), positions=positions)
     tell = note or (lambda _text: None)
     docs: list[Document] = []
     for file in _manifest_files(p, tell):
-        found = load_documents(_read(file), str(file))
+        found = load_documents(_read(file), str(file), positions=positions)
         if found and not any(_is_jobd_document(d.data) for d in found):
             tell(f"skipped {file}: not a jobd manifest")
             continue
@@ -267,6 +337,16 @@ def _read(path: Path) -> str:
 
 def parse_resource(doc: Document) -> Resource:
     """Validate one document into its model; errors name file, line and field."""
+    try:
+        return _parse_resource(doc)
+    except ManifestError:
+        if doc.text is None:
+            raise
+    # Read without positions: read its text again, with them, to say where it is wrong.
+    return _parse_resource(load_documents(doc.text, doc.source)[doc.index])
+
+
+def _parse_resource(doc: Document) -> Resource:
     data = doc.data
     if not isinstance(data, dict):
         raise ManifestError(f"{doc.source}:{doc.line}: a document must be a mapping")

@@ -7,7 +7,6 @@ fields live in `metadata` and `status`; the store and controllers fill them in.
 
 from __future__ import annotations
 
-import enum
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -22,6 +21,20 @@ from pydantic import (
 )
 
 from jobd.api.secrets import MAX_PATTERN_LENGTH, MAX_PATTERNS, check_patterns
+from jobd.api.vocabulary import (
+    API_VERSION,
+    BOUND_PHASES,
+    DEFAULT_PROJECT,
+    MAX_GRACE_S,
+    MAX_ID,
+    MAX_INT,
+    NAME_PATTERN,
+    SCRUBBED_PHASES,
+    TERMINAL_PHASES,
+    Phase,
+    check_name,
+    normalise_worker_name,
+)
 
 __all__ = [
     "ADMISSION",
@@ -70,21 +83,9 @@ __all__ = [
     "utcnow",
 ]
 
-API_VERSION = "jobd/v1"
-MAX_GRACE_S = 300
-DEFAULT_PROJECT = "default"
 ADMISSION_KEY = "admission"
 # The validation context of what is submitted (see `admitting`).
 ADMISSION: dict[str, bool] = {ADMISSION_KEY: True}
-
-# The largest numbers the store holds, on both backends: job ids and event sequence
-# numbers are PostgreSQL INTEGER columns (SQLite's hold more), revisions BIGINT. What is
-# past them is refused as invalid (422), never sent to the store (which would answer 500).
-# Counts stop at 2^53 - 1, below BIGINT's 2^63 - 1: the largest integer every JSON client
-# (a float64, as JavaScript's) holds exactly, so a bound the OpenAPI document states is the
-# bound a client checks.
-MAX_ID = 2**31 - 1
-MAX_INT = 2**53 - 1
 
 # A worker's lease, bounded: under a second its heartbeats cannot keep up with a busy
 # broker or a network hiccup (the worker would flap Lost); past an hour a dead worker's
@@ -93,8 +94,6 @@ MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
 MAX_GPU_INDEX = 1023  # nvidia-smi numbers GPUs from 0; no host has a thousand
 
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
-_NAME_RE = re.compile(NAME_PATTERN.removeprefix("^"))
 # Characters no label should hold: they break terminals, logs and selectors.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # The same rules for the OpenAPI document (JSON Schema), so a client, or a fuzzer, is
@@ -105,33 +104,6 @@ _LABELS_SCHEMA: dict[str, Any] = {
     "propertyNames": {"pattern": r"^[^\x00-\x1f\x7f]+$"},
     "additionalProperties": {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"},
 }
-
-
-class Phase(enum.StrEnum):
-    PENDING = "Pending"
-    SCHEDULED = "Scheduled"
-    RUNNING = "Running"
-    PREEMPTING = "Preempting"
-    PREEMPTED = "Preempted"
-    CANCELLING = "Cancelling"
-    CANCELLED = "Cancelled"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    LOST = "Lost"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_PHASES
-
-
-TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.PREEMPTED, Phase.CANCELLED})
-# Where a job's secret env values leave the store (api/secrets.py). Not Preempted: `job
-# resume` and `auto_resume` run its spec again, secrets included.
-SCRUBBED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
-# Phases in which a job holds capacity on its worker.
-BOUND_PHASES = frozenset(
-    {Phase.SCHEDULED, Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING, Phase.LOST}
-)
 
 
 def utcnow() -> datetime:
@@ -147,30 +119,6 @@ def admitting(info: ValidationInfo) -> bool:
     """
     context = info.context
     return isinstance(context, dict) and bool(context.get(ADMISSION_KEY))
-
-
-def check_name(value: str, strict: bool = True) -> str:
-    # fullmatch: `$` would also match before a trailing newline, once accepted.
-    if not (_NAME_RE.fullmatch(value) if strict else _NAME_RE.match(value)):
-        raise ValueError(
-            "must be 1-63 lowercase letters, digits, '.', '_' or '-', "
-            "starting and ending with a letter or digit"
-        )
-    return value
-
-
-def normalise_worker_name(raw: str) -> str:
-    """A worker's name from a hostname: lower case, as Kubernetes makes node names.
-
-    `GPU-Box.lab.` becomes `gpu-box.lab` (a trailing dot only says the name is fully
-    qualified). Raises ValueError, one sentence, when what is left is still no name.
-    """
-    name = raw.strip().rstrip(".").lower()
-    try:
-        return check_name(name)
-    except ValueError as exc:
-        shown = f"{raw!r} (as {name!r})" if name != raw else repr(raw)
-        raise ValueError(f"worker name {shown} cannot be used: it {exc}") from None
 
 
 StoreId = Annotated[int, Field(ge=0, le=MAX_ID)]

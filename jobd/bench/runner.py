@@ -7,7 +7,9 @@ table then goes to stderr). A scenario that fails is reported with its error and
 the exit code 1; a missed target does not.
 
 Figures that do not apply are null: `per_s` for the latency scenarios (dispatch,
-preempt, scale) and for reconcile, whose p50/p99 are CPU milliseconds.
+preempt, scale) and for reconcile, whose p50/p99 are CPU milliseconds. `cli` reports two
+things at once: `job get`'s wall time as p50/p99 and `job apply -f`'s documents a second
+as per_s.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jobd.bench.api import run_apply, run_submit
+from jobd.bench.cli import run_cli
 from jobd.bench.context import BenchContext, Size, Skipped
 from jobd.bench.dispatch import run_dispatch, run_drain
 from jobd.bench.harness import Endpoint
@@ -46,6 +49,7 @@ SCENARIOS: dict[str, Scenario] = {
     "preempt": run_preempt,
     "scale": run_scale,
     "reconcile": run_reconcile,
+    "cli": run_cli,
 }
 
 

@@ -14,7 +14,6 @@ from jobd.cli import render
 from jobd.cli.durations import Duration
 from jobd.cli.failure import Failure
 from jobd.cli.options import client, output_option, print_documents
-from jobd.cli.submit import SubmitError, build_rerun_job
 from jobd.cli.targets import Selection, job_targets, resolve
 from jobd.cli.waiting import EXIT_TIMEOUT, exit_with, wait_all
 from jobd.http import Document, JobdClient
@@ -153,6 +152,8 @@ def rerun(ref: str, name: str | None, env: tuple[str, ...], output: str) -> None
     dependencies (they ran). An env value shown masked (***), as secrets are, is not
     sent: give it again with --env KEY=VALUE, or the rerun is refused.
     """
+    from jobd.cli.submit import SubmitError, build_rerun_job  # pydantic, for this verb only
+
     with client() as broker:
         job = broker.get_job(resolve(broker, ref))
         try:

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import click
 
-from jobd.api.models import normalise_worker_name
+from jobd.api.vocabulary import normalise_worker_name
 from jobd.cli import render
 from jobd.cli.targets import strip_kind
 from jobd.http import Document, DrainResult, JobdClient

@@ -8,39 +8,55 @@ included, on every verb); never a traceback. `job wait`'s codes are in waiting.p
 
 Here: the group and its options, apply, diff and submit. The verbs that show things are
 in reading.py, those that follow in streams.py, those acting on jobs in acting.py, those
-acting on workers in drain.py.
+acting on workers in drain.py. The group loads a verb's module only when that verb is
+run (or `--help` lists them all), and no module here does work or loads httpx, rich,
+pydantic or ruamel.yaml when imported: each verb pays only for what it uses, so `job get`
+answers in about 100 ms (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import httpx
 
-from jobd.api.manifests import ManifestError
-from jobd.api.models import DEFAULT_PROJECT, MAX_GRACE_S
-from jobd.cli import acting, drain, reading, render, streams
+from jobd.api.vocabulary import DEFAULT_PROJECT, MAX_GRACE_S
 from jobd.cli.durations import Duration
 from jobd.cli.failure import DiffFailure, Failure
-from jobd.cli.manifest_files import load_manifests
 from jobd.cli.options import output_option, print_documents
-from jobd.cli.submit import SubmitError, build_submit_job
-from jobd.cli.waiting import exit_with, wait_all
-from jobd.http import (
-    ApiError,
-    ApplyResult,
-    BrokerUnreachable,
-    Document,
-    JobdClient,
-    default_server,
-    default_token,
-)
+from jobd.discovery import default_server, default_token
+from jobd.wire.errors import ApiError, BrokerUnreachable
 
-__all__ = ["Settings", "SubmitError", "build_submit_job", "cli", "main", "printed_name"]
+if TYPE_CHECKING:
+    import httpx
+
+    from jobd.http import ApplyResult, Document, JobdClient
+
+__all__ = ["VERB_MODULES", "Settings", "cli", "main", "printed_name"]
+
+# The verbs defined elsewhere, by the module whose VERBS holds them.
+VERB_MODULES = {
+    "get": "reading",
+    "describe": "reading",
+    "status": "reading",
+    "workers": "reading",
+    "logs": "streams",
+    "events": "streams",
+    "cancel": "acting",
+    "delete": "acting",
+    "preempt": "acting",
+    "preempt-blockers": "acting",
+    "rerun": "acting",
+    "resume": "acting",
+    "wait": "acting",
+    "cordon": "drain",
+    "uncordon": "drain",
+    "drain": "drain",
+}
 
 
 @dataclass
@@ -52,6 +68,8 @@ class Settings:
     transport: httpx.BaseTransport | None = None
 
     def client(self) -> JobdClient:
+        from jobd.http import JobdClient
+
         return JobdClient(self.server, self.token, transport=self.transport)
 
 
@@ -62,22 +80,46 @@ class _UsageFailure(Failure):
 
 
 class _JobGroup(click.Group):
-    """Turns the client's and the manifests' errors, and a verb's bad usage, into one
-    `error: ...` line."""
+    """Loads each verb's module when the verb is asked for; turns the client's and the
+    manifests' errors, and a verb's bad usage, into one `error: ...` line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *VERB_MODULES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in VERB_MODULES:
+            module = importlib.import_module(f"jobd.cli.{VERB_MODULES[cmd_name]}")
+            for verb in module.VERBS:
+                self.add_command(verb)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (ApiError, BrokerUnreachable) as exc:
-            raise Failure(exc.message) from None
-        except ManifestError as exc:
-            raise Failure(str(exc)) from None
         except click.UsageError as exc:
             raise _UsageFailure(_usage_sentence(exc)) from None
         except KeyboardInterrupt:
             # Ctrl-C is how a user ends -w and -f: leave quietly, as a shell expects.
             click.echo("", err=True)
             ctx.exit(130)
+        except Exception as exc:
+            message = _refusal(exc)
+            if message is None:
+                raise
+            raise Failure(message) from None
+
+
+def _refusal(exc: Exception) -> str | None:
+    """The one sentence of the broker's refusal, of an unreachable broker or of a bad
+    manifest; None for any other exception."""
+    if isinstance(exc, ApiError | BrokerUnreachable):
+        return exc.message
+    if isinstance(exc, ValueError):  # loaded already by whatever read a manifest
+        from jobd.api.manifests import ManifestError
+
+        if isinstance(exc, ManifestError):
+            return str(exc)
+    return None
 
 
 def _usage_sentence(exc: click.UsageError) -> str:
@@ -122,6 +164,10 @@ pass_settings = click.make_pass_decorator(Settings)
 
 def main() -> None:
     """The `job` console script."""
+    # httpx imports its own command-line client (pygments, a third of httpx's import time)
+    # when rich is installed; `job` never runs it. Marked absent, httpx goes without it,
+    # as `jobd` does for the worker (jobd_main._without_rich).
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     cli(prog_name="job")
 
 
@@ -150,6 +196,8 @@ def apply(settings: Settings, files: tuple[str, ...], dry_run: bool, output: str
     A directory's hidden entries and files that are not jobd manifests are skipped,
     with a note on stderr.
     """
+    from jobd.cli.manifest_files import load_manifests
+
     documents = load_manifests(files)  # before connecting: a bad file sends nothing
     with settings.client() as client:
         results = client.apply(documents, dry_run=dry_run, objects=output != "text")
@@ -157,8 +205,9 @@ def apply(settings: Settings, files: tuple[str, ...], dry_run: bool, output: str
         print_documents([_applied(r) for r in results], output)
         return
     suffix = " (dry run)" if dry_run else ""
-    for result in results:
-        click.echo(f"{printed_name(result.kind, result.name)} {result.action}{suffix}")
+    # One write: 10,000 lines echoed one by one are 10,000 flushes.
+    lines = [f"{printed_name(r.kind, r.name)} {r.action}{suffix}\n" for r in results]
+    click.echo("".join(lines), nl=False)
 
 
 def printed_name(kind: str, name: str) -> str:
@@ -184,15 +233,19 @@ def diff(settings: Settings, files: tuple[str, ...]) -> None:
     """
     try:
         text = _diff_all(settings, files)
-    except (ApiError, BrokerUnreachable) as exc:
-        raise DiffFailure(exc.message) from None
-    except ManifestError as exc:
-        raise DiffFailure(str(exc)) from None
+    except Exception as exc:
+        message = _refusal(exc)
+        if message is None:
+            raise
+        raise DiffFailure(message) from None
     click.echo(text, nl=False)
     sys.exit(1 if text else 0)
 
 
 def _diff_all(settings: Settings, files: Sequence[str]) -> str:
+    from jobd.cli import render
+    from jobd.cli.manifest_files import load_manifests
+
     documents = load_manifests(files)
     with settings.client() as client:
         results = client.apply(documents, dry_run=True)
@@ -295,6 +348,9 @@ def submit(
       job submit -p long-training --gpus 1 -- python train.py --lr 3e-4
       job submit --shell 'python prep.py | gzip > data.gz'
     """
+    from jobd.cli.submit import SubmitError, build_submit_job
+    from jobd.cli.waiting import exit_with, wait_all
+
     try:
         document = build_submit_job(command, **options)
     except SubmitError as exc:
@@ -314,6 +370,8 @@ def submit(
 
 def _warn_if_unschedulable(created: Document) -> None:
     """Say on stderr that no worker could run the job (it waits all the same)."""
+    from jobd.cli import render
+
     said = render.unschedulable(created)
     if said is not None:
         click.echo(
@@ -321,8 +379,3 @@ def _warn_if_unschedulable(created: Document) -> None:
             "(it waits, in case such a worker joins)",
             err=True,
         )
-
-
-for _verbs in (reading.VERBS, streams.VERBS, acting.VERBS, drain.VERBS):
-    for _verb in _verbs:
-        cli.add_command(_verb)

@@ -7,14 +7,14 @@ json is one document, or a list of them when the verb was given several (or a se
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobd.api.manifests import dump_yaml
-from jobd.api.models import Phase
-from jobd.cli import render
-from jobd.http import JobdClient
+from jobd.api.vocabulary import Phase
+
+if TYPE_CHECKING:
+    from jobd.http import JobdClient
 
 __all__ = ["PHASES", "client", "output_option", "phase_option", "print_documents"]
 
@@ -54,6 +54,10 @@ def phase_option(help_text: str) -> Callable[[F], F]:
 def print_documents(docs: Sequence[Any], output: str, *, single: bool = False) -> None:
     """Documents as JSON (one, or a list) or as multi-document YAML."""
     if output == "json":
+        from jobd.cli import render
+
         click.echo(render.to_json(docs[0] if single and docs else list(docs)))
     else:
+        from jobd.api.manifests import dump_yaml
+
         click.echo(dump_yaml(list(docs)), nl=False)

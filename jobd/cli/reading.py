@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import click
 
-from jobd.api.manifests import dump_yaml
-from jobd.api.models import BOUND_PHASES, Phase, normalise_worker_name
 from jobd.api.selectors import parse_selector
+from jobd.api.vocabulary import BOUND_PHASES, Phase, normalise_worker_name
 from jobd.cli import render
 from jobd.cli.failure import Failure, warn
 from jobd.cli.options import client, output_option, phase_option, print_documents
@@ -157,6 +156,8 @@ def _show_change(op: str, job: Document, output: str) -> None:
     if output == "json":
         click.echo(render.to_json(job, compact=True))  # one document a line
     elif output == "yaml":
+        from jobd.api.manifests import dump_yaml
+
         click.echo("---\n" + dump_yaml([job]), nl=False)
     else:
         click.echo(render.watch_line(op, job))

@@ -20,8 +20,7 @@ from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 
-from jobd.api.manifests import dump_yaml
-from jobd.api.models import TERMINAL_PHASES, Phase
+from jobd.api.vocabulary import TERMINAL_PHASES, Phase
 
 __all__ = [
     "describe_job",
@@ -63,6 +62,7 @@ def make_console(stderr: bool = False) -> Console:
         width=None if tty else _PIPE_WIDTH,
         color_system="auto" if tty else None,
         highlight=False,
+        emoji=False,  # nothing jobd shows is meant as :emoji: (and the codes take ~5 ms to load)
         stderr=stderr,
     )
 
@@ -272,6 +272,8 @@ def describe_job(
     head = (
         f"Job {_id(job)}  {_ref(job)}  {phase_text(job)}  (age {_age(meta.get('created_at'), now)})"
     )
+    from jobd.api.manifests import dump_yaml
+
     spec_yaml, status_yaml = dump_yaml([dict(_spec(job))]), dump_yaml([status])
     conditions_block = _conditions_table(conditions, now) if conditions else "<none>"
     events_block = events_table(events) if events else "<none>"
@@ -469,6 +471,8 @@ def diff_text(
     Secret env values read masked on both sides: an apply that would change only those
     (`action` configured, no line differs) is said in a comment line, values unshown.
     """
+    from jobd.api.manifests import dump_yaml
+
     before = dump_yaml([_without_status(live)]) if live is not None else ""
     after = dump_yaml([_without_status(applied)])
     label = f"{kind.lower()}/{name}"

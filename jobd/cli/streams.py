@@ -12,7 +12,6 @@ import sys
 
 import click
 
-from jobd.api.manifests import dump_yaml
 from jobd.cli import render
 from jobd.cli.durations import Duration
 from jobd.cli.options import client, output_option, print_documents
@@ -100,6 +99,8 @@ def _line(event: Document, output: str) -> str:
     if output == "json":
         return render.event_line(event)  # one object a line, as in events.jsonl
     if output == "yaml":
+        from jobd.api.manifests import dump_yaml
+
         return "---\n" + dump_yaml([_as_recorded(event)]).rstrip("\n")
     return render.event_row_text(event, wide=output == "wide")
 

@@ -17,10 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from jobd.api.models import DEFAULT_PROJECT
 from jobd.api.selectors import parse_selector
+from jobd.api.vocabulary import DEFAULT_PROJECT
 from jobd.cli.failure import Failure, warn
-from jobd.cli.manifest_files import load_manifests
 from jobd.http import ApiError, JobdClient
 
 __all__ = ["Selection", "job_targets", "resolve", "strip_kind"]
@@ -111,6 +110,8 @@ class Selection:
         return [int(j["metadata"]["id"]) for j in jobs]
 
     def _from_files(self, client: JobdClient) -> Iterator[Callable[[], list[int]]]:
+        from jobd.cli.manifest_files import load_manifests
+
         for doc in load_manifests(self.files):
             meta = doc.get("metadata") or {}
             kind, name = doc.get("kind"), meta.get("name")

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from jobd.api.models import Phase
+from jobd.api.vocabulary import Phase
 from jobd.cli import render
 from jobd.cli.failure import warn
 from jobd.http import Document, JobdClient

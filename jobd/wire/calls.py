@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
-
-import httpx
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jobd.wire import routes
 from jobd.wire.answers import (
@@ -30,16 +27,21 @@ from jobd.wire.answers import (
     WatchChange,
     WatchPage,
 )
-from jobd.wire.models import (
-    Heartbeat,
-    Registration,
-    ReportBatch,
-    TokenCreated,
-    TokenInfo,
-    TokenRequest,
-    WorkerEvents,
-)
 from jobd.wire.routes import Route
+
+if TYPE_CHECKING:  # the CLI's calls need neither; the models load when a body is made
+    import httpx
+    from pydantic import BaseModel
+
+    from jobd.wire.models import (
+        Heartbeat,
+        Registration,
+        ReportBatch,
+        TokenCreated,
+        TokenInfo,
+        TokenRequest,
+        WorkerEvents,
+    )
 
 __all__ = [
     "Call",
@@ -398,10 +400,14 @@ def revoke_token(label: str) -> Call[Any]:
 
 
 def _token_created(response: httpx.Response) -> TokenCreated:
+    from jobd.wire.models import TokenCreated
+
     return TokenCreated.model_validate_json(response.content)
 
 
 def _token_list(response: httpx.Response) -> list[TokenInfo]:
+    from jobd.wire.models import TokenInfo
+
     return [TokenInfo.model_validate(item) for item in response.json()["items"]]
 
 

@@ -17,30 +17,13 @@ from urllib.parse import urlsplit
 import httpx
 
 from jobd.wire.calls import Call
+from jobd.wire.errors import ApiError, BrokerUnreachable
 
 __all__ = ["ApiError", "AsyncClient", "BaseClient", "BrokerUnreachable", "Client", "error_message"]
 
 T = TypeVar("T")
 # A held request (follow/watch) may take the server's whole timeout; the socket must outlast it.
 HOLD_MARGIN_S = 10.0
-
-
-class ApiError(Exception):
-    """The broker refused a request; `message` is its one-sentence reason."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class BrokerUnreachable(ConnectionError):
-    """No answer from the broker: refused, unresolvable, timed out or cut off."""
-
-    def __init__(self, server: str, message: str) -> None:
-        super().__init__(message)
-        self.server = server
-        self.message = message
 
 
 def error_message(response: httpx.Response) -> str:
@@ -77,6 +60,10 @@ class BaseClient:
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = httpx.Timeout(timeout)
+        # Plain http has no TLS, so no CA bundle to load: httpx loads it for every client
+        # it makes unless told not to, some 25 ms of each `job` command (calls go only to
+        # paths under `server`, so nothing else is ever fetched with this setting).
+        self.verify = urlsplit(self.server).scheme == "https"
 
     def _request(self, call: Call[Any]) -> dict[str, Any]:
         """The keyword arguments of httpx's `request()` for this call."""
@@ -126,7 +113,11 @@ class Client(BaseClient):
     ) -> None:
         super().__init__(server, token, timeout=timeout, user_agent=user_agent)
         self._http = httpx.Client(
-            base_url=self.server, headers=self.headers, timeout=self.timeout, transport=transport
+            base_url=self.server,
+            headers=self.headers,
+            timeout=self.timeout,
+            verify=self.verify,
+            transport=transport,
         )
 
     def run(self, call: Call[T]) -> T:
@@ -170,6 +161,7 @@ class AsyncClient(BaseClient):
             base_url=self.server,
             headers=self.headers,
             timeout=self.timeout,
+            verify=self.verify,
             limits=limits or httpx.Limits(),
             transport=transport,
         )

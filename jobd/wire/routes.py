@@ -8,12 +8,14 @@ request and its answer into a value.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+from jobd.api.vocabulary import MAX_ID, NAME_PATTERN, check_name
 
-from jobd.api.models import MAX_ID, NAME_PATTERN, Job, check_name
-from jobd.wire import models as m
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
     "APPEND_LOGS",
@@ -114,14 +116,26 @@ class Route:
     method: str
     path: str  # a template: `/jobs/{job_id}`
     summary: str
-    body: type[BaseModel] | None = None  # a JSON body of this model
-    query: type[BaseModel] | None = None  # query parameters, as this model's fields
+    # Its models, named in `jobd.wire.models` and loaded on first use (`body`, `query`):
+    # a client only needs the method and path, and so never loads pydantic for them.
+    body_model: str | None = None  # a JSON body of this model
+    query_model: str | None = None  # query parameters, as this model's fields
     status: int = 200  # the status of a success
     public: bool = False  # answered without a token (CONTRACT.md §8)
     # The largest body taken, in bytes: a larger one is refused (413) before it is read
     # (broker/bodylimit.py). Routes without a body take SMALL_BODY.
     max_body: int = SMALL_BODY
     refuses: tuple[int, ...] = ()  # refusals of its own, beyond those `refusals` derives
+
+    @property
+    def body(self) -> type[BaseModel] | None:
+        """The model of its JSON body, or None when it takes none."""
+        return _model(self.body_model)
+
+    @property
+    def query(self) -> type[BaseModel] | None:
+        """The model whose fields are its query parameters, or None."""
+        return _model(self.query_model)
 
     def url(self, **params: int | str) -> str:
         """The path with its parameters filled in: `GET_JOB.url(job_id=7)` is `/jobs/7`."""
@@ -138,11 +152,21 @@ class Route:
         found = {413, *self.refuses}
         if not self.public:  # a token is checked; the store is read or written
             found |= {401, 503, 507}
-        if self.params or self.body is not None or self.query is not None:
+        if self.params or self.body_model is not None or self.query_model is not None:
             found.add(422)
         if self.params:
             found.add(404)
         return tuple(sorted(found))
+
+
+@functools.cache
+def _model(name: str | None) -> type[BaseModel] | None:
+    if name is None:
+        return None
+    from jobd.wire import models
+
+    found: type[BaseModel] = getattr(models, name)
+    return found
 
 
 def find_route(method: str, path: str) -> Route | None:
@@ -187,8 +211,8 @@ APPLY = Route(
     "POST",
     "/apply",
     "Create or update each document (server-side apply)",
-    body=m.ApplyRequest,
-    query=m.ApplyQuery,
+    body_model="ApplyRequest",
+    query_model="ApplyQuery",
     max_body=32 * MiB,  # some 100,000 jobs of a manifest; a larger one: several applies
     refuses=(404, 409),  # 404: a job depends on one not stored
 )
@@ -196,12 +220,12 @@ CREATE_JOB = Route(
     "POST",
     "/jobs",
     "Create one job (imperative submit)",
-    body=Job,
+    body_model="Job",
     status=201,
     max_body=ONE_DOCUMENT,
     refuses=(404, 409),  # 404: it depends on a job not stored
 )
-LIST_JOBS = Route("GET", "/jobs", "List jobs, filtered", query=m.JobsQuery)
+LIST_JOBS = Route("GET", "/jobs", "List jobs, filtered", query_model="JobsQuery")
 GET_JOB = Route("GET", "/jobs/{job_id}", "One job")
 DELETE_JOB = Route("DELETE", "/jobs/{job_id}", "Remove a finished job", refuses=(409,))
 CANCEL_JOB = Route(
@@ -214,7 +238,7 @@ PREEMPT_BLOCKERS = Route(
     "POST",
     "/jobs/{job_id}/preempt-blockers",
     "Preempt what keeps a queued job out",
-    query=m.BlockersQuery,
+    query_model="BlockersQuery",
     refuses=(409,),
 )
 RESUME_JOB = Route(
@@ -225,7 +249,7 @@ RESUME_JOB = Route(
     refuses=(409,),
 )
 READ_LOGS = Route(
-    "GET", "/jobs/{job_id}/logs", "The job's output from a byte offset", query=m.LogsQuery
+    "GET", "/jobs/{job_id}/logs", "The job's output from a byte offset", query_model="LogsQuery"
 )
 
 # -- what workers send
@@ -234,7 +258,7 @@ REGISTER_WORKER = Route(
     "PUT",
     "/workers/{name}",
     "Register (or re-register) a worker",
-    body=m.Registration,
+    body_model="Registration",
     max_body=ONE_DOCUMENT,
     refuses=(409,),
 )
@@ -242,7 +266,7 @@ HEARTBEAT = Route(
     "POST",
     "/workers/{name}/heartbeat",
     "Renew the lease; reconcile jobs both ways",
-    body=m.Heartbeat,
+    body_model="Heartbeat",
     max_body=ONE_DOCUMENT,
     refuses=(409,),
 )
@@ -261,32 +285,33 @@ DRAIN_WORKER = Route(
     "POST",
     "/workers/{name}/drain",
     "Cordon, optionally preempt the preemptible jobs; answers the jobs still bound",
-    query=m.DrainQuery,
+    query_model="DrainQuery",
     refuses=(409,),
 )
+# Each report's summary and the name of its body's model, as models.REPORT_BODIES has it.
 _REPORT_SUMMARIES = {
-    "started": "Worker: the workload process started",
-    "stopping": "Worker: SIGTERM sent, grace running",
-    "complete": "Worker: the workload exited",
-    "checkpoint-complete": "Worker: the sentinel was seen during the grace window",
+    "started": ("Worker: the workload process started", "Started"),
+    "stopping": ("Worker: SIGTERM sent, grace running", "Report"),
+    "complete": ("Worker: the workload exited", "Completion"),
+    "checkpoint-complete": ("Worker: the sentinel was seen during the grace window", "Report"),
 }
 # One route per report, `/jobs/{job_id}/<verb>`, each with its body of models.REPORT_BODIES.
 REPORTS: dict[str, Route] = {
     verb: Route(
         "POST",
         f"/jobs/{{job_id}}/{verb}",
-        _REPORT_SUMMARIES[verb],
-        body=body,
+        summary,
+        body_model=body,
         max_body=ONE_DOCUMENT,
         refuses=(409,),
     )
-    for verb, body in m.REPORT_BODIES.items()
+    for verb, (summary, body) in _REPORT_SUMMARIES.items()
 }
 REPORT_BATCH = Route(
     "POST",
     "/workers/{name}/reports",
     "Worker: several reports and events in one request, each answered on its own",
-    body=m.ReportBatch,
+    body_model="ReportBatch",
     max_body=8 * MiB,  # what piled up while a worker's previous request was in flight
     refuses=(409,),
 )
@@ -294,7 +319,7 @@ APPEND_LOGS = Route(
     "POST",
     "/jobs/{job_id}/logs",
     "Worker: append output at a byte offset",
-    query=m.LogsAppendQuery,
+    query_model="LogsAppendQuery",
     max_body=ONE_DOCUMENT,  # a worker ships output in chunks of 256 KiB
     refuses=(409,),
 )
@@ -302,7 +327,7 @@ INGEST_EVENTS = Route(
     "POST",
     "/events",
     "Worker: ingest structured events into the record",
-    body=m.WorkerEvents,
+    body_model="WorkerEvents",
     max_body=ONE_DOCUMENT,
 )
 
@@ -312,14 +337,14 @@ WATCH = Route(
     "GET",
     "/watch",
     "Changes after a revision; held until one arrives",
-    query=m.WatchQuery,
+    query_model="WatchQuery",
     refuses=(410,),
 )
 LIST_EVENTS = Route(
     "GET",
     "/events",
     "The event record (events.jsonl), optionally followed",
-    query=m.EventsQuery,
+    query_model="EventsQuery",
 )
 LIST_PROJECTS = Route("GET", "/projects", "List projects")
 GET_PROJECT = Route("GET", "/projects/{name}", "One project")
@@ -330,7 +355,7 @@ CREATE_TOKEN = Route(
     "POST",
     "/tokens",
     "Make a token with a role (answered once, with the token in clear)",
-    body=m.TokenRequest,
+    body_model="TokenRequest",
     status=201,
     refuses=(409,),  # a token of that label exists
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-SCENARIOS = ["submit", "apply", "dispatch", "drain", "preempt", "scale", "reconcile"]
+SCENARIOS = ["submit", "apply", "dispatch", "drain", "preempt", "scale", "reconcile", "cli"]
 RATE_NOT_APPLICABLE = {"dispatch", "preempt", "scale", "reconcile"}
 
 
@@ -29,7 +29,7 @@ def bench_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
         [sys.executable, "-m", "jobd", "bench", "--size", "tiny", "--json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         env=env,
     )
 
@@ -71,6 +71,21 @@ def test_submitted_jobs_survive_a_killed_broker(
 ) -> None:
     (line,) = [x for x in _lines(bench_run) if x["scenario"] == "submit"]
     assert line["durable"] is True
+
+
+def test_the_cli_scenario_reports_get_beside_python_and_apply(
+    bench_run: subprocess.CompletedProcess[str],
+) -> None:
+    """`cli`: p50/p99 are `job get`'s wall times, per_s `job apply -f`'s documents a second."""
+    (line,) = [x for x in _lines(bench_run) if x["scenario"] == "cli"]
+    assert line["n"] == 5 and line["apply_documents"] == 300
+    for key in ("python_p50_ms", "get_over_python_ms", "get_cpu_p50_ms", "apply_s"):
+        assert _is_number(line[key]), key
+    assert line["python_p50_ms"] < line["p50_ms"]  # job get does more than start Python
+    assert line["get_over_python_ms"] == pytest.approx(
+        line["p50_ms"] - line["python_p50_ms"], abs=0.01
+    )
+    assert line["per_s"] == pytest.approx(300 / line["apply_s"], rel=0.01)
 
 
 def test_scenarios_run_on_a_store_with_a_history(tmp_path: Any) -> None:

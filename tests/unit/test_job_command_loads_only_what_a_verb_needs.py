@@ -1,0 +1,75 @@
+"""`job` starts in about 100 ms because it imports only what the verb run needs.
+
+Checked in fresh interpreters, by what lands in sys.modules (structure, not timing):
+importing the command loads none of pydantic, rich, httpx or ruamel.yaml; `job get`,
+run to the end against a broker that is not there, loads neither pydantic nor
+ruamel.yaml; `jobd`'s entry point loads none of the broker's or worker's libraries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import click
+
+from jobd.cli.job_main import VERB_MODULES, cli
+
+HEAVY = ("pydantic", "rich", "httpx", "ruamel", "sqlalchemy", "fastapi", "uvicorn")
+
+PROBE = """
+import json, sys
+{setup}
+print(json.dumps(sorted(k for k, v in sys.modules.items() if v is not None)))
+"""
+
+
+def _loaded(setup: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(setup=setup)],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def _heavy(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules} & set(HEAVY)
+
+
+def test_importing_the_job_command_loads_no_heavy_library() -> None:
+    loaded = _loaded("import jobd.cli.job_main")
+    assert "jobd.cli.job_main" in loaded
+    assert _heavy(loaded) == set()
+    assert not {"jobd.api.models", "jobd.http", "jobd.cli.render"} & loaded
+
+
+def test_job_get_loads_neither_pydantic_nor_ruamel_yaml() -> None:
+    setup = (
+        "from jobd.cli.job_main import main\n"
+        "sys.argv = ['job', '--server', 'http://127.0.0.1:9', 'get']\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 1, exc.code\n"
+    )
+    loaded = _loaded(setup)
+    assert {"jobd.cli.reading", "httpx"} <= loaded  # it ran, and reached for the broker
+    assert _heavy(loaded) <= {"httpx", "rich"}
+    assert "httpx._main" not in loaded  # httpx's own command line: pygments and more
+
+
+def test_the_jobd_entry_point_loads_no_heavy_library() -> None:
+    loaded = _loaded("import jobd.cli.jobd_main")
+    assert _heavy(loaded) == set()
+
+
+def test_each_lazy_verb_is_in_the_module_the_group_loads_it_from() -> None:
+    by_module: dict[str, set[str]] = {}
+    for verb, module in VERB_MODULES.items():
+        by_module.setdefault(module, set()).add(verb)
+    for module, verbs in by_module.items():
+        found = importlib.import_module(f"jobd.cli.{module}").VERBS
+        assert {v.name for v in found} == verbs, module
+    ctx = click.Context(cli)
+    assert all(cli.get_command(ctx, v) is not None for v in cli.list_commands(ctx))
