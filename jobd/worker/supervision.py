@@ -336,11 +336,13 @@ class Launcher:
     def __init__(self) -> None:
         self._process: anyio.abc.Process | None = None
         self._send_lock = anyio.Lock()
+        self._start_lock = anyio.Lock()
         self._read_lock = anyio.Lock()
         self._next_id = 0
         self._replies = b""
         self._answers: dict[int, tuple[int, int]] = {}  # request id -> (pid, start time)
         self._ended: set[int] = set()  # request ids whose job is over
+        self._news = anyio.Event()  # set (and replaced) after each read of answers
 
     async def launch(self, state_dir: Path, spec: SupervisedSpec) -> SupervisedJob:
         """A supervisor for spec in state_dir, returned once the workload runs or the
@@ -372,8 +374,7 @@ class Launcher:
             assert process.stdin is not None
             async with self._send_lock:
                 await process.stdin.send(request)
-            while request_id not in self._answers:
-                await self._read_some(process, lambda: request_id in self._answers)
+            await self._read_until(process, lambda: request_id in self._answers)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._lost(process)
             raise RuntimeError("the supervisor launcher died") from exc
@@ -383,20 +384,31 @@ class Launcher:
         """Return once the job of request_id is said to be over, or after END_CHECK_S
         anyway (the caller looks at the state directory, which has the last word)."""
         with anyio.move_on_after(END_CHECK_S):
-            while request_id not in self._ended:
-                if self._process is not process:  # that launcher is gone: no word will come
-                    await anyio.sleep(END_CHECK_S)
-                    return
-                try:
-                    await self._read_some(process, lambda: request_id in self._ended)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    self._lost(process)
+            if self._process is not process:  # that launcher is gone: no word will come
+                await anyio.sleep(END_CHECK_S)
+                return
+            try:
+                await self._read_until(process, lambda: request_id in self._ended)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._lost(process)
+                await anyio.sleep(END_CHECK_S)
         self._ended.discard(request_id)
 
-    async def _read_some(self, process: anyio.abc.Process, done: Callable[[], bool]) -> None:
-        async with self._read_lock:  # one reader at a time hands out every answer
-            if not done():
-                await self._read_answers(process)
+    async def _read_until(self, process: anyio.abc.Process, done: Callable[[], bool]) -> None:
+        """Read answers until done() says ours is in: one task reads at a time and hands
+        out every answer; the others wait for news (never behind a read that may find no
+        more data, as their answer may be in already)."""
+        while not done():
+            if self._read_lock.locked():
+                await self._news.wait()
+                continue
+            async with self._read_lock:
+                try:
+                    if not done():
+                        await self._read_answers(process)
+                finally:
+                    self._news.set()
+                    self._news = anyio.Event()
 
     async def _read_answers(self, process: anyio.abc.Process) -> None:
         assert process.stdout is not None
@@ -415,16 +427,20 @@ class Launcher:
             self._process = None
 
     async def _started(self) -> anyio.abc.Process:
-        if self._process is None or self._process.returncode is not None:
-            self._replies = b""
-            self._process = await anyio.open_process(
-                [sys.executable, "-m", _POOL_MODULE],
-                stderr=None,
-                cwd="/",
-                env=_supervisor_env(),
-                start_new_session=True,  # Ctrl-C to the agent's terminal stops nothing here
-            )
-        return self._process
+        async with self._start_lock:  # launches at once must not start a launcher each
+            if self._process is None or self._process.returncode is not None:
+                self._process = await self._start()
+            return self._process
+
+    async def _start(self) -> anyio.abc.Process:
+        self._replies = b""
+        return await anyio.open_process(
+            [sys.executable, "-m", _POOL_MODULE],
+            stderr=None,
+            cwd="/",
+            env=_supervisor_env(),
+            start_new_session=True,  # Ctrl-C to the agent's terminal stops nothing here
+        )
 
     async def aclose(self) -> None:
         """Close the launcher's pipe: it exits; the supervisors it forked run on."""

@@ -188,8 +188,8 @@ class _Server:
 
     def serve(self, line: bytes) -> None:
         os.setsid()  # a signal to the agent's group, or its death, stops here
-        self.wakeups = Wakeups()  # first: a stop signal must never find the default action
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the launcher's SIG_IGN: not ours
+        self.wakeups = Wakeups()  # a stop signal must never find the default action
         os.chdir("/")
         become_subreaper()
         if self.requests is not None:
