@@ -224,14 +224,18 @@ class _Server:
         return no_children_left()
 
     def _next_request(self) -> bytes:
-        """The next request line, or b"" when the launcher closed our pipe (or a SIGTERM)."""
+        """The next request line, or b"" once the launcher has closed our pipe.
+
+        A signal meanwhile (a late poke for the last job, a stray SIGTERM) is dropped: only
+        the launcher retires an idle supervisor, so that a request is never sent to one
+        already on its way out.
+        """
         assert self.requests is not None
         if not self._note(f"+{os.getpid()}"):
             return b""
         while b"\n" not in self.pending:
             ready, _, _ = select.select([self.requests, self.wakeups.fileno()], [], [])
-            if self.wakeups.fileno() in ready and signal.SIGTERM in self.wakeups.take():
-                return b""
+            self.wakeups.take()
             if self.requests in ready:
                 chunk = os.read(self.requests, _CHUNK)
                 if not chunk:
