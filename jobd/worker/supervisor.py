@@ -1,9 +1,11 @@
 """The per-job supervisor: a small process that outlives the agent (containerd's shim, slurmstepd).
 
-The agent starts one per job, in a session of its own, as `python -m jobd.worker.supervisor
-STATE_DIR`. It starts the workload, points the workload's stdout and stderr straight at files,
-reaps it and everything the job leaves behind, carries out a stop with the job's grace whether
-or not an agent is running, and writes the exit durably before it exits. An agent that dies or
+Under systemd the agent starts one per job, in the job's scope, as `python -m
+jobd.worker.supervisor STATE_DIR`; else its launcher (jobd.worker.supervisor_pool) keeps a
+pool of them, each serving job after job (supervise_one), in a session of its own. It
+starts the workload, points the workload's stdout and stderr straight at files, reaps it and
+everything the job leaves behind, carries out a stop with the job's grace whether or not an
+agent is running, and writes the exit durably at the job's end. An agent that dies or
 restarts takes nothing of the job with it; the next one re-adopts the job from the state
 directory (jobd.worker.supervision, the agent's side of this protocol).
 
@@ -17,7 +19,8 @@ The state directory, one per job attempt:
                      agent (0600), so nothing of the job travels on a command line; from the
                      launcher, the spec comes in the launch request and the directory's
                      existence marks the launch
-    (the directory)  flock'ed for the supervisor's whole life: a held lock means it is alive
+    (the directory)  flock'ed until status.json is written: a held lock means the job is
+                     supervised (by whichever process holds it: a pooled supervisor moves on)
     supervisor.json  the supervisor's and the workload's pids with their start times, the
                      job, attempt and grace: written once the workload runs
     stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
