@@ -61,6 +61,8 @@ _POOL_MODULE = "jobd.worker.supervisor_pool"
 # How long a wait for a job's end goes without looking at its state directory: a
 # supervisor that died (kill -9) says nothing, and its released lock tells.
 END_CHECK_S = 0.5
+# A waiter whose end is forgotten (the oldest, past this many) looks within END_CHECK_S.
+_ENDS_KEPT = 4096
 # The directory holding the jobd package, so the supervisor imports the agent's own jobd.
 _JOBD_HOME = str(Path(jobd.__file__).resolve().parent.parent)
 
@@ -417,10 +419,15 @@ class Launcher:
         for line in lines:
             request_id, *answer = line.split()
             if answer == [b"end"]:
-                self._ended.add(int(request_id))
+                self._remember_end(int(request_id))
             else:
                 pid, start_time = (int(field) for field in answer)
                 self._answers[int(request_id)] = (pid, start_time)
+
+    def _remember_end(self, request_id: int) -> None:
+        self._ended.add(request_id)
+        if len(self._ended) > _ENDS_KEPT:  # ends nobody waited for (seen in status.json first)
+            self._ended = set(sorted(self._ended)[-_ENDS_KEPT // 2 :])
 
     def _lost(self, process: anyio.abc.Process) -> None:
         if self._process is process:
