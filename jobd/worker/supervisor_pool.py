@@ -12,8 +12,9 @@ never interleave):
 Why a pool: a fork per job cost the launcher's tree ~650 copy-on-write page faults a job
 (the interpreter's heap, touched again in every child) and half of the worker side's CPU.
 A supervisor that has ended a job, killed and reaped everything it left (it is a child
-subreaper, so nothing escapes it), says so on the notes pipe and waits for the next
-request on a pipe of its own; the launcher hands a request to an idle supervisor, else
+subreaper, so nothing escapes it), says so on the notes pipe (before its `ID end`, so a
+launch made on hearing of the end finds it idle) and waits for the next request on a
+pipe of its own; the launcher hands a request to an idle supervisor, else
 forks a new one (at most POOL_MAX are kept; past that a supervisor serves one job and
 exits). One idle longer than IDLE_RETIRE_S is retired: its pipe is closed, it exits.
 
@@ -194,13 +195,18 @@ class _Server:
         become_subreaper()
         if self.requests is not None:
             gc.enable()  # a long life makes cycles worth collecting; the frozen heap stays out
-        while line and self._serve_one(line) and self.requests is not None:
+        while line:
+            reply = _Reply(self.replies)
+            reusable = self._serve_one(line, reply)
+            idle = reusable and self.requests is not None and self._note(f"+{os.getpid()}")
+            reply.end()  # after the note: a launch made on hearing of the end finds us idle
+            if not idle:
+                break
             line = self._next_request()
         self._note(f"-{os.getpid()}")
 
-    def _serve_one(self, line: bytes) -> bool:
+    def _serve_one(self, line: bytes, reply: _Reply) -> bool:
         """One launch request; whether this process may serve another (nothing left over)."""
-        reply = _Reply(self.replies)
         try:
             request = json.loads(line)
             reply.request_id = int(request["id"])
@@ -220,7 +226,6 @@ class _Server:
             return False
         finally:
             reply.send()  # no-op if sent; else the agent learns of the end at once
-            reply.end()
         return no_children_left()
 
     def _next_request(self) -> bytes:
@@ -231,8 +236,6 @@ class _Server:
         already on its way out.
         """
         assert self.requests is not None
-        if not self._note(f"+{os.getpid()}"):
-            return b""
         while b"\n" not in self.pending:
             ready, _, _ = select.select([self.requests, self.wakeups.fileno()], [], [])
             self.wakeups.take()

@@ -55,7 +55,6 @@ def test_a_supervisor_on_its_second_job_is_readopted_after_kill_9(tmp_path: Path
     jobd = start_jobd(tmp_path, *FLAGS)
     first = _apply(jobd, "first", ["true"])
     assert jobd.wait_phase(first, "Succeeded", "Failed")["status"]["exit_code"] == 0
-    time.sleep(0.3)  # the supervisor tells the launcher it is idle just after the end
     argv = write_script(tmp_path, "work.py", WAITS_FOR_GO)
     starts, go = tmp_path / "starts", tmp_path / "go"
     second = _apply(jobd, "second", [*argv, str(starts), str(go)])

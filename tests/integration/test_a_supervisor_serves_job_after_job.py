@@ -41,10 +41,9 @@ while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read():
 async def _next_on_same_supervisor(
     launcher: Launcher, first: SupervisedJob, state_dir: Path, code: str, *args: str
 ) -> SupervisedJob:
-    """The next job, once first's supervisor has told the launcher it is idle."""
+    """The next job, launched once the first is over: its supervisor is idle by then."""
     with anyio.fail_after(10):
         await first.wait()
-    await anyio.sleep(0.2)  # its "idle" note follows its end on another pipe
     second = await launcher.launch(state_dir, replace(python_spec(code, *args), job_id=43))
     assert second.supervisor == first.supervisor  # one process, two jobs in turn
     return second
