@@ -159,10 +159,6 @@ def test_a_preemption_keeps_its_deadline_with_no_agent(tmp_path: Path) -> None:
         assert time.monotonic() - asked < 8, "no SIGKILL at the deadline"
         time.sleep(0.05)
     stop = json.loads((state_dir / "stopping.json").read_text())
-    while stop["sigkill_at"] is None:  # recorded just after the SIGKILL went
-        assert time.monotonic() - asked < 10, "the SIGKILL was never recorded"
-        time.sleep(0.05)
-        stop = json.loads((state_dir / "stopping.json").read_text())
     sigterm_at, sigkill_at = (_ts(stop[k]) for k in ("sigterm_at", "sigkill_at"))
     assert 2.0 <= sigkill_at - sigterm_at < 3.0  # the grace, kept with no agent
     jobd = start_jobd(tmp_path, "--slots", "2")
