@@ -223,6 +223,10 @@ class BrokerProcess:
         for role, proc in (("broker", self.proc), ("worker", self.worker_proc)):
             if proc is not None and (seconds := _process_cpu_s(proc.pid)) is not None:
                 used[role] = seconds
+        if self.worker_proc is not None and "worker" in used:
+            # The launcher, the supervisors and (reaped by them) the workloads. A process
+            # gone unreaped (a supervisor the kernel reaped) takes its share with it.
+            used["supervisors"] = _descendants_cpu_s(self.worker_proc.pid)
         return used
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
@@ -251,6 +255,25 @@ async def running_broker(
             yield broker, http
     finally:
         broker.stop()
+
+
+def _descendants_cpu_s(root: int) -> float:
+    """CPU of every live descendant of root, with what each has reaped, in seconds."""
+    parents, cpu = {}, {}
+    for entry in (e for e in Path("/proc").iterdir() if e.name.isdigit()):
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except (OSError, ValueError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = sum(int(f) for f in fields[11:15])
+    below, frontier = set(), [root]
+    while frontier:
+        parent = frontier.pop()
+        kids = [pid for pid, ppid in parents.items() if ppid == parent]
+        below.update(kids)
+        frontier.extend(kids)
+    return sum(cpu[pid] for pid in below) / os.sysconf("SC_CLK_TCK")
 
 
 def _process_cpu_s(pid: int) -> float | None:

@@ -8,11 +8,13 @@ state directory. Its user is jobd.worker.execution (one Execution per job attemp
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,12 @@ __all__ = [
 # How often wait() looks when the kernel cannot say (no pidfd), and started() in any case.
 POLL_INTERVAL_S = 0.02
 _SUPERVISOR_MODULE = "jobd.worker.supervisor"
+_POOL_MODULE = "jobd.worker.supervisor_pool"
+# How long a wait for a job's end goes without looking at its state directory: a
+# supervisor that died (kill -9) says nothing, and its released lock tells.
+END_CHECK_S = 0.5
+# A waiter whose end is forgotten (the oldest, past this many) looks within END_CHECK_S.
+_ENDS_KEPT = 4096
 # The directory holding the jobd package, so the supervisor imports the agent's own jobd.
 _JOBD_HOME = str(Path(jobd.__file__).resolve().parent.parent)
 
@@ -152,10 +160,13 @@ class SupervisedJob:
         state_dir: Path,
         supervisor: ProcessIdentity | None = None,
         child: subprocess.Popen[bytes] | None = None,
+        ended: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.state_dir = state_dir
         self._supervisor = supervisor
         self._child = child  # set when this agent launched it: it must reap it too
+        # Returns once the launcher says the job is over (or after a while anyway).
+        self._ended = ended
 
     @property
     def supervisor(self) -> ProcessIdentity | None:
@@ -215,23 +226,33 @@ class SupervisedJob:
                 await anyio.sleep(POLL_INTERVAL_S)
 
     async def wait(self) -> ExitRecord:
-        """How the job ended, once its supervisor has ended."""
+        """How the job ended, once its status.json is written (or its supervisor lost).
+
+        A supervisor may live on to serve another job: its word (from the launcher), or
+        else its exit, only says when to look again at the state directory.
+        """
         while (finished := self.status()) is None:
-            await self._supervisor_exited()
+            if self._ended is not None:
+                await self._ended()
+            else:
+                await self._supervisor_exited()
         return finished
 
     async def _supervisor_exited(self) -> None:
-        """Return soon after the supervisor exits: at once from a pidfd, else by polling."""
+        """Return soon after the supervisor exits (from a pidfd, else by polling), or after
+        END_CHECK_S: an adopted supervisor may be a pooled one, ending the job and not
+        itself."""
         pidfd = _pidfd_of(self._identity())
         if pidfd is None:
             await anyio.sleep(POLL_INTERVAL_S)
             return
         try:
-            await anyio.wait_readable(pidfd)
+            with anyio.move_on_after(END_CHECK_S):
+                await anyio.wait_readable(pidfd)
         finally:
             os.close(pidfd)
         if self._child is not None:
-            self._child.wait()  # it has exited: reap it
+            self._child.poll()  # reap it if it has exited
 
     def _identity(self) -> ProcessIdentity | None:
         if self._child is not None:
@@ -304,23 +325,26 @@ def launch(state_dir: Path, spec: SupervisedSpec, prefix: list[str] | None = Non
 
 
 class Launcher:
-    """Supervisors forked by one small launcher process (supervisor.serve_launches).
+    """Supervisors from one small launcher process (jobd.worker.supervisor_pool).
 
-    Forking it costs ~1 ms where starting an interpreter per job costs ~30 ms of CPU.
-    Launches are pipelined: each request carries an id, the launcher forks at once and
-    reads the next, and each supervisor answers for itself, tagged with the id, once its
-    workload runs; so launches never queue behind one another's spawns. The launcher dies
-    with the agent (it reads the agent's pipe to EOF); the supervisors it forked, each in
-    a session of its own, go on.
+    It hands each launch to an idle supervisor of its pool, else forks one (~1 ms where
+    starting an interpreter per job costs ~30 ms of CPU). Launches are pipelined: each
+    request carries an id, and each supervisor answers for itself, tagged with the id, once
+    its workload runs, and again (`ID end`) once the job is over: a pooled supervisor lives
+    on after its job, so its exit cannot mark the end. The launcher dies with the agent (it
+    reads the agent's pipe to EOF); the supervisors, each in a session of its own, go on.
     """
 
     def __init__(self) -> None:
         self._process: anyio.abc.Process | None = None
         self._send_lock = anyio.Lock()
+        self._start_lock = anyio.Lock()
         self._read_lock = anyio.Lock()
         self._next_id = 0
         self._replies = b""
         self._answers: dict[int, tuple[int, int]] = {}  # request id -> (pid, start time)
+        self._ended: set[int] = set()  # request ids whose job is over
+        self._news = anyio.Event()  # set (and replaced) after each read of answers
 
     async def launch(self, state_dir: Path, spec: SupervisedSpec) -> SupervisedJob:
         """A supervisor for spec in state_dir, returned once the workload runs or the
@@ -333,48 +357,97 @@ class Launcher:
         request_id = self._next_id
         # vars(), not asdict(): asdict deep-copies the environment, ~1 ms a job.
         request = {"id": request_id, "state_dir": str(state_dir), "spec": vars(spec)}
-        pid, start_time = await self._ask(request_id, json.dumps(request).encode() + b"\n")
+        process, (pid, start_time) = await self._ask(
+            request_id, json.dumps(request).encode() + b"\n"
+        )
         if pid == 0:  # launched before (by an agent that died since): never a second copy
             adopted = adopt(state_dir)
             if adopted is None:
                 raise FileExistsError(f"{state_dir} holds a launch whose supervisor is gone")
             return adopted
-        return SupervisedJob(state_dir, supervisor=ProcessIdentity(pid, start_time))
+        ended = functools.partial(self._wait_end, process, request_id)
+        return SupervisedJob(state_dir, supervisor=ProcessIdentity(pid, start_time), ended=ended)
 
-    async def _ask(self, request_id: int, request: bytes) -> tuple[int, int]:
+    async def _ask(
+        self, request_id: int, request: bytes
+    ) -> tuple[anyio.abc.Process, tuple[int, int]]:
         try:
             process = await self._started()
             assert process.stdin is not None
             async with self._send_lock:
                 await process.stdin.send(request)
-            while request_id not in self._answers:
-                async with self._read_lock:  # one reader at a time hands out every answer
-                    if request_id not in self._answers:
-                        await self._read_answers(process)
+            await self._read_until(process, lambda: request_id in self._answers)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            self._process = None
+            self._lost(process)
             raise RuntimeError("the supervisor launcher died") from exc
-        return self._answers.pop(request_id)
+        return process, self._answers.pop(request_id)
+
+    async def _wait_end(self, process: anyio.abc.Process, request_id: int) -> None:
+        """Return once the job of request_id is said to be over, or after END_CHECK_S
+        anyway (the caller looks at the state directory, which has the last word)."""
+        with anyio.move_on_after(END_CHECK_S):
+            if self._process is not process:  # that launcher is gone: no word will come
+                await anyio.sleep(END_CHECK_S)
+                return
+            try:
+                await self._read_until(process, lambda: request_id in self._ended)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._lost(process)
+                await anyio.sleep(END_CHECK_S)
+        self._ended.discard(request_id)
+
+    async def _read_until(self, process: anyio.abc.Process, done: Callable[[], bool]) -> None:
+        """Read answers until done() says ours is in: one task reads at a time and hands
+        out every answer; the others wait for news (never behind a read that may find no
+        more data, as their answer may be in already)."""
+        while not done():
+            if self._read_lock.locked():
+                await self._news.wait()
+                continue
+            async with self._read_lock:
+                try:
+                    if not done():
+                        await self._read_answers(process)
+                finally:
+                    self._news.set()
+                    self._news = anyio.Event()
 
     async def _read_answers(self, process: anyio.abc.Process) -> None:
         assert process.stdout is not None
         self._replies += await process.stdout.receive()
         *lines, self._replies = self._replies.split(b"\n")
         for line in lines:
-            request_id, pid, start_time = (int(field) for field in line.split())
-            self._answers[request_id] = (pid, start_time)
+            request_id, *answer = line.split()
+            if answer == [b"end"]:
+                self._remember_end(int(request_id))
+            else:
+                pid, start_time = (int(field) for field in answer)
+                self._answers[int(request_id)] = (pid, start_time)
+
+    def _remember_end(self, request_id: int) -> None:
+        self._ended.add(request_id)
+        if len(self._ended) > _ENDS_KEPT:  # ends nobody waited for (seen in status.json first)
+            self._ended = set(sorted(self._ended)[-_ENDS_KEPT // 2 :])
+
+    def _lost(self, process: anyio.abc.Process) -> None:
+        if self._process is process:
+            self._process = None
 
     async def _started(self) -> anyio.abc.Process:
-        if self._process is None or self._process.returncode is not None:
-            self._replies = b""
-            self._process = await anyio.open_process(
-                [sys.executable, "-m", _SUPERVISOR_MODULE, "--launcher"],
-                stderr=None,
-                cwd="/",
-                env=_supervisor_env(),
-                start_new_session=True,  # Ctrl-C to the agent's terminal stops nothing here
-            )
-        return self._process
+        async with self._start_lock:  # launches at once must not start a launcher each
+            if self._process is None or self._process.returncode is not None:
+                self._process = await self._start()
+            return self._process
+
+    async def _start(self) -> anyio.abc.Process:
+        self._replies = b""
+        return await anyio.open_process(
+            [sys.executable, "-m", _POOL_MODULE],
+            stderr=None,
+            cwd="/",
+            env=_supervisor_env(),
+            start_new_session=True,  # Ctrl-C to the agent's terminal stops nothing here
+        )
 
     async def aclose(self) -> None:
         """Close the launcher's pipe: it exits; the supervisors it forked run on."""

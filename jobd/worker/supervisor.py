@@ -1,9 +1,11 @@
 """The per-job supervisor: a small process that outlives the agent (containerd's shim, slurmstepd).
 
-The agent starts one per job, in a session of its own, as `python -m jobd.worker.supervisor
-STATE_DIR`. It starts the workload, points the workload's stdout and stderr straight at files,
-reaps it and everything the job leaves behind, carries out a stop with the job's grace whether
-or not an agent is running, and writes the exit durably before it exits. An agent that dies or
+Under systemd the agent starts one per job, in the job's scope, as `python -m
+jobd.worker.supervisor STATE_DIR`; else its launcher (jobd.worker.supervisor_pool) keeps a
+pool of them, each serving job after job (supervise_one), in a session of its own. It
+starts the workload, points the workload's stdout and stderr straight at files, reaps it and
+everything the job leaves behind, carries out a stop with the job's grace whether or not an
+agent is running, and writes the exit durably at the job's end. An agent that dies or
 restarts takes nothing of the job with it; the next one re-adopts the job from the state
 directory (jobd.worker.supervision, the agent's side of this protocol).
 
@@ -17,7 +19,8 @@ The state directory, one per job attempt:
                      agent (0600), so nothing of the job travels on a command line; from the
                      launcher, the spec comes in the launch request and the directory's
                      existence marks the launch
-    (the directory)  flock'ed for the supervisor's whole life: a held lock means it is alive
+    (the directory)  flock'ed until status.json is written: a held lock means the job is
+                     supervised (by whichever process holds it: a pooled supervisor moves on)
     supervisor.json  the supervisor's and the workload's pids with their start times, the
                      job, attempt and grace: written once the workload runs
     stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
@@ -39,7 +42,6 @@ import contextlib
 import ctypes
 import fcntl
 import functools
-import gc
 import json
 import os
 import select
@@ -63,9 +65,17 @@ __all__ = [
     "STDOUT_FILE",
     "STOPPING_FILE",
     "STOP_FILE",
+    "Wakeups",
+    "become_subreaper",
+    "libc",
     "lock_is_held",
+    "log_event",
     "main",
+    "no_children_left",
+    "open_append",
     "read_json",
+    "start_time",
+    "supervise_one",
     "utc_now",
     "write_json_atomic",
 ]
@@ -186,7 +196,7 @@ def start_time(pid: int) -> int | None:
 _job_label = ""  # the state directory's name, set once a supervisor has one: the log is shared
 
 
-def _log(message: str) -> None:
+def log_event(message: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         who = f"jobd-supervisor[{os.getpid()}]{_job_label}"
         print(f"{utc_now()} {who}: {message}", file=sys.stderr, flush=True)
@@ -228,7 +238,7 @@ def _grace(value: object) -> float | None:
     return None
 
 
-class _Wakeups:
+class Wakeups:
     """Signals turned into bytes on a pipe, so one select() waits for all of them."""
 
     SIGNALS = (signal.SIGCHLD, *_STOP_SIGNALS, *_SHRUGGED_SIGNALS)
@@ -240,6 +250,10 @@ class _Wakeups:
             # A Python handler (not SIG_IGN, which a workload would inherit) that does nothing:
             # the C-level handler has already written the signal's number to the pipe.
             signal.signal(sig, lambda *_: None)
+
+    def fileno(self) -> int:
+        """Readable once a signal has arrived (for a select() over more than this)."""
+        return self._read_fd
 
     def wait(self, timeout_s: float) -> set[int]:
         """The signals that arrived, waiting up to timeout_s for the first."""
@@ -254,7 +268,7 @@ class _Wakeups:
         return seen
 
 
-def _open_append(path: Path) -> int:
+def open_append(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
@@ -292,7 +306,7 @@ def signal_job(pgid: int, sig: int) -> None:
             _signal_quietly(os.kill, pid, sig)
 
 
-def _no_children_left() -> bool:
+def no_children_left() -> bool:
     try:
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -310,19 +324,19 @@ def _spawn_error(exc: Exception, cwd: str) -> str:
 
 
 @functools.cache
-def _libc() -> ctypes.CDLL | None:
+def libc() -> ctypes.CDLL | None:
     try:
         return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 
 
-def _become_subreaper() -> None:
+def become_subreaper() -> None:
     """Orphans of the job are reparented to us, not to init, so they are found and reaped."""
     with contextlib.suppress(OSError, AttributeError):
-        libc = _libc()
-        if libc is not None and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            _log("cannot become a child subreaper; daemonized processes may escape")
+        c_library = libc()
+        if c_library is not None and c_library.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            log_event("cannot become a child subreaper; daemonized processes may escape")
 
 
 def _spawn(spec: Spec, state_dir: Path) -> int:
@@ -333,7 +347,7 @@ def _spawn(spec: Spec, state_dir: Path) -> int:
     subprocess.Popen's setup. It takes no directory, so the supervisor steps into the
     job's for the spawn; and it looks argv[0] up in our PATH, so that is the job's.
     """
-    out, err = _open_append(state_dir / STDOUT_FILE), _open_append(state_dir / STDERR_FILE)
+    out, err = open_append(state_dir / STDOUT_FILE), open_append(state_dir / STDERR_FILE)
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     os.environ["PATH"] = spec.env.get("PATH", os.defpath)
     try:
@@ -361,11 +375,17 @@ class Supervisor:
     """One job's life, from its spec to its status.json."""
 
     def __init__(
-        self, state_dir: Path, wakeups: _Wakeups, on_started: Callable[[], None] | None = None
+        self,
+        state_dir: Path,
+        wakeups: Wakeups,
+        on_started: Callable[[], None] | None = None,
+        pokes_only: bool = False,
     ) -> None:
         self.state_dir = state_dir
         self.wakeups = wakeups
         self.on_started = on_started  # told once the workload runs (the launcher's reply)
+        # SIGUSR1 only says "read the stop file" (a supervisor serving job after job)
+        self.request_signals = _STOP_SIGNALS - {signal.SIGUSR1} if pokes_only else _STOP_SIGNALS
         self.spec: Spec | None = None
         self.pid: int | None = None  # the workload's, which is also its process group's id
         self.stop: dict[str, Any] | None = None
@@ -441,10 +461,10 @@ class Supervisor:
     def _take_stop_request(self, signals: Iterable[int]) -> None:
         signals = set(signals)
         for sig in signals & _SHRUGGED_SIGNALS:
-            _log(f"{signal.Signals(sig).name} ignored: the job goes on")
+            log_event(f"{signal.Signals(sig).name} ignored: the job goes on")
         # With a request on file, a signal only says "look now"; without, it is the request.
         request = read_json(self.state_dir / STOP_FILE)
-        if request is None and (stop_signals := signals & _STOP_SIGNALS):
+        if request is None and (stop_signals := signals & self.request_signals):
             request = {"reason": signal.Signals(min(stop_signals)).name}
         if request is not None and request != self._last_request:
             self._last_request = request
@@ -465,7 +485,7 @@ class Supervisor:
             self.stop.update(sigterm_at=utc_now())
             if self.pid is not None:
                 signal_job(self.pid, signal.SIGTERM)
-            _log(f"stop ({self.stop['reason']}): SIGTERM sent, grace {grace_s}s")
+            log_event(f"stop ({self.stop['reason']}): SIGTERM sent, grace {grace_s}s")
         self.stop.update(grace_s=grace_s, kill_at=kill_at.replace("+00:00", "Z"))
         self._kill_deadline = deadline
         write_json_atomic(self.state_dir / STOPPING_FILE, self.stop)
@@ -477,7 +497,7 @@ class Supervisor:
             assert self.pid is not None
             signal_job(self.pid, signal.SIGKILL)
             self.stop["sigkill_at"] = utc_now()
-            _log("grace expired: SIGKILL sent")
+            log_event("grace expired: SIGKILL sent")
             write_json_atomic(self.state_dir / STOPPING_FILE, self.stop)
 
     def _end_job(self) -> int:
@@ -489,7 +509,7 @@ class Supervisor:
         assert self.pid is not None
         _signal_quietly(os.killpg, self.pid, signal.SIGKILL)
         _, wait_status = os.waitpid(self.pid, 0)
-        if _no_children_left():
+        if no_children_left():
             # Being a subreaper, any process the job left would be our child by now.
             return os.waitstatus_to_exitcode(wait_status)
         signal_job(self.pid, signal.SIGKILL)
@@ -507,7 +527,7 @@ class Supervisor:
     def _spawn_failed(self, exc: Exception) -> dict[str, Any]:
         assert self.spec is not None
         message = f"jobd: cannot start {self.spec.argv[0]!r}: {_spawn_error(exc, self.spec.cwd)}\n"
-        fd = _open_append(self.state_dir / STDERR_FILE)
+        fd = open_append(self.state_dir / STDERR_FILE)
         try:
             os.write(fd, message.encode())
         finally:
@@ -541,116 +561,49 @@ def supervise(
     spec: the launch spec, from the launcher's request (None: read it from spec.json,
     which whoever started us wrote).
     """
-    global _job_label
-    wakeups = _Wakeups()  # first: a stop signal must never find the default action
-    _job_label = f" {state_dir.name}"
+    wakeups = Wakeups()  # first: a stop signal must never find the default action
     os.chdir("/")  # keep no directory of the agent's busy
-    if _take_lock(state_dir) is None or (state_dir / STATUS_FILE).exists():
-        _log(f"{state_dir} has a live supervisor or a finished job already")
+    become_subreaper()
+    return supervise_one(state_dir, wakeups, on_started, spec)
+
+
+def supervise_one(
+    state_dir: Path,
+    wakeups: Wakeups,
+    on_started: Callable[[], None] | None = None,
+    spec: dict[str, Any] | None = None,
+    pokes_only: bool = False,
+) -> int:
+    """One job in state_dir, from its lock to its status.json; the lock is released after.
+
+    A process that serves job after job (pokes_only) takes a stop signal as "read your
+    stop file" only: a late signal meant for an earlier job must never stop this one.
+    """
+    global _job_label
+    _job_label = f" {state_dir.name}"
+    lock = _take_lock(state_dir)
+    if lock is None or (state_dir / STATUS_FILE).exists():
+        log_event(f"{state_dir} has a live supervisor or a finished job already")
+        if lock is not None:
+            os.close(lock)
         return EXIT_ALREADY_SUPERVISED
-    _become_subreaper()
     try:
         parsed = None if spec is None else Spec.from_json(spec)
     except ValueError as exc:
         status = Supervisor(state_dir, wakeups)._finished(error=str(exc))
     else:
-        status = Supervisor(state_dir, wakeups, on_started).run(parsed)
+        status = Supervisor(state_dir, wakeups, on_started, pokes_only).run(parsed)
     write_json_atomic(state_dir / STATUS_FILE, status)
+    os.close(lock)  # after status.json: a released lock and no status means a lost job
     if status["error"] or status["stop"]:  # the usual end is in status.json alone
-        _log(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
+        log_event(f"job over: exit_code={status['exit_code']} signal={status['signal_name']}")
     return 0
-
-
-def serve_launches(requests: int = 0, replies: int = 1) -> int:
-    """The launcher: fork a supervisor for each launch request read, one JSON line each.
-
-    Starting a Python interpreter per job costs ~30 ms of CPU, more than the jobs of a busy
-    worker run for; a fork of this small, idle, single-threaded process costs ~1 ms. The
-    launcher never waits for a supervisor: requests are pipelined, and each supervisor
-    itself writes its reply, `ID PID START_TIME\n` (under PIPE_BUF, so replies never
-    interleave), to the pipe it inherits, once its workload runs or its end is recorded;
-    PID 0 means the directory holds a launch already. The launcher ends when the agent
-    closes its end (dies); the supervisors, each in a session of its own, do not notice.
-    """
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
-    _libc()  # loaded once here, not in every supervisor
-    # A collection in a forked child would touch (and so copy) much of the heap: the
-    # launcher's objects are frozen out of its reach, and a supervisor makes few of its own.
-    gc.disable()
-    gc.freeze()
-    with open(requests, "rb", closefd=False) as lines:
-        for line in lines:
-            if os.fork() == 0:
-                _run_forked_supervisor(line, replies)  # never returns
-    return 0
-
-
-def _run_forked_supervisor(line: bytes, replies: int) -> None:
-    code, reply = 1, _Reply(os.dup(replies))  # os.dup: close-on-exec, no workload gets it
-    try:
-        os.setsid()
-        request = json.loads(line)
-        reply.request_id = int(request["id"])
-        state_dir = Path(request["state_dir"])
-        state_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            state_dir.mkdir(mode=0o700)  # the directory is the mark of a launch
-        except FileExistsError:  # launched before: never a second copy
-            reply.send(pid=0)
-            return
-        _own_stdio(state_dir)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = supervise(state_dir, on_started=reply.send, spec=request["spec"])
-    except BaseException as exc:  # a forked child must never unwind into the launcher loop
-        _log(f"launch failed: {type(exc).__name__}: {exc}")
-    finally:
-        reply.send()  # no-op if sent; else the agent learns of the end at once
-        os._exit(code)
-
-
-class _Reply:
-    """A supervisor's one answer to its launch request, on the launcher's reply pipe."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd: int | None = fd
-        self.request_id: int | None = None
-
-    def send(self, pid: int | None = None) -> None:
-        fd, self.fd = self.fd, None
-        if fd is None:
-            return
-        pid = os.getpid() if pid is None else pid
-        if self.request_id is not None:
-            line = f"{self.request_id} {pid} {start_time(pid) if pid else 0}\n"
-            with contextlib.suppress(OSError):  # EPIPE: the agent is gone, the job goes on
-                os.write(fd, line.encode())
-        os.close(fd)
-
-
-# The shared log is set aside (one generation kept) once it outgrows this.
-LOG_ROTATE_BYTES = 16 * 1024 * 1024
-
-
-def _own_stdio(state_dir: Path) -> None:
-    null = os.open(os.devnull, os.O_RDWR)
-    path = state_dir.parent / LOG_FILE
-    log = _open_append(path)
-    if os.fstat(log).st_size > LOG_ROTATE_BYTES:
-        with contextlib.suppress(OSError):
-            os.replace(path, path.with_name(LOG_FILE + ".1"))
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    os.dup2(log, 2)
-    os.close(null)
-    os.close(log)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args == ["--launcher"]:
-        return serve_launches()
     if len(args) != 1:
-        print("usage: python -m jobd.worker.supervisor STATE_DIR | --launcher", file=sys.stderr)
+        print("usage: python -m jobd.worker.supervisor STATE_DIR", file=sys.stderr)
         return EXIT_USAGE
     return supervise(Path(args[0]).resolve())
 
