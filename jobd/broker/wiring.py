@@ -8,7 +8,8 @@ commit to the broker's listeners in this order:
 3. `feed`: the watch tail, which wakes the watchers;
 4. `manager`: maps the changes to controller keys;
 5. `job_logs`: wakes `job logs -f` followers of jobs that changed;
-6. `events_file`: appends the commit's events to events.jsonl.
+6. `metrics`: counts the commit's events and times what they mark (event_metrics.py);
+7. `events_file`: appends the commit's events to events.jsonl.
 
 Caches first, then the manager: its `keys_for` reads the view (the lifecycle's parents),
 and every pass it queues must find the caches holding the commit that queued it. The
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from jobd.broker.event_metrics import EventMetrics
 from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
@@ -66,7 +68,12 @@ class Listener:
 
 
 def broker_listeners(
-    ctx: Context, feed: ChangeFeed, manager: Manager, logs: JobLogs, events: EventLog
+    ctx: Context,
+    feed: ChangeFeed,
+    manager: Manager,
+    logs: JobLogs,
+    events: EventLog,
+    metrics: EventMetrics,
 ) -> list[Listener]:
     """The broker's listeners, in the order the module docstring gives and explains."""
     store = ctx.store
@@ -80,6 +87,8 @@ def broker_listeners(
         Listener("feed", feed.on_commit, feed.rebuild),
         Listener("manager", manager.on_commit, manager.requeue_all),
         Listener("job_logs", logs.on_commit, logs.wake_all),
+        # Counters cannot be recounted: a missed commit stays missed, as in any exporter.
+        Listener("metrics", metrics.on_commit, lambda: None),
         Listener("events_file", events.on_commit, events.catch_up),
     ]
 
