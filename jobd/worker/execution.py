@@ -12,9 +12,9 @@ reported apart from log shipping, which catches up after it.
 from __future__ import annotations
 
 import contextlib
-import signal
 import os
 import shutil
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
