@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +22,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from tests.e2e.harness import REPO, Jobd, start_jobd, stop_jobd, write_script
+from tests.events_doc import events_doc
 
 SENTINEL_ON_TERM = """\
 import os, signal, time
@@ -184,84 +184,21 @@ def test_events_are_in_commit_order_with_the_workers_time_kept_apart(ran: Jobd) 
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
     times = [e["ts"] for e in lines]
     assert times == sorted(times), "ts is the commit's time: it never steps back"
-    worker_events = [e for e in lines if e["event"] in _documented()[1]]
+    worker_events = [e for e in lines if e["event"] in events_doc().worker]
     assert worker_events and all(e["observed_at"].endswith("Z") for e in worker_events)
 
 
 def test_every_event_and_field_is_as_docs_events_md_says(ran: Jobd) -> None:
-    broker, worker, types = _documented()
-    fields = {**broker, **worker}
-    seen: set[str] = set()
-    for line in ran.events():
-        name = line["event"]
-        assert name in fields, f"{name} is not in docs/events.md"
-        seen.add(name)
-        for key, value in line.items():
-            assert key in fields[name], f"{name} carries {key}, which docs/events.md omits"
-            assert _is(types[key], value), f"{name}.{key} = {value!r} is not {types[key]}"
+    doc = events_doc()
+    lines = ran.events()
+    assert [p for line in lines for p in doc.problems(line)] == []
+    seen = {line["event"] for line in lines}
     must = {"process_exited", "signal_sent", "checkpoint_sentinel_seen", "checkpoint_complete"}
     assert must | {"job_cancelled", "worker_cordoned", "worker_registered"} <= seen
 
 
 def test_docs_events_md_gives_every_field_of_every_event_a_type() -> None:
-    broker, worker, types = _documented()
-    assert len(broker) >= 18 and len(worker) >= 8
-    used = {f for fields in [*broker.values(), *worker.values()] for f in fields}
-    assert used == set(types), (sorted(used - set(types)), sorted(set(types) - used))
-
-
-# -- reading docs/events.md ---------------------------------------------------------------
-
-_ALWAYS = {"ts", "seq", "event"}
-_FROM_WORKER = {"worker", "observed_at"}
-_JSON_TYPES: dict[str, Any] = {
-    "string": str,
-    "integer": int,
-    "number": float,
-    "boolean": bool,
-}
-
-
-def _documented() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, str]]:
-    """(broker events, worker events: name -> fields; field -> type) from docs/events.md."""
-    text = (REPO / "docs" / "events.md").read_text()
-    broker = _section(text, "### Written by the broker")
-    worker = _section(text, "### Written by the worker")
-    types = {
-        row[0].strip("`"): row[1] for row in _rows(text, "### Fields") if row[0].startswith("`")
-    }
-    return (
-        {k: v | _ALWAYS for k, v in broker.items()},
-        {k: v | _ALWAYS | _FROM_WORKER for k, v in worker.items()},
-        types,
-    )
-
-
-def _section(text: str, heading: str) -> dict[str, set[str]]:
-    """Each event of the heading's table, with the fields its second column names."""
-    events = {}
-    for row in _rows(text, heading):
-        if row[0].startswith("`"):
-            named = re.sub(r"\([^)]*\)", "", row[1])  # what parentheses say is not a field
-            events[row[0].strip("`")] = set(re.findall(r"`([a-z_]+)`", named))
-    return events
-
-
-def _rows(text: str, heading: str) -> list[list[str]]:
-    section = text.split(heading, 1)[1].split("\n### ", 1)[0]
-    return [
-        [cell.strip() for cell in line.strip().strip("|").split("|")]
-        for line in section.splitlines()
-        if line.startswith("| `")
-    ]
-
-
-def _is(documented: str, value: Any) -> bool:
-    """Does `value` have the documented JSON type ("integer or null", "array of integer")?"""
-    kind, _, nullable = documented.partition(" or ")
-    if value is None:
-        return nullable == "null"
-    if kind.startswith("array of "):
-        return isinstance(value, list) and all(_is(kind[len("array of ") :], v) for v in value)
-    expected = _JSON_TYPES[kind]
-    return type(value) is expected  # bool is no integer, an integer no number (1 vs 1.0)
+    doc = events_doc()
+    assert len(doc.broker) >= 18 and len(doc.worker) >= 8
+    used = {f for fields in doc.events.values() for f in fields}
+    assert used == set(doc.types), (sorted(used - set(doc.types)), sorted(set(doc.types) - used))
