@@ -41,7 +41,7 @@ WORKER_STATUSES = ("Ready", "Lost")
 
 def build_registry(store: Store, view: ClusterView, revision: RevisionSource) -> CollectorRegistry:
     """A fresh registry holding the cluster gauges and `jobd_build_info`."""
-    registry = CollectorRegistry(auto_describe=True)
+    registry = CollectorRegistry()  # no describe: a collect would query the store at start
     registry.register(ClusterCollector(store, view, revision))
     Info("jobd_build", "The running broker's version.", registry=registry).info(
         {"version": _jobd_version(), "python": platform.python_version()}
