@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from jobd.store import SQLStore, normalize_url, open_store
+from jobd.store.base import EventRecord
+from jobd.store.sql import _Tx
+from tests.events_doc import events_doc
 
 PG_URL_ENV = "JOBD_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -109,3 +112,28 @@ def store(store_url: str) -> Iterator[SQLStore]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def events_as_documented(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Every event a test commits, held to docs/events.md: its name, its fields, each
+    field's one type. A test that posts events no code makes (a forged or malformed
+    worker event) says so with `@pytest.mark.forged_events`."""
+    if request.node.get_closest_marker("forged_events"):
+        yield
+        return
+    committed: list[EventRecord] = []
+    add_events = _Tx.add_events
+
+    def recording(tx: _Tx, events: Iterable[EventRecord]) -> None:
+        records = list(events)
+        add_events(tx, records)
+        committed.extend(records)
+
+    monkeypatch.setattr(_Tx, "add_events", recording)
+    yield
+    doc = events_doc()
+    problems = sorted({p for ev in committed for p in doc.problems(ev.as_json(seq=True))})
+    assert not problems, "events unlike docs/events.md:\n" + "\n".join(problems)

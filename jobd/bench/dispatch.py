@@ -44,10 +44,11 @@ async def _dispatch_once(http: httpx.AsyncClient) -> tuple[int, float]:
 
 
 async def _start_times(http: httpx.AsyncClient, job: int) -> tuple[float, float]:
-    """The worker's process_started ts (shipped in batches, so waited for); status.started_at."""
+    """When the worker saw its process start (the process_started event's `observed_at`:
+    shipped in batches, so waited for); status.started_at."""
     event = await wait_event(http, job, "process_started")
     status = (await http.get(routes.GET_JOB.url(job_id=job))).json()["status"]
-    return parse_ts(event["ts"]), parse_ts(status["started_at"])
+    return parse_ts(event["observed_at"]), parse_ts(status["started_at"])
 
 
 async def run_dispatch(ctx: BenchContext) -> Result:
@@ -83,7 +84,7 @@ def _dispatch_result(to_event: list[float], to_status: list[float], runner: str)
         "started_at_p50_ms": status_p50,
         "started_at_p99_ms": status_p99,
     }
-    result.notes = "create sent -> the worker's process_started event ts (ms, truncated)"
+    result.notes = "create sent -> the worker's process_started event observed_at (ms, truncated)"
     result.details = [
         f"to status.started_at: p50 {status_p50} ms, p99 {status_p99} ms; runner {runner}; "
         "1 warm-up job not counted"

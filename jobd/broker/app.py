@@ -25,6 +25,7 @@ from jobd.broker import routes_jobs, routes_system, routes_tokens, routes_worker
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.bodylimit import BodyLimit
 from jobd.broker.fastpath import FastRoutes
+from jobd.broker.request_timing import RequestTiming
 from jobd.broker.responses import ERROR_STATUSES, status_for, validation_detail
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import resync_forever
@@ -129,10 +130,11 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     fast = (*routes_jobs.FAST, *routes_workers.FAST, *routes_system.FAST)
-    # The last added is the outermost: TokenAuth, then BodyLimit, then the fast path.
+    # The last added is the outermost: RequestTiming, TokenAuth, BodyLimit, the fast path.
     app.add_middleware(FastRoutes, state=state, routes=fast)
     app.add_middleware(BodyLimit)
     app.add_middleware(TokenAuth, tokens=state.tokens)
+    app.add_middleware(RequestTiming, registry=state.metrics)  # times all of the above
     # Routes are matched in order: the busiest (creates, reports, watches) first.
     for router in (
         routes_jobs.router,

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from jobd.api.models import Phase
 from jobd.broker import access
 from jobd.broker.access import principal_of
 from jobd.broker.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.feed import FeedEntry
+from jobd.broker.metrics import exposition
 from jobd.broker.responses import RawJSON, doc, encode_json, json_response
 from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
@@ -60,28 +59,9 @@ async def readyz(request: Request) -> Response:
 
 @route(public, routes.METRICS, responses={200: _TEXT})
 async def metrics(request: Request) -> Response:
-    state = state_of(request)
-    counts = state.store.count_jobs_by_phase()
-    lines = ["# HELP jobd_jobs Jobs by phase.", "# TYPE jobd_jobs gauge"]
-    lines += [f'jobd_jobs{{phase="{p.value}"}} {counts.get(p.value, 0)}' for p in Phase]
-    workers = state.store.list_workers()
-    lines += ["# HELP jobd_workers Workers by status.", "# TYPE jobd_workers gauge"]
-    for status in ("Ready", "Lost"):
-        n = sum(1 for w in workers if w.status.phase == status)
-        lines.append(f'jobd_workers{{status="{status}"}} {n}')
-    oldest = state.store.list_jobs(phases=[Phase.PENDING], ready=True, limit=1)
-    age = 0.0
-    if oldest and oldest[0].status.queued_at:
-        age = (datetime.now(UTC) - oldest[0].status.queued_at).total_seconds()
-    lines += [
-        "# HELP jobd_queue_oldest_age_seconds Wait of the oldest job queued for capacity.",
-        "# TYPE jobd_queue_oldest_age_seconds gauge",
-        f"jobd_queue_oldest_age_seconds {age:.3f}",
-        "# HELP jobd_store_revision The store's newest revision.",
-        "# TYPE jobd_store_revision counter",
-        f"jobd_store_revision {state.feed.revision}",
-    ]
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+    """Prometheus' scrape (broker/metrics.py): OpenMetrics when the Accept header asks."""
+    body, content_type = exposition(state_of(request).metrics, request.headers.get("accept"))
+    return Response(body, media_type=content_type)
 
 
 async def watch(state: BrokerState, _path: PathArgs, query: WatchQuery, who: Principal) -> str:

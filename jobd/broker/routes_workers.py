@@ -231,14 +231,20 @@ def _records(
 ) -> list[EventRecord]:
     """The events as records; a worker token's, only those of its own jobs (or of no job).
 
+    The worker's time goes to `observed_at`; the store stamps `ts` at the commit.
+
     An event about a job bound to another worker is dropped, not refused: it is a record
     of what the worker saw, and refusing the request would also lose the rest.
     """
     if who is not None and who.role == "worker":
         events = [e for e in events if e.job is None or _bound_here(state, e.job, worker)]
-    return [
-        EventRecord(e.event, job=e.job, worker=worker, fields=e.fields, ts=e.ts) for e in events
-    ]
+    return [EventRecord(e.event, job=e.job, worker=worker, fields=_observed(e)) for e in events]
+
+
+def _observed(event: WorkerEvent) -> dict[str, Any]:
+    """The event's fields with the worker's time as `observed_at`: its `ts` is the commit's
+    (given by the store), so events.jsonl's times rise with its lines (CONTRACT.md §7)."""
+    return {**event.fields, "observed_at": event.ts or None}
 
 
 def _bound_here(state: BrokerState, job_id: int, worker: str) -> bool:

@@ -11,9 +11,11 @@ from starlette.requests import Request
 
 from jobd.api.models import Job
 from jobd.broker.batching import CreateBatcher
+from jobd.broker.event_metrics import EventMetrics
 from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
+from jobd.broker.metrics import build_registry
 from jobd.broker.storage import StorageWatch
 from jobd.broker.tokens import Tokens
 from jobd.broker.wiring import Wiring, broker_listeners
@@ -85,8 +87,12 @@ class BrokerState:
         self.ctx.last_output = self.logs.last_output
         self.manager = Manager(self.ctx)
         self.creates = CreateBatcher(self.ctx)
+        self.metrics = build_registry(self.store, self.ctx.view, self.feed)
+        self.event_metrics = EventMetrics(self.metrics, self.ctx.view)
         self.wiring = Wiring(
-            broker_listeners(self.ctx, self.feed, self.manager, self.logs, self.events)
+            broker_listeners(
+                self.ctx, self.feed, self.manager, self.logs, self.events, self.event_metrics
+            )
         )
         self.store.subscribe(self.wiring.on_commit)
         # After the wiring, so events.jsonl has the events too.

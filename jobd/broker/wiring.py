@@ -9,7 +9,8 @@ commit to the broker's listeners in this order:
 4. `manager`: maps the changes to controller keys;
 5. `job_logs`: wakes `job logs -f` followers of jobs that changed, and removes the
    output files of jobs whose retention ran out (`job_expired`);
-6. `events_file`: appends the commit's events to events.jsonl.
+6. `metrics`: counts the commit's events and times what they mark (event_metrics.py);
+7. `events_file`: appends the commit's events to events.jsonl.
 
 Caches first, then the manager: its `keys_for` reads the view (the lifecycle's parents),
 and every pass it queues must find the caches holding the commit that queued it. The
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from jobd.broker.event_metrics import EventMetrics
 from jobd.broker.eventlog import EventLog
 from jobd.broker.feed import ChangeFeed
 from jobd.broker.joblogs import JobLogs
@@ -68,7 +70,12 @@ class Listener:
 
 
 def broker_listeners(
-    ctx: Context, feed: ChangeFeed, manager: Manager, logs: JobLogs, events: EventLog
+    ctx: Context,
+    feed: ChangeFeed,
+    manager: Manager,
+    logs: JobLogs,
+    events: EventLog,
+    metrics: EventMetrics,
 ) -> list[Listener]:
     """The broker's listeners, in the order the module docstring gives and explains."""
     store = ctx.store
@@ -82,6 +89,8 @@ def broker_listeners(
         Listener("feed", feed.on_commit, feed.rebuild),
         Listener("manager", manager.on_commit, manager.requeue_all),
         Listener("job_logs", logs.on_commit, logs.wake_all),
+        # Counters cannot be recounted: a missed commit stays missed, as in any exporter.
+        Listener("metrics", metrics.on_commit, lambda: None),
         Listener("events_file", events.on_commit, events.catch_up),
     ]
 

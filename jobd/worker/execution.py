@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,7 +289,13 @@ class Execution:
         if self._sentinel_done is not None:
             await self._sentinel_done.wait()
         if ended.stop is not None and ended.stop.sigkill_at is not None:
-            self.link.event("signal_sent", self.job_id, signal="SIGKILL", reason="grace_expired")
+            self.link.event(
+                "signal_sent",
+                self.job_id,
+                signal="SIGKILL",
+                signal_number=int(signal.SIGKILL),
+                reason="grace_expired",
+            )
         ckpt = checkpoint_dir(self.settings.checkpoint_root, self.job_id)
         latest = find_resume_target(ckpt) if ckpt.is_dir() else ckpt
         body: dict[str, Any] = {
@@ -305,7 +312,11 @@ class Execution:
         if self.settings.keep_job_files or self.record.log_offset:
             await self.save()  # else nothing to resume: a re-report would change nothing
         self.link.event(
-            "process_exited", self.job_id, exit_code=ended.exit_code, signal=ended.signal_name
+            "process_exited",
+            self.job_id,
+            exit_code=ended.exit_code,
+            signal=ended.signal_name,  # a name, as in signal_sent (CONTRACT.md §7)
+            signal_number=ended.signal,
         )
 
     def _failure(self, ended: ExitRecord) -> dict[str, str]:
@@ -361,8 +372,14 @@ class Execution:
         record.stop_reason, record.sentinel_from = reason, _size(self.supervised.stdout_path)
         await self.save()  # before the request: a restarted agent scans from the same byte
         await anyio.to_thread.run_sync(self.supervised.request_stop, self.grace_s, reason)
-        grace = self.grace_s
-        self.link.event("signal_sent", self.job_id, signal="SIGTERM", reason=reason, grace_s=grace)
+        self.link.event(
+            "signal_sent",
+            self.job_id,
+            signal="SIGTERM",
+            signal_number=int(signal.SIGTERM),
+            reason=reason,
+            grace_s=float(self.grace_s),
+        )
         if reason == "preempt":
             self._watch_sentinel()
         await self.link.report(self.job_id, "stopping", self.attempt)

@@ -130,6 +130,7 @@ async def test_logs_are_appended_at_offsets_and_read_back(api: httpx.AsyncClient
     assert tail.content == b"world\n"
 
 
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
 async def test_worker_events_are_ingested_tagged_with_the_worker(api: httpx.AsyncClient) -> None:
     body = {
         "worker": "gpu-1",

@@ -181,6 +181,7 @@ async def test_a_worker_token_cannot_create_cancel_change_cordon_or_speak_for_an
     assert logs.status_code == 200
 
 
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
 async def test_a_worker_tokens_events_about_other_workers_jobs_are_dropped(
     api: httpx.AsyncClient,
 ) -> None:

@@ -158,6 +158,7 @@ async def test_reports_made_while_a_request_is_in_flight_go_together_in_the_next
     assert await phase(api, b) == "Running"
 
 
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
 async def test_queued_events_ride_along_with_the_next_report_batch_once(broker: Broker) -> None:
     api, wire, link = broker.api, broker.wire, broker.link
     a = await bound_job(api, "a")

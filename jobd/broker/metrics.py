@@ -1,0 +1,136 @@
+"""`GET /metrics`: what Prometheus scrapes, through prometheus-client, one registry per app.
+
+Three sources, each read where it is cheapest and truest:
+
+- gauges of the cluster as it is now (jobs by phase, workers by status, slots and GPUs in
+  use per worker, the oldest queued job's wait, the store's revision) are read at scrape
+  time by `ClusterCollector`, from the store's counts and the broker's cluster view;
+- counters and latency histograms of what happened are fed by the events as they are
+  committed (event_metrics.py, a store listener in wiring.py);
+- the latency of every HTTP request, by route template, by `RequestTiming`
+  (request_timing.py), the outermost middleware.
+
+Counters are process-local, as in any exporter: they start at zero with the broker, and
+Prometheus' `rate()` and `increase()` take the reset in their stride.
+
+The registry is the app's own, not prometheus-client's global one: tests build many apps
+in one process, and each must count only its own.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from jobd.api.models import Phase
+from jobd.controllers.view import ClusterView
+from jobd.store.base import Store
+
+__all__ = ["ClusterCollector", "build_registry", "exposition"]
+
+WORKER_STATUSES = ("Ready", "Lost")
+
+
+def build_registry(store: Store, view: ClusterView, revision: RevisionSource) -> CollectorRegistry:
+    """A fresh registry holding the cluster gauges and `jobd_build_info`."""
+    registry = CollectorRegistry()  # no describe: a collect would query the store at start
+    registry.register(ClusterCollector(store, view, revision))
+    Info("jobd_build", "The running broker's version.", registry=registry).info(
+        {"version": _jobd_version(), "python": platform.python_version()}
+    )
+    return registry
+
+
+def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """The scrape's body and content type: OpenMetrics when the scraper asks for it."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
+
+
+class RevisionSource(Protocol):
+    """Where the store's newest revision is read (the change feed's tail)."""
+
+    @property
+    def revision(self) -> int: ...
+
+
+class ClusterCollector(Collector):
+    """Gauges read at scrape time: the cluster as the store and the view have it now."""
+
+    def __init__(self, store: Store, view: ClusterView, feed: RevisionSource) -> None:
+        self.store, self.view, self.feed = store, view, feed
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._jobs()
+        yield self._workers()
+        yield self._oldest_queued()
+        yield from self._per_worker()
+        revision = GaugeMetricFamily(
+            "jobd_store_revision", "The store's newest revision (grows with every write)."
+        )
+        revision.add_metric([], self.feed.revision)
+        yield revision
+
+    def _jobs(self) -> Metric:
+        counts = self.store.count_jobs_by_phase()
+        jobs = GaugeMetricFamily("jobd_jobs", "Jobs by phase.", labels=["phase"])
+        for phase in Phase:
+            jobs.add_metric([phase.value], counts.get(phase.value, 0))
+        return jobs
+
+    def _workers(self) -> Metric:
+        workers = GaugeMetricFamily("jobd_workers", "Workers by status.", labels=["status"])
+        known = list(self.view.workers.values())
+        for status in WORKER_STATUSES:
+            workers.add_metric([status], sum(1 for w in known if w.status.phase == status))
+        return workers
+
+    def _oldest_queued(self) -> Metric:
+        oldest = self.store.list_jobs(phases=[Phase.PENDING], ready=True, limit=1)
+        age = 0.0
+        if oldest and oldest[0].status.queued_at:
+            age = (datetime.now(UTC) - oldest[0].status.queued_at).total_seconds()
+        gauge = GaugeMetricFamily(
+            "jobd_queue_oldest_age_seconds", "Wait of the oldest job queued for capacity."
+        )
+        gauge.add_metric([], max(age, 0.0))
+        return gauge
+
+    def _per_worker(self) -> Iterator[Metric]:
+        names = ("slots", "slots_used", "gpus", "gpus_used")
+        helps = (
+            "Concurrent jobs the worker takes.",
+            "Slots taken by the jobs bound to the worker.",
+            "GPUs the worker hands out.",
+            "GPUs assigned to the jobs bound to the worker.",
+        )
+        families = [
+            GaugeMetricFamily(f"jobd_worker_{n}", h, labels=["worker"])
+            for n, h in zip(names, helps, strict=True)
+        ]
+        for name, worker in sorted(self.view.workers.items()):
+            bound = self.view.bound_to(name)
+            values = (
+                worker.spec.slots,
+                sum(j.spec.resources.slots for j in bound),
+                len(worker.spec.gpus),
+                sum(len(j.status.gpus) for j in bound),
+            )
+            for family, value in zip(families, values, strict=True):
+                family.add_metric([name], value)
+        yield from families
+
+
+def _jobd_version() -> str:
+    try:
+        return version("jobd")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
