@@ -221,6 +221,7 @@ RESUME_JOB = Route(
     "POST",
     "/jobs/{job_id}/resume",
     "Resubmit from its checkpoint",
+    query=m.ResumeQuery,
     status=201,
     refuses=(409,),
 )
