@@ -182,7 +182,7 @@ def test_every_verb_that_prints_prints_json(jobd: Jobd, tmp_path: Path) -> None:
         assert plan["dry_run"] is True and plan["candidate"] == queued
         assert as_json("preempt", str(victim))["status"]["desired_phase"] == "Preempted"
         assert as_json("wait", str(victim))["status"]["phase"] == "Preempted"
-        resumed = as_json("resume", str(victim))["metadata"]["id"]
+        resumed = as_json("resume", "--from-scratch", str(victim))["metadata"]["id"]
         rerun = as_json("rerun", str(victim))["metadata"]["labels"]["jobd/reruns"]
         assert rerun == str(victim)
         assert as_json("cancel", "-l", "jobd/reruns")[0]["metadata"]["id"] != victim
