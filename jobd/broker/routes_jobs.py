@@ -248,9 +248,7 @@ async def preempt_blockers(
 
 
 @route(router, routes.RESUME_JOB)
-async def resume(
-    request: Request, job_id: int, query: Annotated[ResumeQuery, Query()]
-) -> Response:
+async def resume(request: Request, job_id: int, query: Annotated[ResumeQuery, Query()]) -> Response:
     state = state_of(request)
     options = {"from_scratch": query.from_scratch, "force": query.force}
     resumed = resume_job(state.ctx, _job(request, job_id), **options)

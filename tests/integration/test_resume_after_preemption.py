@@ -74,7 +74,7 @@ async def test_only_a_preempted_job_resumes(ctx: Context) -> None:
 
 async def test_a_job_that_never_checkpointed_is_refused_unless_told_how(ctx: Context) -> None:
     old = await _preempted(ctx, "early", checkpointed=False)
-    with pytest.raises(TransitionError, match="never completed a checkpoint.*--from-scratch"):
+    with pytest.raises(TransitionError, match=r"never completed a checkpoint.*--from-scratch"):
         resume_job(ctx, old)
     assert (ctx.store.get_job(old.id) or old).status.resumed_by is None
     assert len(ctx.store.list_jobs()) == 1  # nothing was created
