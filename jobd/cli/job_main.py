@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -23,7 +24,8 @@ import httpx
 
 from jobd.api.manifests import ManifestError
 from jobd.api.models import DEFAULT_PROJECT, MAX_GRACE_S
-from jobd.cli import acting, drain, reading, render, streams
+from jobd.cli import acting, config_verbs, drain, reading, render, streams
+from jobd.cli.config_verbs import complete_context
 from jobd.cli.failure import DiffFailure, Failure
 from jobd.cli.manifest_files import load_manifests
 from jobd.cli.options import output_option, print_documents
@@ -36,7 +38,6 @@ from jobd.http import (
     Document,
     JobdClient,
     default_server,
-    default_token,
 )
 
 __all__ = ["Settings", "SubmitError", "build_submit_job", "cli", "main", "printed_name"]
@@ -86,8 +87,8 @@ def _usage_sentence(exc: click.UsageError) -> str:
     return f"{message[:1].lower()}{message[1:]} (see '{where} -h')"
 
 
-def _check_server(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    if not value.startswith(("http://", "https://")):
+def _check_server(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
         raise click.BadParameter(f"{value!r} is not an http:// or https:// URL")
     return value
 
@@ -96,24 +97,48 @@ def _check_server(_ctx: click.Context, _param: click.Parameter, value: str) -> s
 @click.option(
     "--server",
     envvar="JOBD_URL",
-    default=default_server,
     callback=_check_server,
     show_envvar=True,
-    help="The broker's URL [default: http://127.0.0.1:8765].",
+    help="The broker's URL [default: the context's, else http://127.0.0.1:8765].",
 )
 @click.option(
     "--token",
     envvar="JOBD_TOKEN",
     show_envvar=True,
-    help="Bearer token [default: a local broker's <data dir>/admin.token].",
+    help="Bearer token [default: the context's token file, else a local broker's "
+    "<data dir>/admin.token].",
+)
+@click.option(
+    "--token-file",
+    envvar="JOBD_TOKEN_FILE",
+    show_envvar=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read the token from this file (mode 0600).",
+)
+@click.option(
+    "--context",
+    "context_name",
+    envvar="JOBD_CONTEXT",
+    show_envvar=True,
+    shell_complete=complete_context,
+    help="Use this context of the config file (job config -h) [default: its current one].",
 )
 @click.version_option(package_name="jobd", prog_name="job", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, server: str, token: str | None) -> None:
+def cli(ctx: click.Context, /, **connection: Any) -> None:
     """Submit and manage jobs on a jobd broker."""
+    if ctx.invoked_subcommand in config_verbs.STANDALONE:
+        return  # they must work while the config file is broken: they are how it is fixed
     settings = ctx.ensure_object(Settings)
-    settings.server = server
-    settings.token = token or default_token(server)
+    from jobd.cli.contexts import ConfigError, resolve_connection
+
+    try:
+        chosen = resolve_connection(**connection)
+    except ConfigError as exc:
+        raise Failure(str(exc)) from None
+    settings.server, settings.token = chosen.server, chosen.token
+    if chosen.project:  # click's own defaults, below any flag or environment variable
+        ctx.default_map = {verb: {"project": chosen.project} for verb in ("submit", "get")}
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -293,6 +318,6 @@ def submit(
             exit_with(wait_all(client, [job_id], None))
 
 
-for _verbs in (reading.VERBS, streams.VERBS, acting.VERBS, drain.VERBS):
+for _verbs in (reading.VERBS, streams.VERBS, acting.VERBS, drain.VERBS, config_verbs.VERBS):
     for _verb in _verbs:
         cli.add_command(_verb)
