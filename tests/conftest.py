@@ -109,3 +109,13 @@ def store(store_url: str) -> Iterator[SQLStore]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`job` reads the user's contexts (~/.config/jobd/config.yaml); a developer's own must
+    not steer the tests, so every test starts with none (tests of contexts set their own)."""
+    missing = tmp_path_factory.getbasetemp() / "no-jobd-config.yaml"
+    monkeypatch.setenv("JOBD_CONFIG", str(missing))

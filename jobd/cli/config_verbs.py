@@ -204,7 +204,7 @@ def completion(shell: str) -> None:
     complete_var = f"_{prog.replace('-', '_').upper()}_COMPLETE"
     shell_class = get_completion_class(shell)
     assert shell_class is not None  # every name of SHELLS is one of click's
-    click.echo(shell_class(root.command, {}, prog, complete_var).source())
+    click.echo(shell_class(root.command, {}, prog, complete_var).source(), nl=False)
 
 
 VERBS = [completion, config]

@@ -133,7 +133,7 @@ def resolve_connection(
     the context, over the defaults. Raises ConfigError for a context or token file unusable."""
     context = _chosen_context(context_name)
     chosen_server = server or context.server or DEFAULT_SERVER
-    if token is None and token_file is not None:
+    if token_file is not None:  # wins over --token, as it does for `jobd worker`
         token = _token_from(token_file)
     if token is None and context.token_file and chosen_server == context.server:
         token = _token_from(Path(context.token_file).expanduser())

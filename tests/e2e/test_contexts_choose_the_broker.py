@@ -119,8 +119,8 @@ def test_shell_completion_runs_in_a_real_bash(jobd: Jobd, user: dict[str, str]) 
     env = {**user, "PATH": f"{BIN}{os.pathsep}{user.get('PATH', '')}"}
     script = (
         'eval "$(job completion bash)"\n'
-        'complete_line() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _job_completion job;'
-        ' echo "${COMPREPLY[*]}"; }\n'
+        'complete_line() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=();'
+        ' _job_completion job; echo "${COMPREPLY[*]}"; }\n'
         "complete_line job conf\n"
         "complete_line job config use-\n"
         "complete_line job --context l\n"
