@@ -7,6 +7,8 @@ What a context is and how the settings are resolved is in contexts.py.
 
 from __future__ import annotations
 
+import os
+
 import click
 from click.shell_completion import CompletionItem, get_completion_class
 
@@ -154,7 +156,7 @@ def set_context(
     loaded = load_config()
     given = {"server": server, "project": project}
     if token_file is not None:
-        given["token_file"] = str(click.format_filename(_absolute(token_file)))
+        given["token_file"] = _absolute(token_file)
     merged = loaded.contexts.get(name, Context()).model_dump() | {
         k: v for k, v in given.items() if v is not None
     }
@@ -169,8 +171,6 @@ def set_context(
 
 
 def _absolute(path: str) -> str:
-    import os
-
     return os.path.abspath(os.path.expanduser(path))
 
 
