@@ -1,14 +1,27 @@
 """A PyTorch training job that checkpoints when jobd preempts it (the PyTorch twin of
-train_numpy.py; needs torch, which jobd itself does not depend on).
+train_numpy.py).
+
+Needs torch and numpy, which jobd itself does not depend on: ``pip install -r
+examples/requirements.txt`` (or ``pip install 'jobd[examples]'``) in the environment the job
+runs in. Started without them, it says so and exits 2 before training anything.
 
 On SIGTERM the preemption handler saves model, optimizer, step and RNG state to
 ``$JOBD_CHECKPOINT_DIR/latest.pt``; a later run with ``RESUME_FROM`` pointing at that file (or
-its directory) continues from the saved step.
+its directory) continues from the saved step, and ends with exactly the weights of a run that
+was never interrupted.
 
 Unlike the NumPy example, an optimizer step here updates parameters in place across many
 bytecodes, so a handler that ran in the middle of one would save half-updated weights. Training
 therefore runs on a background thread; the handler (on the main thread) asks it to stop at the
-next step boundary, waits for that, and only then saves.
+next step boundary (a few milliseconds away), waits for that, and only then saves. Saving this
+model takes milliseconds too, so any grace of 1 s or more is enough.
+
+The handler is installed first, before ``import torch`` (seconds on a cold cache). A SIGTERM
+that arrives before the model exists has nothing new to save: the run's state is still the one
+it started from, so the handler carries that over (the ``RESUME_FROM`` checkpoint, linked into
+this run's directory, or nothing for a run that started fresh) and reports the checkpoint
+complete. A ``RESUME_FROM`` that holds no checkpoint (an empty directory, a missing file) starts
+a fresh run from step 0 and says so on stderr.
 
 Environment:
     JOBD_CHECKPOINT_DIR  where checkpoints and result.json go (default ./checkpoints)
@@ -19,6 +32,7 @@ Environment:
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import sys
@@ -38,7 +52,9 @@ BATCH_SIZE = 64
 LEARNING_RATE = 0.01
 TOTAL_STEPS = 4000
 LOG_EVERY = 500
-SAVE_MARGIN_S = 2.0  # time kept back from the grace window for torch.save itself
+CHECKPOINT_NAME = "latest.pt"
+REQUIRED = ("numpy", "torch")  # numpy: torch's .numpy(), used for the weights' digest
+EXIT_MISSING_MODULES = 2
 
 
 def atomic_save(obj: Any, path: Path, save: Any) -> None:
@@ -55,11 +71,65 @@ def atomic_save(obj: Any, path: Path, save: Any) -> None:
         raise
 
 
-def main() -> int:
-    import torch  # imported here so the module stays importable (and lintable) without torch
+def say(text: str) -> None:
+    """A line on stderr, by one raw write: safe even from inside the SIGTERM handler."""
+    os.write(2, (text + "\n").encode())
 
+
+def resume_point(resume_from: str | None) -> Path | None:
+    """The checkpoint file RESUME_FROM names (a file, or a directory holding one), if any."""
+    if not resume_from:
+        return None
+    path = Path(resume_from)
+    found = path / CHECKPOINT_NAME if path.is_dir() else path
+    if found.is_file():
+        return found
+    say(f"RESUME_FROM={resume_from} holds no checkpoint ({CHECKPOINT_NAME}): starting fresh")
+    return None
+
+
+def carry_over(start: Path | None, ckpt_dir: Path) -> None:
+    """Make ``start`` (the point this run began from) this run's checkpoint too."""
+    if start is None:
+        say("SIGTERM before training began: nothing to save; a resume starts from step 0")
+        return
+    target = ckpt_dir / CHECKPOINT_NAME
+    try:
+        os.link(start, target)  # instant, however large the checkpoint
+    except OSError:
+        atomic_save(start, target, lambda src, f: f.write(src.read_bytes()))
+    say(f"SIGTERM before training began: {start} carried over as {target}")
+
+
+def missing_modules() -> list[str]:
+    missing = []
+    for name in REQUIRED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def main() -> int:
     ckpt_dir = Path(os.environ.get("JOBD_CHECKPOINT_DIR", "checkpoints"))
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    start = resume_point(os.environ.get("RESUME_FROM"))
+    # First, before anything slow: a preemption from here on is always a clean one.
+    install_preemption_handler(lambda _remaining: carry_over(start, ckpt_dir))
+    missing = missing_modules()
+    if missing:
+        say(
+            f"train_torch.py needs {' and '.join(missing)}, not installed here: "
+            "pip install -r examples/requirements.txt (or 'jobd[examples]')"
+        )
+        return EXIT_MISSING_MODULES
+    return train(ckpt_dir, start)
+
+
+def train(ckpt_dir: Path, start: Path | None) -> int:
+    import torch
+
     step_sleep = float(os.environ.get("TRAIN_STEP_SLEEP", "0.001"))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -78,11 +148,9 @@ def main() -> int:
     batch_gen = torch.Generator().manual_seed(SEED + 1)
     progress = {"step": 0}
 
-    resume_from = os.environ.get("RESUME_FROM")
-    if resume_from:
-        path = Path(resume_from)
+    if start is not None:
         # CPU first: the RNG state must stay a CPU tensor; load_state_dict moves the rest.
-        state = torch.load(path / "latest.pt" if path.is_dir() else path, map_location="cpu")
+        state = torch.load(start, map_location="cpu")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         batch_gen.set_state(state["batch_rng"])
@@ -92,7 +160,7 @@ def main() -> int:
     stop = threading.Event()
     at_rest = threading.Event()  # set once the training thread will touch nothing more
 
-    def train() -> None:
+    def run_steps() -> None:
         try:
             for step in range(progress["step"], TOTAL_STEPS):
                 if stop.is_set():
@@ -112,7 +180,9 @@ def main() -> int:
 
     def checkpoint(time_remaining: float) -> None:
         stop.set()
-        if not at_rest.wait(timeout=max(0.0, time_remaining - SAVE_MARGIN_S)):
+        # A step takes milliseconds and so does the save: half the grace is ample for the
+        # wait and leaves the other half for the save, even with a grace of 1 s.
+        if not at_rest.wait(timeout=time_remaining / 2):
             raise TimeoutError("training step did not reach a boundary within the grace window")
         state = {
             "model": model.state_dict(),
@@ -120,11 +190,12 @@ def main() -> int:
             "batch_rng": batch_gen.get_state(),
             "step": progress["step"],
         }
-        atomic_save(state, ckpt_dir / "latest.pt", torch.save)
+        atomic_save(state, ckpt_dir / CHECKPOINT_NAME, torch.save)
 
-    trainer = threading.Thread(target=train, name="train", daemon=True)
+    trainer = threading.Thread(target=run_steps, name="train", daemon=True)
     trainer.start()
-    # Installed after start(): before it, at_rest could never be set and a SIGTERM would time out.
+    # Replaces carry_over only after start(): before it, at_rest could never be set and a
+    # SIGTERM would time out. Until then, carry_over still holds (the state a resume needs).
     install_preemption_handler(checkpoint)
     # Short joins keep the main thread returning to the interpreter, where signals are handled.
     while trainer.is_alive():

@@ -12,6 +12,8 @@ in the only way the worker can see it, the job's output:
   the process exits 0; the worker sees the line and records a ``checkpoint_complete`` event.
   If ``fn`` raises, the traceback goes to stderr, no sentinel is written and the process
   exits 1.
+* ``SENTINEL`` is that line's text; ``CHECKPOINT_COMPLETE_TOKEN`` is the same string under the
+  name other implementations of the protocol use, so scripts written for them run unchanged.
 * ``time_remaining()`` returns the live seconds until SIGKILL once SIGTERM has arrived (never
   below 0), and the full grace before that.
 
@@ -53,9 +55,12 @@ from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
 
-__all__ = ["SENTINEL", "install_preemption_handler", "time_remaining"]
+__all__ = ["CHECKPOINT_COMPLETE_TOKEN", "SENTINEL", "install_preemption_handler", "time_remaining"]
 
 SENTINEL = "jobd-checkpoint-complete"
+# The name other implementations of this protocol give the same line, so a workload written
+# for them (`from ... import CHECKPOINT_COMPLETE_TOKEN`) runs here unchanged.
+CHECKPOINT_COMPLETE_TOKEN = SENTINEL
 
 _GRACE_ENV = "JOBD_CHECKPOINT_GRACE_S"
 _DEFAULT_GRACE_S = 60.0

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_SERVER", "data_dir", "default_server", "default_token"]
+__all__ = ["DEFAULT_SERVER", "config_path", "data_dir", "default_server", "default_token"]
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -21,6 +21,17 @@ _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhos
 def default_server() -> str:
     """`JOBD_URL`, else the broker `jobd dev` starts on this machine."""
     return os.environ.get("JOBD_URL") or DEFAULT_SERVER
+
+
+def config_path() -> Path:
+    """The contexts' file: `JOBD_CONFIG`, else `$XDG_CONFIG_HOME/jobd/config.yaml`, else
+    `~/.config/jobd/config.yaml`."""
+    explicit = os.environ.get("JOBD_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".config"
+    return base / "jobd" / "config.yaml"
 
 
 def data_dir() -> Path:

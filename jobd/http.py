@@ -134,8 +134,10 @@ class JobdClient(Client):
     def preempt_blockers(self, job_id: int, *, dry_run: bool = False) -> BlockersResult:
         return self.run(calls.preempt_blockers(job_id, dry_run=dry_run))
 
-    def resume_job(self, job_id: int) -> Document:
-        return self.run(calls.resume_job(job_id))
+    def resume_job(
+        self, job_id: int, *, from_scratch: bool = False, force: bool = False
+    ) -> Document:
+        return self.run(calls.resume_job(job_id, from_scratch=from_scratch, force=force))
 
     def list_workers(self) -> list[Document]:
         return self.run(calls.list_workers())

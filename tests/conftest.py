@@ -137,3 +137,13 @@ def events_as_documented(
     doc = events_doc()
     problems = sorted({p for ev in committed for p in doc.problems(ev.as_json(seq=True))})
     assert not problems, "events unlike docs/events.md:\n" + "\n".join(problems)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`job` reads the user's contexts (~/.config/jobd/config.yaml); a developer's own must
+    not steer the tests, so every test starts with none (tests of contexts set their own)."""
+    missing = tmp_path_factory.getbasetemp() / "no-jobd-config.yaml"
+    monkeypatch.setenv("JOBD_CONFIG", str(missing))

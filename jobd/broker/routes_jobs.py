@@ -33,6 +33,7 @@ from jobd.wire.models import (
     BlockersQuery,
     JobsQuery,
     LogsQuery,
+    ResumeQuery,
 )
 
 router = APIRouter(tags=["jobs"])
@@ -247,9 +248,11 @@ async def preempt_blockers(
 
 
 @route(router, routes.RESUME_JOB)
-async def resume(request: Request, job_id: int) -> Response:
+async def resume(request: Request, job_id: int, query: Annotated[ResumeQuery, Query()]) -> Response:
     state = state_of(request)
-    return json_response(doc(resume_job(state.ctx, _job(request, job_id))), status_code=201)
+    options = {"from_scratch": query.from_scratch, "force": query.force}
+    resumed = resume_job(state.ctx, _job(request, job_id), **options)
+    return json_response(doc(resumed), status_code=201)
 
 
 @route(

@@ -74,14 +74,32 @@ def cancel(targets: Selection, output: str) -> None:
 
 @click.command()
 @job_targets
+@click.option(
+    "--from-scratch",
+    is_flag=True,
+    help="For a job that never completed a checkpoint: run its spec again without RESUME_FROM.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="For a job that never completed a checkpoint: point RESUME_FROM at its checkpoint "
+    "directory anyway.",
+)
 @output_option("text")
-def resume(targets: Selection, output: str) -> None:
+def resume(targets: Selection, from_scratch: bool, force: bool, output: str) -> None:
     """Resubmit preempted jobs from their checkpoints.
 
     Each new job has the old one's spec, with RESUME_FROM pointing at its checkpoint
-    directory; prints each new job's id.
+    (`latest.<ext>`, else its checkpoint directory); prints each new job's id. A job whose
+    checkpoint never completed is refused: say --from-scratch or --force.
     """
-    _act(targets, output, JobdClient.resume_job, lambda job: str(job["metadata"]["id"]))
+    if from_scratch and force:
+        raise click.UsageError("--from-scratch and --force exclude each other: choose one")
+
+    def resume_one(broker: JobdClient, job_id: int) -> Document:
+        return broker.resume_job(job_id, from_scratch=from_scratch, force=force)
+
+    _act(targets, output, resume_one, lambda job: str(job["metadata"]["id"]))
 
 
 def _delete(broker: JobdClient, job_id: int) -> Document:

@@ -20,6 +20,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -28,11 +29,12 @@ from jobd.api.vocabulary import DEFAULT_PROJECT, MAX_GRACE_S
 from jobd.cli.durations import Duration
 from jobd.cli.failure import DiffFailure, Failure
 from jobd.cli.options import output_option, print_documents
-from jobd.discovery import default_server, default_token
+from jobd.discovery import DEFAULT_SERVER, config_path, default_server, default_token
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
 if TYPE_CHECKING:
     import httpx
+    from click.shell_completion import CompletionItem
 
     from jobd.http import ApplyResult, Document, JobdClient
 
@@ -56,7 +58,11 @@ VERB_MODULES = {
     "cordon": "drain",
     "uncordon": "drain",
     "drain": "drain",
+    "config": "config_verbs",
+    "completion": "config_verbs",
 }
+# Verbs that must work while the config file is broken: they are how it is fixed.
+STANDALONE = frozenset({"completion", "config"})
 
 
 @dataclass
@@ -129,34 +135,82 @@ def _usage_sentence(exc: click.UsageError) -> str:
     return f"{message[:1].lower()}{message[1:]} (see '{where} -h')"
 
 
-def _check_server(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    if not value.startswith(("http://", "https://")):
+def _check_server(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
         raise click.BadParameter(f"{value!r} is not an http:// or https:// URL")
     return value
+
+
+def _complete_context(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    from jobd.cli.config_verbs import complete_context
+
+    return complete_context(ctx, param, incomplete)
 
 
 @click.group(cls=_JobGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--server",
     envvar="JOBD_URL",
-    default=default_server,
     callback=_check_server,
     show_envvar=True,
-    help="The broker's URL [default: http://127.0.0.1:8765].",
+    help="The broker's URL [default: the context's, else http://127.0.0.1:8765].",
 )
 @click.option(
     "--token",
     envvar="JOBD_TOKEN",
     show_envvar=True,
-    help="Bearer token [default: a local broker's <data dir>/admin.token].",
+    help="Bearer token [default: the context's token file, else a local broker's "
+    "<data dir>/admin.token].",
+)
+@click.option(
+    "--token-file",
+    envvar="JOBD_TOKEN_FILE",
+    show_envvar=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read the token from this file (mode 0600).",
+)
+@click.option(
+    "--context",
+    "context_name",
+    envvar="JOBD_CONTEXT",
+    show_envvar=True,
+    shell_complete=_complete_context,
+    help="Use this context of the config file (job config -h) [default: its current one].",
 )
 @click.version_option(package_name="jobd", prog_name="job", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, server: str, token: str | None) -> None:
+def cli(ctx: click.Context, /, **connection: Any) -> None:
     """Submit and manage jobs on a jobd broker."""
+    if ctx.invoked_subcommand in STANDALONE:
+        return
     settings = ctx.ensure_object(Settings)
-    settings.server = server
-    settings.token = token or default_token(server)
+    if connection["context_name"] is None and not config_path().exists():
+        # No contexts: no YAML or pydantic to load, the common case kept fast.
+        settings.server = connection["server"] or DEFAULT_SERVER
+        settings.token = _token(connection["token"], connection["token_file"], settings.server)
+        return
+    from jobd.cli.contexts import ConfigError, resolve_connection
+
+    try:
+        chosen = resolve_connection(**connection)
+    except ConfigError as exc:
+        raise Failure(str(exc)) from None
+    settings.server, settings.token = chosen.server, chosen.token
+    if chosen.project:  # click's own defaults, below any flag or environment variable
+        ctx.default_map = {verb: {"project": chosen.project} for verb in ("submit", "get")}
+
+
+def _token(token: str | None, token_file: Path | None, server: str) -> str | None:
+    if token_file is not None:  # wins over --token, as it does for `jobd worker`
+        from jobd.cli.credentials import TokenFileError, read_token_file
+
+        try:
+            return read_token_file(token_file)
+        except TokenFileError as exc:
+            raise Failure(str(exc)) from None
+    return token or default_token(server)
 
 
 pass_settings = click.make_pass_decorator(Settings)

@@ -262,8 +262,10 @@ def preempt_blockers(job_id: int, *, dry_run: bool) -> Call[BlockersResult]:
     return Call(route, route.url(job_id=job_id), _blockers(dry_run), params=params)
 
 
-def resume_job(job_id: int) -> Call[Document]:
-    return Call(routes.RESUME_JOB, routes.RESUME_JOB.url(job_id=job_id), _document)
+def resume_job(job_id: int, *, from_scratch: bool = False, force: bool = False) -> Call[Document]:
+    route = routes.RESUME_JOB
+    params = {"from_scratch": _flag(from_scratch), "force": _flag(force)}
+    return Call(route, route.url(job_id=job_id), _document, params=params)
 
 
 def list_workers() -> Call[list[Document]]:

@@ -60,6 +60,7 @@ __all__ = [
     "Registration",
     "Report",
     "ReportBatch",
+    "ResumeQuery",
     "Started",
     "TokenCreated",
     "TokenInfo",
@@ -156,6 +157,17 @@ class JobsQuery(_Query):
 
 class BlockersQuery(_Query):
     dry_run: bool = False
+
+
+class ResumeQuery(_Query):
+    from_scratch: bool = Field(
+        default=False, description="Start the new job without RESUME_FROM, from the beginning"
+    )
+    force: bool = Field(
+        default=False,
+        description="Point RESUME_FROM at the checkpoint directory even though no checkpoint "
+        "completed",
+    )
 
 
 class DrainQuery(_Query):

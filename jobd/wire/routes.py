@@ -245,6 +245,7 @@ RESUME_JOB = Route(
     "POST",
     "/jobs/{job_id}/resume",
     "Resubmit from its checkpoint",
+    query_model="ResumeQuery",
     status=201,
     refuses=(409,),
 )

@@ -87,6 +87,7 @@ def start_jobd(root: Path, *flags: str, env_extra: dict[str, str] | None = None)
             "JOBD_LOG_DIR": str(root / "logs"),
             "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
             "JOBD_WORKER_NAME": "w1",
+            "JOBD_CONFIG": str(root / "no-config.yaml"),  # no user's contexts steer `job`
             "PYTHONPATH": str(REPO),
         }
     )

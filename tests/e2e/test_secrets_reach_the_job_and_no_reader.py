@@ -104,7 +104,7 @@ def test_a_preempted_job_keeps_its_secrets_and_resumes_with_them(jobd: Jobd) -> 
     jobd.wait_phase("nlp/long", "Preempted")
     assert _leaks(_in_store(jobd, job_id)[0])  # kept: the resume needs them
 
-    resumed_id = int(jobd.ok("resume", "nlp/long"))
+    resumed_id = int(jobd.ok("resume", "--force", "nlp/long"))  # it never checkpointed
     done = jobd.wait_phase(resumed_id, "Succeeded", "Failed")
     output = jobd.ok("logs", str(resumed_id))
     assert done["status"]["phase"] == "Succeeded", output

@@ -151,7 +151,7 @@ def test_several_jobs_and_a_label_selector(jobd: Jobd, tmp_path: Path) -> None:
 def test_every_verb_that_prints_prints_json(jobd: Jobd, tmp_path: Path) -> None:
     """Walks every verb of `job`: each prints a JSON document with -o json, or is one of
     the few whose output is not documents (a job's own output, a diff)."""
-    no_documents = {"logs", "diff"}
+    no_documents = {"logs", "diff", "completion"}  # completion prints a shell script
     runs: dict[str, list[list[str]]] = {}
     low = ["-p", "walk", "--priority", "1", "--preemptible", "--checkpoint-grace", "1"]
 
@@ -183,7 +183,7 @@ def test_every_verb_that_prints_prints_json(jobd: Jobd, tmp_path: Path) -> None:
         assert plan["dry_run"] is True and plan["candidate"] == queued
         assert as_json("preempt", str(victim))["status"]["desired_phase"] == "Preempted"
         assert as_json("wait", str(victim))["status"]["phase"] == "Preempted"
-        resumed = as_json("resume", str(victim))["metadata"]["id"]
+        resumed = as_json("resume", "--from-scratch", str(victim))["metadata"]["id"]
         rerun = as_json("rerun", str(victim))["metadata"]["labels"]["jobd/reruns"]
         assert rerun == str(victim)
         assert as_json("cancel", "-l", "jobd/reruns")[0]["metadata"]["id"] != victim
@@ -192,6 +192,8 @@ def test_every_verb_that_prints_prints_json(jobd: Jobd, tmp_path: Path) -> None:
         assert as_json("cordon", "w1")["spec"]["cordoned"] is True
         assert as_json("drain", "w1", "--timeout", "30")["drained"] is True
         assert as_json("uncordon", "w1")["spec"]["cordoned"] is False
+        runs["config"] = [["view"]]  # a group: its -o follows the subverb
+        assert json.loads(jobd.ok("config", "view", "-o", "json")) == {"contexts": {}}
     finally:
         jobd.job("uncordon", "w1")
         for job_id in _ids(jobd, "-p", "walk"):

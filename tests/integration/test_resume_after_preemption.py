@@ -34,10 +34,13 @@ def ctx(tmp_path: Path) -> Iterator[Context]:
     store.close()
 
 
-async def _preempted(ctx: Context, name: str, checkpointed: bool, **spec: object) -> Job:
+async def _preempted(
+    ctx: Context, name: str, checkpointed: bool, env_resume: str | None = None, **spec: object
+) -> Job:
+    env = {"LR": "3e-4"} | ({"RESUME_FROM": env_resume} if env_resume else {})
     job = Job(
         metadata=ObjectMeta(name=name, project="p", labels={"team": "vision"}),
-        spec=JobSpec(command=["python", "train.py"], env={"LR": "3e-4"}, **spec),
+        spec=JobSpec(command=["python", "train.py"], env=env, **spec),
     )
     job = create_jobs(ctx.store, [job], ctx.clock)[0]
     await SchedulerController(ctx).reconcile("queue")
@@ -67,6 +70,28 @@ async def test_only_a_preempted_job_resumes(ctx: Context) -> None:
     job = create_jobs(ctx.store, [Job(spec=JobSpec(command=["true"]))], ctx.clock)[0]
     with pytest.raises(TransitionError):
         resume_job(ctx, job)
+
+
+async def test_a_job_that_never_checkpointed_is_refused_unless_told_how(ctx: Context) -> None:
+    old = await _preempted(ctx, "early", checkpointed=False)
+    with pytest.raises(TransitionError, match=r"never completed a checkpoint.*--from-scratch"):
+        resume_job(ctx, old)
+    assert (ctx.store.get_job(old.id) or old).status.resumed_by is None
+    assert len(ctx.store.list_jobs()) == 1  # nothing was created
+
+    fresh = resume_job(ctx, old, from_scratch=True)
+    assert "RESUME_FROM" not in fresh.spec.env and fresh.spec.env["LR"] == "3e-4"
+    assert fresh.metadata.labels[RESUMES_LABEL] == str(old.id)
+    forced = resume_job(ctx, ctx.store.get_job(old.id) or old, force=True)
+    assert forced.spec.env["RESUME_FROM"] == f"/ckpt/{old.id}/latest.pt"
+    with pytest.raises(TransitionError, match="exclude each other"):
+        resume_job(ctx, old, from_scratch=True, force=True)
+
+
+async def test_from_scratch_drops_a_resume_from_the_job_was_given(ctx: Context) -> None:
+    old = await _preempted(ctx, "chain", checkpointed=True, env_resume="/ckpt/0/latest.pt")
+    assert old.spec.env["RESUME_FROM"] == "/ckpt/0/latest.pt"
+    assert "RESUME_FROM" not in resume_job(ctx, old, from_scratch=True).spec.env
 
 
 async def test_auto_resume_resubmits_once_after_a_completed_checkpoint(ctx: Context) -> None:

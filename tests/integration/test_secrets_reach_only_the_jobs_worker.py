@@ -218,7 +218,10 @@ async def test_a_preempted_job_keeps_its_secrets_and_its_resume_gets_them(
     row, _changes = _stored(tmp_path, old)
     assert json.loads(row)["spec"]["env"] == ENV
 
-    resumed = await api.post(f"/jobs/{old}/resume")
+    # It never completed a checkpoint: refused, with the reason, unless forced.
+    refused = await api.post(f"/jobs/{old}/resume")
+    assert refused.status_code == 409 and "never completed a checkpoint" in refused.text
+    resumed = await api.post(f"/jobs/{old}/resume", params={"force": "true"})
     assert resumed.status_code == 201, resumed.text
     new = resumed.json()
     assert new["spec"]["env"] == MASKED | {"RESUME_FROM": f"/ckpt/{old}/"}

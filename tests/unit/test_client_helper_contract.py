@@ -160,3 +160,36 @@ def test_import_pulls_in_only_the_standard_library() -> None:
     assert not {m.split(".")[0] for m in loaded} & THIRD_PARTY
     added = {m.split(".")[0] for m in loaded - baseline} - {"jobd"}
     assert added <= set(sys.stdlib_module_names), added - set(sys.stdlib_module_names)
+
+
+def test_a_script_written_for_the_token_name_runs_unchanged() -> None:
+    """Other implementations call the sentinel CHECKPOINT_COMPLETE_TOKEN and leave printing it
+    to the workload's own handler: such a script, as written, tells the worker its checkpoint
+    completed, with the line the worker scans for."""
+    source = textwrap.dedent(
+        """
+        import signal, sys, time
+        from jobd.client import CHECKPOINT_COMPLETE_TOKEN
+
+        def on_term(signum, frame):
+            print(CHECKPOINT_COMPLETE_TOKEN, flush=True)
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+        print("READY 0", flush=True)
+        while True:
+            time.sleep(0.05)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", source],
+        cwd=REPO,
+        env=_env(None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(b"READY")
+    out, err = _terminate(proc)
+    assert proc.returncode == 0, err
+    assert out.splitlines() == [SENTINEL]

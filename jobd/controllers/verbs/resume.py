@@ -5,11 +5,17 @@ with the old spec, `RESUME_FROM` set to the old run's `latest.<ext>` (or its che
 directory when there is no single such file), and a label naming the job it resumes.
 With `spec.auto_resume`, the lifecycle controller does the same by itself after a
 preemption whose checkpoint completed.
+
+A job whose checkpoint never completed (preempted before its handler was installed, or its
+checkpoint outran the grace) has nothing trustworthy to resume from: pointing the new run at
+an empty or half-written directory only makes it crash. So resuming it is refused unless the
+caller says which way to go: `from_scratch` (a new run without RESUME_FROM) or `force` (its
+checkpoint directory anyway, for a workload that saved without printing the sentinel).
 """
 
 from __future__ import annotations
 
-from jobd.api.models import Job, ObjectMeta
+from jobd.api.models import Job, JobSpec, ObjectMeta
 from jobd.controllers import transitions
 from jobd.controllers.context import Context
 from jobd.controllers.errors import TransitionError
@@ -17,16 +23,38 @@ from jobd.controllers.transitions import Verb
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.store.base import Store
 
-__all__ = ["RESUMES_LABEL", "resume_job"]
+__all__ = ["RESUMES_LABEL", "checkpoint_completed", "resume_job"]
 
 RESUMES_LABEL = "jobd/resumes"
 
 
-def _resume_target(job: Job) -> str:
+def checkpoint_completed(job: Job) -> bool:
+    """Whether the worker saw the sentinel during this job's preemption grace."""
+    preemption = job.status.preemption
+    return preemption is not None and preemption.checkpoint_complete
+
+
+def _resume_target(job: Job, force: bool) -> str:
+    if not (force or checkpoint_completed(job)):
+        raise TransitionError(
+            f"job {job.id} never completed a checkpoint (no checkpoint_complete before it "
+            "ended), so there is nothing to resume from: resume it with --from-scratch to "
+            "start over, or --force to point RESUME_FROM at its checkpoint directory anyway"
+        )
     target = job.status.checkpoint_latest or job.status.checkpoint_dir
     if not target:
         raise TransitionError(f"job {job.id} never reported a checkpoint directory")
     return target
+
+
+def _resumed_spec(job: Job, from_scratch: bool, force: bool) -> JobSpec:
+    spec = job.spec.model_copy(deep=True)
+    if from_scratch:
+        spec.env.pop("RESUME_FROM", None)
+    else:
+        spec.env["RESUME_FROM"] = _resume_target(job, force)
+    spec.depends_on = []  # its parents already ran
+    return spec
 
 
 def _free_name(store: Store, job: Job) -> str:
@@ -41,12 +69,13 @@ def _free_name(store: Store, job: Job) -> str:
     raise TransitionError(f"no free name left to resume {job.ref}")
 
 
-def resume_job(ctx: Context, job: Job) -> Job:
+def resume_job(ctx: Context, job: Job, *, from_scratch: bool = False, force: bool = False) -> Job:
+    """A new job continuing `job`; raises TransitionError (409) when it cannot be resumed."""
     store = ctx.store
     transitions.allowed(Verb.RESUME, job)
-    spec = job.spec.model_copy(deep=True)
-    spec.env["RESUME_FROM"] = _resume_target(job)
-    spec.depends_on = []  # its parents already ran
+    if from_scratch and force:
+        raise TransitionError("--from-scratch and --force exclude each other: choose one")
+    spec = _resumed_spec(job, from_scratch, force)
     labels = dict(job.metadata.labels) | {RESUMES_LABEL: str(job.id)}
     meta = ObjectMeta(name=_free_name(store, job), project=job.project, labels=labels)
     created = create_jobs(store, [Job(metadata=meta, spec=spec)], ctx.clock)[0]
