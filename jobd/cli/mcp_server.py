@@ -263,9 +263,23 @@ class JobTools:
         """Preempt a running job (as `job preempt`): SIGTERM, its grace, then Preempted."""
         return self._act(job, JobdClient.preempt_job)
 
-    def resume_job(self, job: JobRef) -> Document:
-        """Run a preempted job again as a new job with RESUME_FROM at its checkpoint."""
-        return self._act(job, JobdClient.resume_job)
+    def resume_job(
+        self,
+        job: JobRef,
+        from_scratch: Annotated[
+            bool,
+            Field(description="Run it again without RESUME_FROM (it never checkpointed)."),
+        ] = False,
+        force: Annotated[
+            bool,
+            Field(description="Point RESUME_FROM at its checkpoint directory anyway."),
+        ] = False,
+    ) -> Document:
+        """Run a preempted job again as a new job with RESUME_FROM at its checkpoint.
+
+        Refused for a job that never completed a checkpoint unless from_scratch or force."""
+        with _as_tool_errors():
+            return self.broker.resume_job(self._id(job), from_scratch=from_scratch, force=force)
 
     def _act(self, job: str, verb: Callable[[JobdClient, int], Document]) -> Document:
         with _as_tool_errors():

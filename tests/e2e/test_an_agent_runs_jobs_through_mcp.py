@@ -119,7 +119,9 @@ async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
         await a.until("low", "Running")
         await a.call("preempt_job", job="low")
         await a.until("low", "Preempted")
-        resumed = await a.call("resume_job", job="low")
+        refused = await a.refused("resume_job", job="low")
+        assert "never completed a checkpoint" in refused
+        resumed = await a.call("resume_job", job="low", force=True)
         assert resumed["metadata"]["id"] != low["metadata"]["id"]
         assert "RESUME_FROM" in resumed["spec"]["env"]
         await a.call("cancel_job", job=str(resumed["metadata"]["id"]))
