@@ -145,6 +145,15 @@ def end_all_jobs(root: Path, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def process_alive(pid: int) -> bool:
+    """Is pid a live process (not gone, not a zombie waiting for its parent)?"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in "ZX"
+
+
 def write_script(root: Path, name: str, body: str) -> list[str]:
     """A workload script in `root`; returns the argv that runs it with this Python."""
     path = root / name

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.e2e.harness import Jobd, manifest, start_jobd, stop_jobd, write_script
+from tests.e2e.harness import Jobd, manifest, process_alive, start_jobd, stop_jobd, write_script
 
 # Appends its pid to a file at each start, waits for a go file, exits with code 7.
 WAITS_FOR_GO = """
@@ -38,14 +38,6 @@ def _record(jobd: Jobd, job_id: int) -> dict[str, int]:
         time.sleep(0.02)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in "ZX"
-
-
 def _apply(jobd: Jobd, name: str, command: list[str]) -> int:
     jobd.ok("apply", "-f", "-", input=manifest(name, command, cwd=str(jobd.root)))
     return int(jobd.get(name)["metadata"]["id"])
@@ -64,7 +56,7 @@ def test_a_supervisor_on_its_second_job_is_readopted_after_kill_9(tmp_path: Path
     assert _record(jobd, first)["supervisor_pid"] == supervisor  # one process, two jobs
     jobd.process.kill()
     jobd.process.wait(5)
-    assert _alive(supervisor) and _alive(record["workload_pid"])
+    assert process_alive(supervisor) and process_alive(record["workload_pid"])
     jobd = start_jobd(tmp_path, *FLAGS)
     try:
         readopted = jobd.events(event="job_readopted")
@@ -74,7 +66,7 @@ def test_a_supervisor_on_its_second_job_is_readopted_after_kill_9(tmp_path: Path
         assert len(starts.read_text().split()) == 1  # never started twice
         assert jobd.get(first)["status"]["exit_code"] == 0
         deadline = time.monotonic() + 5  # its launcher is gone: no next job will come
-        while _alive(supervisor):
+        while process_alive(supervisor):
             assert time.monotonic() < deadline, "the old supervisor outlived its job"
             time.sleep(0.05)
     finally:

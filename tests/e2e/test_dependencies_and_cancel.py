@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
-from tests.e2e.harness import Jobd, manifest, write_script
+from tests.e2e.harness import Jobd, manifest, process_alive, write_script
 
 CHILD_IGNORES_TERM = """\
 import os, signal, subprocess, sys, time
@@ -16,16 +15,6 @@ open(sys.argv[1], "w").write(f"{os.getpid()} {child.pid}")
 print("ready", flush=True)
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie has exited; only its parent's bookkeeping is left.
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_failed_parent_cancels_children_transitively_but_any_exit_child_runs(jobd: Jobd) -> None:
@@ -83,8 +72,8 @@ def test_cancel_kills_a_job_whose_child_ignores_sigterm(jobd: Jobd) -> None:
     doc = jobd.get(job_id)
     assert doc["status"]["phase"] == "Cancelled"
     assert time.monotonic() - started < 8
-    assert not _alive(main_pid)
-    assert not _alive(child_pid)
+    assert not process_alive(main_pid)
+    assert not process_alive(child_pid)
 
 
 def test_cancel_of_a_finished_job_is_refused_and_changes_nothing(jobd: Jobd) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Jobd, start_jobd, stop_jobd, write_script
+from tests.e2e.harness import Jobd, process_alive, start_jobd, stop_jobd, write_script
 
 IGNORES_TERM = """\
 import os, signal, subprocess, sys, time
@@ -71,14 +71,6 @@ def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobd]:
     stop_jobd(running)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _run(jobd: Jobd, name: str, body: str, *submit: str, args: tuple[str, ...] = ()) -> int:
     command = write_script(jobd.root, f"{name}.py", body) + list(args)
     job_id = int(jobd.ok("submit", "--name", name, *submit, "--", *command).strip())
@@ -101,7 +93,7 @@ def test_job_ignoring_sigterm_is_killed_at_its_grace_with_its_child(one_slot: Jo
     took = time.monotonic() - started
     assert 1.0 <= took < 6, took
     assert doc["status"]["exit_signal"] == 9
-    assert not _alive(main_pid) and not _alive(child_pid)
+    assert not process_alive(main_pid) and not process_alive(child_pid)
     kills = [e for e in jobd.events(job=job_id, event="signal_sent") if e["signal"] == "SIGKILL"]
     assert kills, "the SIGKILL after the grace is recorded"
     assert not jobd.events(event="checkpoint_complete", job=job_id)

@@ -22,7 +22,7 @@ from jobd.api.models import Job, JobSpec, ObjectMeta
 from jobd.controllers.clock import SystemClock
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.store import open_store, sqlite_url
-from tests.e2e.harness import Jobd, manifest, start_jobd, stop_jobd, write_script
+from tests.e2e.harness import Jobd, manifest, process_alive, start_jobd, stop_jobd, write_script
 
 # Prints numbered lines (or stays silent), appends its pid to a file at each start, waits
 # for a go file, then exits with the code it was given.
@@ -69,14 +69,6 @@ def _ts(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in "ZX"
-
-
 def _apply(jobd: Jobd, name: str, command: list[str], **spec: object) -> int:
     jobd.ok("apply", "-f", "-", input=manifest(name, command, cwd=str(jobd.root), **spec))
     return int(jobd.get(name)["metadata"]["id"])
@@ -106,10 +98,10 @@ def test_jobs_survive_a_stop_of_jobd_dev_and_are_readopted(tmp_path: Path, how: 
     if how == signal.SIGINT:
         assert "3 jobs keep running" in (tmp_path / "dev.log").read_text()
     time.sleep(0.5)  # printing on, nobody reading: a pipe would have broken here
-    assert all(_alive(pid) for pid in pids.values())
+    assert all(process_alive(pid) for pid in pids.values())
     go.touch()  # the jobs end while nothing of jobd runs
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids.values()):
+    while any(process_alive(pid) for pid in pids.values()):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     jobd = start_jobd(tmp_path, "--slots", "4")
@@ -165,7 +157,7 @@ def test_a_preemption_keeps_its_deadline_with_no_agent(tmp_path: Path) -> None:
     jobd.process.kill()
     jobd.process.wait(5)
     state_dir = _state_dir(jobd, job_id)
-    while _alive(pid):
+    while process_alive(pid):
         assert time.monotonic() - asked < 8, "no SIGKILL at the deadline"
         time.sleep(0.05)
     stop = _stop_with_sigkill(state_dir)
