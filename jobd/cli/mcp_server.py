@@ -133,6 +133,15 @@ class JobTools:
         depends_on: Annotated[
             list[str] | None, Field(description="Jobs (ids or names) that must succeed first.")
         ] = None,
+        max_runtime_s: Annotated[
+            float | None, Field(description="End the job (Failed) after this long running.", gt=0)
+        ] = None,
+        idle_timeout_s: Annotated[
+            float | None, Field(description="End the job after this long with no output.", gt=0)
+        ] = None,
+        max_pending_s: Annotated[
+            float | None, Field(description="End the job if it waits this long to start.", gt=0)
+        ] = None,
     ) -> Document:
         """Submit a job (as `job submit`); returns its document, with its id."""
         with _as_tool_errors():
@@ -148,6 +157,9 @@ class JobTools:
                 gpus=gpus,
                 depends_on=depends_on or (),
                 env=[f"{k}={v}" for k, v in (env or {}).items()],
+                max_runtime=max_runtime_s,
+                idle_timeout=idle_timeout_s,
+                max_pending=max_pending_s,
             )
             return self.broker.create_job(document)
 

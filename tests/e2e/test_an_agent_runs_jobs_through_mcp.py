@@ -105,6 +105,10 @@ async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
         assert "no job named 'nope'" in await a.refused("get_job", job="nope")
         refusal = await a.refused("submit_job", command=["true"], checkpoint_grace_s=900)
         assert "checkpoint_grace_s 900 s is over" in refusal and "--" not in refusal
+        capped = await a.call("submit_job", command=sleeper, name="capped", max_runtime_s=1)
+        assert capped["spec"]["max_runtime_s"] == 1
+        timed_out = await a.until("capped", "Failed")
+        assert timed_out["status"]["reason"] == "MaxRuntimeExceeded"
 
         other = (await a.call("submit_job", command=sleeper, name="other"))["metadata"]["id"]
         await a.until(other, "Running")
