@@ -14,15 +14,17 @@ chromium; never `playwright install`).
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
 from tests.conftest import _in_ci
-from tests.e2e.harness import REPO, Jobd, write_script
+from tests.e2e.harness import BIN, REPO, Jobd, write_script
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -106,6 +108,18 @@ def _wait_for_output(jobd: Jobd, job_id: str, text: str, timeout_s: float = 20.0
 def _shot(page: Page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def test_job_ui_prints_a_url_that_works_once_and_opens_nothing_headless(jobd: Jobd) -> None:
+    env = {k: v for k, v in jobd.env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    result = subprocess.run(
+        [str(BIN / "job"), "ui"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    url = result.stdout.strip()
+    assert "works once" in result.stderr  # no browser here: it says what to do instead
+    assert httpx.get(url).status_code == 303
+    assert httpx.get(url).status_code == 400
 
 
 def test_the_job_list_shows_a_submitted_job_and_follows_it(page: Page, jobd: Jobd) -> None:
