@@ -159,9 +159,7 @@ def test_a_jobs_output_arrives_live_on_its_page(page: Page, jobd: Jobd) -> None:
     _shot(page, "job")
 
 
-def test_the_timeline_shows_a_preemption_its_checkpoint_and_resume(
-    page: Page, jobd: Jobd
-) -> None:
+def test_the_timeline_shows_a_preemption_its_checkpoint_and_resume(page: Page, jobd: Jobd) -> None:
     from playwright.sync_api import expect
 
     command = write_script(jobd.root, "checkpointer.py", CHECKPOINTER)

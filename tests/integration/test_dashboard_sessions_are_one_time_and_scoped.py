@@ -103,6 +103,15 @@ async def test_a_login_code_works_once_and_sets_a_strict_http_only_cookie(
     assert (await _page(api, "/ui", first.cookies[COOKIE])).status_code == 200
 
 
+async def test_the_cookie_is_secure_when_the_page_is_served_over_https(
+    api: httpx.AsyncClient,
+) -> None:
+    made = (await api.post("/login-codes")).json()
+    async with httpx.AsyncClient(transport=api._transport, base_url="https://jobd") as browser:
+        answer = await browser.get(made["path"])
+    assert answer.status_code == 303 and "; secure" in answer.headers["set-cookie"].lower()
+
+
 async def test_only_a_user_or_admin_token_gets_a_code(api: httpx.AsyncClient) -> None:
     made = await api.post("/tokens", json={"role": "worker", "worker": "w1", "name": "w"})
     worker = {"Authorization": f"Bearer {made.json()['token']}"}
@@ -173,7 +182,8 @@ async def test_the_log_stream_sends_the_output_then_its_end(api: httpx.AsyncClie
     assert done.status_code == 200, done.text
     stream = await _page(api, f"/ui/jobs/{job_id}/log-stream", await _sign_in(api))
     assert stream.headers["content-type"].startswith("text/event-stream")
-    assert stream.text == "id: 8\nevent: log\ndata: one\ndata: two\ndata: \n\nevent: end\ndata: \n\n"
+    output = "id: 8\nevent: log\ndata: one\ndata: two\ndata: \n\n"  # the last line's end
+    assert stream.text == output + "event: end\ndata: \n\n"
 
 
 def test_a_code_expires_and_a_session_too(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobd.broker.access import Forbidden
 from jobd.broker.tokens import Principal, Tokens
 
 __all__ = ["CODE_TTL_S", "COOKIE", "SESSION_TTL_S", "Sessions", "load_key"]
@@ -73,7 +74,8 @@ class Sessions:
         while len(self._codes) >= _MAX_CODES:
             del self._codes[next(iter(self._codes))]
         found = self.tokens.by_label(who.label)
-        assert found is not None, "a request's principal is in the token table"
+        if found is None:  # revoked since its request was let in
+            raise Forbidden(f"token {who.label!r} has been revoked")
         code = secrets.token_urlsafe(24)
         fingerprint = self._fingerprint(found[0])
         self._codes[_digest(code)] = _Code(who.label, fingerprint, now + CODE_TTL_S)
