@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -144,6 +145,24 @@ async def test_a_revoked_tokens_session_ends(api: httpx.AsyncClient) -> None:
     assert (await _page(api, "/ui", cookie)).status_code == 401
     await _user(api, "bob", "a")  # a new token of the same label: not the session's
     assert (await _page(api, "/ui", cookie)).status_code == 401
+
+
+async def test_a_live_stream_ends_with_its_session(api: httpx.AsyncClient) -> None:
+    await _job(api, "first", "a")
+    cookie = await _sign_in(api, await _user(api, "carol", "a"))
+    answered: list[httpx.Response] = []
+
+    async def follow() -> None:
+        answered.append(await _page(api, "/ui/stream/jobs", cookie))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.sleep(0.2)  # the stream sent the list and waits for a change
+            assert (await api.delete("/tokens/carol")).status_code == 200
+            await _job(api, "wakes-it", "a")
+    text = answered[0].text
+    assert text.startswith("event: html\n") and "first" in text and "wakes-it" not in text
 
 
 async def test_filters_narrow_the_list_and_a_bad_one_is_named(api: httpx.AsyncClient) -> None:

@@ -7,26 +7,26 @@ source of `/watch`), re-read and re-rendered with the very templates of the page
 
 Every event's data is text (lines of HTML or of output); a log event's id is the byte
 offset after it, so a browser that reconnects resumes where it stopped (Last-Event-ID).
-Streams end when the broker stops (its notifiers are closed) or the browser leaves.
+Streams end when the broker stops (its notifiers are closed), when the session does (its
+token revoked, its 12 hours up: looked at between events, at least every 15 s), or when
+the browser leaves.
 """
 
 from __future__ import annotations
 
 import codecs
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated
 
 import anyio
-from fastapi import Path, Request
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from jobd.api.vocabulary import MAX_ID
 from jobd.broker import access
-from jobd.broker.access import principal_of
-from jobd.broker.feed import FeedEntry
-from jobd.broker.state import BrokerState, job_or_404, state_of
-from jobd.broker.ui.login import signed_in_router
-from jobd.broker.ui.pages import job_live, jobs_asked, jobs_rows
+from jobd.broker.access import Forbidden, principal_of
+from jobd.broker.feed import FeedEntry, Filter
+from jobd.broker.state import job_or_404, state_of
+from jobd.broker.ui.login import session_lasts, signed_in_router
+from jobd.broker.ui.pages import JobId, job_live, jobs_asked, jobs_rows
 from jobd.broker.ui.rendering import HEADERS
 from jobd.store.base import NotFound
 
@@ -38,7 +38,6 @@ TAIL_LINES = 1000  # the output a job's page opens with; the rest is in `job log
 _KEEPALIVE_S = 15.0
 _MIN_GAP_S = 0.5
 _LOG_WAIT_S = 2.0  # a log wait is short: a job's notifier is made afresh after each wake
-JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 def sse(event: str, data: str, event_id: int | None = None) -> str:
@@ -53,8 +52,9 @@ def _stream(events: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 
-def _stopping(state: BrokerState) -> bool:
-    return state.feed.changed.closed
+def _ending(request: Request) -> bool:
+    """The broker is stopping (its notifiers are closed), or the session is over."""
+    return state_of(request).feed.changed.closed or not session_lasts(request)
 
 
 @router.get("/ui/jobs/{job_id}/log-stream")
@@ -66,15 +66,16 @@ async def log_stream(request: Request, job_id: JobId) -> StreamingResponse:
         offset = int(resumed)
     else:
         offset = state.logs.start(job_id, 0, TAIL_LINES, None, state.ctx.clock.now())
-    return _stream(_output(state, job_id, offset))
+    return _stream(_output(request, job_id, offset))
 
 
-async def _output(state: BrokerState, job_id: int, offset: int) -> AsyncIterator[str]:
+async def _output(request: Request, job_id: int, offset: int) -> AsyncIterator[str]:
     """The job's output from `offset` as it arrives; `end` once the job ended and all of
     its output was sent."""
+    state = state_of(request)
     decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
     quiet = 0.0
-    while not _stopping(state):
+    while not _ending(request):
         notifier = state.logs.notifier(job_id)
         found = state.logs.read(job_id, offset)
         if found.data:
@@ -101,10 +102,10 @@ async def job_stream(request: Request, job_id: JobId) -> StreamingResponse:
     def render() -> str | None:
         try:
             return job_live(state, who, job_id)
-        except NotFound:
+        except (NotFound, Forbidden):  # deleted, or no longer the token's to see
             return None
 
-    return _stream(_renders(state, render, lambda e: e.kind == "Job" and e.project == project))
+    return _stream(_renders(request, render, _jobs_of(frozenset({project}))))
 
 
 @router.get("/ui/stream/jobs")
@@ -113,23 +114,32 @@ async def jobs_stream(request: Request) -> StreamingResponse:
     query = jobs_asked(request)  # refused as the page is
     seen = access.projects(who)
 
-    def render() -> str:
-        return jobs_rows(state, who, query)
+    def render() -> str | None:
+        try:
+            return jobs_rows(state, who, query)
+        except Forbidden:  # the token's projects changed
+            return None
 
-    return _stream(_renders(state, render, lambda e: e.kind == "Job" and _sees(seen, e)))
+    return _stream(_renders(request, render, _jobs_of(seen)))
 
 
-def _sees(seen: frozenset[str] | None, entry: FeedEntry) -> bool:
-    return seen is None or entry.project in seen
+def _jobs_of(projects: frozenset[str] | None) -> Filter:
+    """Changes of the jobs of these projects (None: of every project)."""
+
+    def accept(entry: FeedEntry) -> bool:
+        return entry.kind == "Job" and (projects is None or entry.project in projects)
+
+    return accept
 
 
 async def _renders(
-    state: BrokerState, render: Callable[[], str | None], accept: Callable[[FeedEntry], bool]
+    request: Request, render: Callable[[], str | None], accept: Filter
 ) -> AsyncIterator[str]:
     """`render()` as an `html` event whenever what it shows may have changed (a commit
     `accept` passes) and it differs from what was sent last; `gone` when it answers None."""
+    state = state_of(request)
     revision, sent = state.feed.revision, ""
-    while not _stopping(state):
+    while not _ending(request):
         shown = render()
         if shown is None:
             yield sse("gone", "")
@@ -137,7 +147,7 @@ async def _renders(
         if shown != sent:
             sent = shown
             yield sse("html", shown)
-            await anyio.sleep(_MIN_GAP_S)  # a busy cluster: one render a second at most
+            await anyio.sleep(_MIN_GAP_S)  # a busy cluster: two renders a second at most
         revision, changes = await state.feed.wait_since(revision, accept, _KEEPALIVE_S)
         if not changes:
             yield ": keepalive\n\n"

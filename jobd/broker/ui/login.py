@@ -18,7 +18,7 @@ from jobd.broker.ui.rendering import HEADERS, NoSession, PageRoute, page
 from jobd.broker.ui.sessions import CODE_TTL_S, COOKIE, SESSION_TTL_S, Sessions
 from jobd.wire import routes
 
-__all__ = ["api", "public", "sessions_of", "signed_in", "signed_in_router"]
+__all__ = ["api", "public", "session_lasts", "sessions_of", "signed_in", "signed_in_router"]
 
 api = APIRouter(tags=["dashboard"])
 public = APIRouter(route_class=PageRoute, include_in_schema=False)
@@ -35,6 +35,12 @@ async def signed_in(request: Request) -> None:
     if who is None:
         raise NoSession()
     request.scope[PRINCIPAL] = who
+
+
+def session_lasts(request: Request) -> bool:
+    """Whether the request's session is still valid: what a live stream asks as it goes on,
+    so a revoked token's open pages stop receiving."""
+    return sessions_of(request).principal(request.cookies.get(COOKIE)) is not None
 
 
 def signed_in_router() -> APIRouter:

@@ -32,7 +32,7 @@ from jobd.controllers.errors import AdmissionError
 from jobd.store.base import EventRecord, Store
 from jobd.wire.models import JobsQuery
 
-__all__ = ["job_live", "jobs_asked", "jobs_rows", "router"]
+__all__ = ["JobId", "job_live", "jobs_asked", "jobs_rows", "router"]
 
 router = signed_in_router()
 

@@ -23,7 +23,7 @@ function followLog(el, source) {
 function followHtml(el, source) {
   source.addEventListener("html", (event) => { el.innerHTML = event.data; });
   source.addEventListener("gone", () => {
-    el.textContent = "This job has been deleted.";
+    el.textContent = "No longer available (deleted, or not yours to see): reload the page.";
     source.close();
   });
 }
