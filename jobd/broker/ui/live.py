@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 
 from jobd.broker import access
 from jobd.broker.access import Forbidden, principal_of
-from jobd.broker.feed import FeedEntry, Filter
+from jobd.broker.feed import FeedEntry
 from jobd.broker.state import job_or_404, state_of
 from jobd.broker.ui.login import session_lasts, signed_in_router
 from jobd.broker.ui.pages import JobId, job_live, jobs_asked, jobs_rows
@@ -37,6 +37,7 @@ router = signed_in_router()
 TAIL_LINES = 1000  # the output a job's page opens with; the rest is in `job logs`
 _KEEPALIVE_S = 15.0
 _MIN_GAP_S = 0.5
+Accept = Callable[[FeedEntry], bool]  # which changes may change what a stream shows
 _LOG_WAIT_S = 2.0  # a log wait is short: a job's notifier is made afresh after each wake
 
 
@@ -123,7 +124,7 @@ async def jobs_stream(request: Request) -> StreamingResponse:
     return _stream(_renders(request, render, _jobs_of(seen)))
 
 
-def _jobs_of(projects: frozenset[str] | None) -> Filter:
+def _jobs_of(projects: frozenset[str] | None) -> Accept:
     """Changes of the jobs of these projects (None: of every project)."""
 
     def accept(entry: FeedEntry) -> bool:
@@ -133,7 +134,7 @@ def _jobs_of(projects: frozenset[str] | None) -> Filter:
 
 
 async def _renders(
-    request: Request, render: Callable[[], str | None], accept: Filter
+    request: Request, render: Callable[[], str | None], accept: Accept
 ) -> AsyncIterator[str]:
     """`render()` as an `html` event whenever what it shows may have changed (a commit
     `accept` passes) and it differs from what was sent last; `gone` when it answers None."""

@@ -20,7 +20,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from jobd.broker.responses import status_for, validation_detail
 
-__all__ = ["NoSession", "PageRoute", "fragment", "page"]
+__all__ = ["HEADERS", "NoSession", "PageRoute", "duration", "fragment", "page"]
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
