@@ -137,6 +137,19 @@ async def test_a_user_tokens_session_sees_only_its_projects(api: httpx.AsyncClie
     assert "ours-job" in admin.text and "their-job" in admin.text
 
 
+async def test_a_user_sees_every_worker_but_only_its_projects_jobs_there(
+    api: httpx.AsyncClient,
+) -> None:
+    registered = await api.put("/workers/w1", json={"spec": {"slots": 2}})
+    assert registered.status_code == 200, registered.text
+    ours, theirs = await _job(api, "ours-job", "a"), await _job(api, "their-job", "b")
+    bind(api, ours, "w1")
+    bind(api, theirs, "w1")
+    page = (await _page(api, "/ui/workers", await _sign_in(api, await _user(api, "al", "a")))).text
+    assert "w1" in page and "2/2" in page
+    assert "ours-job" in page and "their-job" not in page and "1 of other projects" in page
+
+
 async def test_a_revoked_tokens_session_ends(api: httpx.AsyncClient) -> None:
     await _job(api, "a", "a")
     cookie = await _sign_in(api, await _user(api, "bob", "a"))
