@@ -142,6 +142,10 @@ class JobdClient(Client):
     def list_workers(self) -> list[Document]:
         return self.run(calls.list_workers())
 
+    def login_code(self) -> Document:
+        """`{code, path, expires_in_s}`: the dashboard's one-time login (`job ui`)."""
+        return self.run(calls.login_code())
+
     def list_projects(self) -> list[Document]:
         return self.run(calls.list_projects())
 

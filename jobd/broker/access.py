@@ -83,6 +83,7 @@ ROLES: dict[Route, frozenset[str]] = {
     r.CREATE_TOKEN: _ADMINS,
     r.LIST_TOKENS: _ADMINS,
     r.REVOKE_TOKEN: _ADMINS,
+    r.LOGIN_CODE: _USERS,  # the dashboard shows jobs: what a user or admin token reads
     r.OPENAPI: _ANY,
 }
 

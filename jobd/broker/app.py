@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from jobd.broker import routes_jobs, routes_system, routes_tokens, routes_workers
+from jobd.broker import routes_jobs, routes_system, routes_tokens, routes_workers, ui
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.bodylimit import BodyLimit
 from jobd.broker.fastpath import FastRoutes
@@ -144,6 +144,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     ):
         app.include_router(router)
     app.include_router(routes_system.public)
+    ui.install(app, state)  # the dashboard at /ui, and the login-code route of `job ui`
 
     @app.get(wire_routes.OPENAPI.path, include_in_schema=False)
     async def openapi() -> JSONResponse:

@@ -1,6 +1,7 @@
 """Bearer-token authentication as a plain ASGI middleware (CONTRACT.md §8).
 
-Every request but the monitors' needs a token. The middleware resolves it to a
+Every request but the monitors' and the dashboard's (whose pages answer to a session
+cookie, broker/ui/sessions.py) needs a token. The middleware resolves it to a
 `Principal` (one SHA-256 and one dict hit: broker/tokens.py) before any routing runs,
 refuses what is not a valid token (401), refuses a route the principal's role may not
 call at all (403, access.ROLES), and leaves the principal in the ASGI scope, where the
@@ -15,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobd.broker.access import PRINCIPAL, refusal
 from jobd.broker.tokens import Tokens
-from jobd.wire.routes import PUBLIC_PATHS, find_route
+from jobd.wire.routes import PUBLIC_PATHS, find_route, is_ui_path
 
 __all__ = ["PUBLIC_PATHS", "TokenAuth"]
 
@@ -29,7 +30,9 @@ class TokenAuth:
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        path = scope["path"] if scope["type"] == "http" else ""
+        # The dashboard's pages check their session cookie themselves (broker/ui/).
+        if scope["type"] != "http" or path in PUBLIC_PATHS or is_ui_path(path):
             await self.app(scope, receive, send)
             return
         who = None

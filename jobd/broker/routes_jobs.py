@@ -173,9 +173,16 @@ declare(router, CREATE_JOB)
 @route(router, routes.LIST_JOBS)
 async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> Response:
     state, who = state_of(request), principal_of(request)
-    access.jobs_visible(who, query.project, query.worker)
     reveal = access.reveals(who, query.worker)  # every job listed is bound to that worker
     revision = state.feed.revision
+    items = find_jobs(state, who, query)
+    return json_response({"items": [doc(j, reveal=reveal) for j in items], "revision": revision})
+
+
+def find_jobs(state: BrokerState, who: Principal, query: JobsQuery) -> list[Job]:
+    """The jobs a listing asks for, within what `who` may see (the API's and the dashboard's
+    one query); Forbidden when it asks outside that."""
+    access.jobs_visible(who, query.project, query.worker)
     selector = parse_selector(query.selector) if query.selector is not None else None
     items = state.store.list_jobs(
         project=query.project,
@@ -187,7 +194,7 @@ async def list_jobs(request: Request, query: Annotated[JobsQuery, Query()]) -> R
     )
     if selector is not None:
         items = [j for j in items if selector.matches(j.metadata.labels)][: query.limit]
-    return json_response({"items": [doc(j, reveal=reveal) for j in items], "revision": revision})
+    return items
 
 
 @route(router, routes.GET_JOB)
@@ -278,6 +285,6 @@ async def read_logs(
     return Response(found.data, media_type="text/plain; charset=utf-8", headers=headers)
 
 
-__all__ = ["FAST", "router"]
+__all__ = ["FAST", "find_jobs", "router"]
 
 FAST = (CREATE_JOB,)

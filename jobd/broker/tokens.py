@@ -85,6 +85,7 @@ class Tokens:
         self.builtin = Principal(BUILTIN_LABEL, ADMIN)
         self._builtin_digest = digest(admin_token)
         self._by_digest: dict[bytes, Principal] = {self._builtin_digest: self.builtin}
+        self._by_label: dict[str, tuple[bytes, Principal]] = {}
         self._flushed = time.time()
         self.reload()
 
@@ -112,6 +113,12 @@ class Tokens:
                 principal.last_used = kept.last_used
             table[bytes.fromhex(record.digest)] = principal
         self._by_digest = table  # swapped whole: a request never sees half a table
+        self._by_label = {p.label: (d, p) for d, p in table.items()}
+
+    def by_label(self, label: str) -> tuple[bytes, Principal] | None:
+        """The digest and principal of the valid token of this label; None: none is (the
+        dashboard's sessions name their token so: a revoked one ends them)."""
+        return self._by_label.get(label)
 
     def flush(self) -> int:
         """Write when each stored token was last used, for those used since the last flush."""

@@ -60,6 +60,7 @@ VERB_MODULES = {
     "drain": "drain",
     "config": "config_verbs",
     "completion": "config_verbs",
+    "ui": "dashboard",
 }
 # Verbs that must work while the config file is broken: they are how it is fixed.
 STANDALONE = frozenset({"completion", "config"})

@@ -63,6 +63,7 @@ __all__ = [
     "list_projects",
     "list_tokens",
     "list_workers",
+    "login_code",
     "preempt_blockers",
     "preempt_job",
     "read_logs",
@@ -399,6 +400,14 @@ def list_tokens() -> Call[list[TokenInfo]]:
 
 def revoke_token(label: str) -> Call[Any]:
     return Call(routes.REVOKE_TOKEN, routes.REVOKE_TOKEN.url(label=label), _json)
+
+
+# -- the web dashboard
+
+
+def login_code() -> Call[Document]:
+    """A one-time code and the dashboard's login path carrying it (`job ui`)."""
+    return Call(routes.LOGIN_CODE, routes.LOGIN_CODE.url(), _document)
 
 
 def _token_created(response: httpx.Response) -> TokenCreated:

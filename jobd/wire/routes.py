@@ -37,6 +37,7 @@ __all__ = [
     "LIST_PROJECTS",
     "LIST_TOKENS",
     "LIST_WORKERS",
+    "LOGIN_CODE",
     "METRICS",
     "OPENAPI",
     "PATH_PARAMS",
@@ -54,12 +55,14 @@ __all__ = [
     "ROUTES",
     "SMALL_BODY",
     "STATUS_REASONS",
+    "UI_PREFIX",
     "UNCORDON_WORKER",
     "WATCH",
     "Route",
     "allowed_methods",
     "body_cap",
     "find_route",
+    "is_ui_path",
     "parse_path_param",
 ]
 
@@ -363,6 +366,22 @@ CREATE_TOKEN = Route(
 LIST_TOKENS = Route("GET", "/tokens", "The tokens: labels, roles, scopes, times; never a token")
 REVOKE_TOKEN = Route("DELETE", "/tokens/{label}", "Revoke a token: refused from the next request")
 
+# -- the web dashboard (broker/ui/): its pages answer to a session cookie, not a token
+
+UI_PREFIX = "/ui"
+LOGIN_CODE = Route(
+    "POST",
+    "/login-codes",
+    "A one-time code for the web dashboard's login URL, `/ui/login?code=...` (job ui)",
+    status=201,
+)
+
+
+def is_ui_path(path: str) -> bool:
+    """Whether `path` is the dashboard's: authenticated by its session cookie instead."""
+    return path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
+
+
 # -- monitors, and the API's own description
 
 HEALTHZ = Route("GET", "/healthz", "Liveness", public=True)
@@ -399,6 +418,7 @@ ROUTES: tuple[Route, ...] = (
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,
+    LOGIN_CODE,
     HEALTHZ,
     READYZ,
     METRICS,
