@@ -7,6 +7,7 @@ import pytest
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
 from jobd.controllers import lifecycle
 from jobd.controllers.context import Context
+from jobd.controllers.errors import TransitionError
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
@@ -63,8 +64,27 @@ async def test_a_pass_fills_every_free_slot_in_priority_order(ctx: Context) -> N
     assert {j.id for j in ctx.store.list_jobs(phases=[Phase.PENDING])} == {jobs[0].id, jobs[2].id}
 
 
+async def test_cpu_jobs_filling_the_slots_never_keep_a_gpu_job_waiting(ctx: Context) -> None:
+    # What the issue saw: four CPU jobs took the four slots of a 4-GPU worker, and a
+    # 1-GPU job waited while every GPU sat idle.
+    register_worker(ctx, "box", WorkerSpec(slots=4, gpus=[0, 1, 2, 3]), "h", "procgroup")
+    cpus = [_submit(ctx, f"cpu{i}", priority=9) for i in range(5)]
+    await _schedule(ctx)
+    gpu_job = _submit(ctx, "gpu", priority=1, gpus=1, preemptible=True)
+    await _schedule(ctx)
+    reports.report_started(ctx, reread(ctx, gpu_job), "box")
+
+    phases = [reread(ctx, j).status.phase for j in cpus]
+    assert phases.count(Phase.SCHEDULED) == 4, "the slots bound --slots CPU jobs"
+    assert reread(ctx, gpu_job).status.gpus == [0], "a GPU job takes a GPU, not a slot"
+    # The queued CPU job has no victim in the running, preemptible, lower-priority GPU job:
+    # stopping it would free a GPU, not a slot.
+    with pytest.raises(TransitionError, match="would make room"):
+        preempt_blockers(ctx, reread(ctx, cpus[4]), dry_run=True)
+
+
 async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
-    register_worker(ctx, "gpu", WorkerSpec(slots=4, gpus=[0, 1, 2]), "h", "procgroup")
+    register_worker(ctx, "gpu", WorkerSpec(slots=1, gpus=[0, 1, 2]), "h", "procgroup")
     register_worker(ctx, "cpu", WorkerSpec(slots=1), "h", "procgroup")
     two = _submit(ctx, "two", priority=9, gpus=2)
     one = _submit(ctx, "one", priority=8, gpus=1)
@@ -78,7 +98,7 @@ async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
     assert sorted(two.status.gpus + one.status.gpus) == [0, 1, 2], "no GPU handed out twice"
     assert starved.status.phase == Phase.PENDING, "no GPU left for it"
 
-    # gpu: 4 slots, 3 taken by GPU jobs; cpu: 1 slot. Two CPU jobs fit, the third waits.
+    # GPU jobs take no slot: gpu and cpu have one slot each. Two CPU jobs fit, the third waits.
     cpu_jobs = [reread(ctx, j) for j in cpus]
     placed = [j for j in cpu_jobs if j.status.phase == Phase.SCHEDULED]
     assert sorted(j.status.worker or "" for j in placed) == ["cpu", "gpu"]
