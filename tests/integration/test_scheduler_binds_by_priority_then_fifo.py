@@ -12,16 +12,24 @@ from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.preempt import preempt_blockers
-from jobd.controllers.verbs.worker_lease import register_worker
+from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
 from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
 
 
-def _submit(ctx: Context, name: str, priority: int = 0, gpus: int = 0, **spec: object) -> Job:
+def _submit(
+    ctx: Context,
+    name: str,
+    priority: int = 0,
+    gpus: int = 0,
+    gpu_memory: int | None = None,
+    **spec: object,
+) -> Job:
+    resources = Resources(gpus=gpus, gpu_memory=gpu_memory)
     job = Job(
         metadata=ObjectMeta(name=name, project="p"),
-        spec=JobSpec(command=["true"], priority=priority, resources=Resources(gpus=gpus), **spec),
+        spec=JobSpec(command=["true"], priority=priority, resources=resources, **spec),
     )
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
@@ -81,6 +89,24 @@ async def test_cpu_jobs_filling_the_slots_never_keep_a_gpu_job_waiting(ctx: Cont
     # stopping it would free a GPU, not a slot.
     with pytest.raises(TransitionError, match="would make room"):
         preempt_blockers(ctx, reread(ctx, cpus[4]), dry_run=True)
+
+
+async def test_memory_foreign_processes_use_keeps_a_job_off_that_gpu(ctx: Context) -> None:
+    gib = 1 << 30
+    spec = WorkerSpec(slots=1, gpus=[0, 1], gpu_memory={0: 48 * gib, 1: 80 * gib})
+    register_worker(ctx, "box", spec, "h", "procgroup")
+    # NVML on the worker: someone's notebook holds 20GiB of GPU 0, outside jobd.
+    heartbeat(ctx, "box", [], {}, {0: 20 * gib})
+    stored = ctx.store.get_worker("box")
+    assert stored is not None and stored.status.gpu_memory_foreign == {0: 20 * gib}
+    needs_40 = _submit(ctx, "needs-40", gpus=1, gpu_memory=40 * gib)
+    await _schedule(ctx)
+    assert reread(ctx, needs_40).status.gpus == [1], "GPU 0 has 28GiB free, not 40"
+
+    heartbeat(ctx, "box", [], {}, {})  # the notebook is gone
+    again = _submit(ctx, "again", gpus=1, gpu_memory=40 * gib)
+    await _schedule(ctx)
+    assert reread(ctx, again).status.gpus == [0]
 
 
 async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
