@@ -55,18 +55,15 @@ def test_jobs_are_placed_by_gpu_memory_and_cpu_jobs_block_no_gpu(lab: Jobd, tmp_
     for job_id in cpus[:2]:
         assert _printed(lab, job_id) == "gpus="
 
-    lab.ok(
-        "apply",
-        "-f",
-        "-",
-        input=manifest("big", argv, resources={"gpus": 1, "gpu_memory": "40GiB"}),
-    )
+    big_doc = manifest("big", argv, resources={"gpus": 1, "gpu_memory": "40GiB"})
+    lab.ok("apply", "-f", "-", input=big_doc)
     big = int(lab.get("default/big")["metadata"]["id"])
     small = _submit(lab, "--gpus", "1", "--gpu-memory", "16GiB", "--", *argv)
     assert _printed(lab, big) == "gpus=1", "40GiB fits only GPU 1"
     assert _printed(lab, small) == "gpus=0", "16GiB fits both: the smaller one is its best fit"
     assert lab.get(big)["status"]["gpus"] == [1]
     assert lab.get(big)["spec"]["resources"] == {"gpus": 1, "gpu_memory": 40 * GIB}
+    assert lab.ok("apply", "-f", "-", input=big_doc).strip() == "job/big unchanged"
     assert lab.get(cpus[2])["status"]["phase"] == "Pending", "--slots 2 bounds the CPU jobs"
 
     worker = json.loads(lab.ok("get", "workers", "w1", "-o", "json"))
