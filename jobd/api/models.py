@@ -17,11 +17,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
 )
 
 from jobd.api.secrets import MAX_PATTERN_LENGTH, MAX_PATTERNS, check_patterns
-from jobd.api.sizes import MAX_SIZE, parse_size
+from jobd.api.sizes import MAX_SIZE, SIZE_PATTERN, parse_size
 from jobd.api.vocabulary import (
     API_VERSION,
     BOUND_PHASES,
@@ -239,8 +240,17 @@ def _size(value: Any) -> Any:
 
 Size = Annotated[
     int,
-    Field(ge=1, le=MAX_SIZE, description="bytes; written as 40GiB, 80G, 40960MiB or bytes"),
+    Field(ge=1, le=MAX_SIZE),
     BeforeValidator(_size),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_SIZE},
+                {"type": "string", "pattern": SIZE_PATTERN},
+            ],
+            "description": "bytes, or a size in binary units: 40GiB, 80G, 40960MiB",
+        }
+    ),
 ]
 """GPU memory: bytes, accepted as written by people (api/sizes.py)."""
 

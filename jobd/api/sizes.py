@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_SIZE", "format_size", "parse_size"]
+__all__ = ["MAX_SIZE", "SIZE_PATTERN", "format_size", "parse_size"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:i?B)?|B)?", re.IGNORECASE)
+# The same, for JSON Schema (the OpenAPI document): a client is told a size is text too.
+SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt]([iI]?[bB])?|[bB])?\s*$"
 MAX_SIZE = 1 << 50  # a petabyte of memory on one GPU is a typo, not a GPU
 
 
@@ -22,12 +24,12 @@ def parse_size(text: str) -> int:
     if not match:
         raise ValueError(f"{text!r} is not a size (a number and a unit: 24GiB, 80G, 40960MiB)")
     number, unit = match.groups()
-    size = int(float(number) * _UNITS[(unit or "").upper()])
-    if size <= 0:
-        raise ValueError(f"{text!r}: a size must be more than 0 bytes")
-    if size > MAX_SIZE:
+    size = float(number) * _UNITS[(unit or "").upper()]
+    if not size <= MAX_SIZE:  # a thousand nines is infinity, which no int holds
         raise ValueError(f"{text!r}: a size must be at most {format_size(MAX_SIZE)}")
-    return size
+    if int(size) <= 0:
+        raise ValueError(f"{text!r}: a size must be more than 0 bytes")
+    return int(size)
 
 
 def format_size(size: int) -> str:

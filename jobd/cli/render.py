@@ -173,8 +173,12 @@ def _gpus(job: Document) -> str:
     assigned = _status(job).get("gpus") or []
     if assigned:
         return ",".join(str(g) for g in assigned)
-    wanted = (_spec(job).get("resources") or {}).get("gpus", 0)
-    return f"({wanted})" if wanted else "-"  # parenthesised: asked for, not yet assigned
+    resources = _spec(job).get("resources") or {}
+    wanted, memory = resources.get("gpus", 0), resources.get("gpu_memory")
+    if not wanted:
+        return "-"
+    each = f"x{format_size(int(memory))}" if memory else ""
+    return f"({wanted}{each})"  # parenthesised: asked for, not yet assigned
 
 
 def _exit(job: Document) -> str:

@@ -261,12 +261,15 @@ def test_jobs_table_shows_convergence_only_for_live_jobs() -> None:
 
 def test_wide_table_adds_desired_gpus_exit_and_command() -> None:
     jobs = [job_doc(7, "Running", worker="w", gpus=[0, 1]), job_doc(8, "Failed", exit_code=3)]
+    jobs.append(job_doc(9, "Pending"))
+    jobs[2]["spec"]["resources"] = {"gpus": 2, "gpu_memory": 40 << 30}
 
     lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
 
     assert lines[0].split()[6:] == ["DESIRED", "GPUS", "EXIT", "COMMAND"]
     assert lines[1].split()[6:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
     assert lines[2].split()[6:9] == ["Running", "(1)", "3"]
+    assert lines[3].split()[7] == "(2x40GiB)"
 
 
 def test_status_line_says_what_a_job_waits_for_and_how_long() -> None:

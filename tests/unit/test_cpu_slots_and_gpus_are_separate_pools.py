@@ -181,3 +181,8 @@ def test_a_job_document_takes_a_size_and_refuses_memory_without_gpus() -> None:
         Resources.model_validate({"gpus": 1, "gpu_memory": "lots"})
     with pytest.raises(ValidationError, match="memory given for GPUs the worker does not list"):
         WorkerSpec.model_validate({"gpus": [0], "gpu_memory": {"1": GIB}}, context=ADMISSION)
+
+
+def test_a_size_too_large_for_any_number_is_an_error_not_a_crash() -> None:
+    with pytest.raises(ValueError, match="at most 1024TiB"):
+        parse_size("9" * 400 + "GiB")
