@@ -593,6 +593,7 @@ def _say_jobs_run_on(agent: Agent) -> None:
 
 
 def _gpu_label(index: int, memory: dict[int, int]) -> str:
+    """`0:24GiB`, or `0` where the GPU's memory is not known."""
     from jobd.api.sizes import format_size
 
     return f"{index}:{format_size(memory[index])}" if index in memory else str(index)
@@ -610,9 +611,7 @@ def _say_where(
         f"  events: {config.log_dir / 'events.jsonl'}",
     ]
     if worker is not None:
-        gpus = ",".join(map(str, worker.gpus)) or "none"
-        if worker.gpu_memory:
-            gpus = ",".join(_gpu_label(g, worker.gpu_memory) for g in worker.gpus)
+        gpus = ",".join(_gpu_label(g, worker.gpu_memory) for g in worker.gpus) or "none"
         slots = f"{worker.slots} slot{'s' if worker.slots != 1 else ''}"
         lines.append(f"  worker: {worker.name} ({slots}, GPUs {gpus})")
     lines.append("Press Ctrl-C to stop.")

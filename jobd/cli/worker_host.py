@@ -39,6 +39,9 @@ __all__ = [
 _NVIDIA_SMI_TIMEOUT_S = 10
 _NVIDIA_SMI_QUERY = ["--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]
 _GPU_ENTRY = re.compile(r"(-?\d+)(?::(.+))?")
+# The broker's bound (api.models MAX_GPU_INDEX; not imported here, to keep pydantic out
+# of `jobd --help`): refused at start, not at registration.
+_MAX_GPU_INDEX = 1023
 Gpus = dict[int, int | None]  # GPU index -> its memory in bytes; None: not known
 
 
@@ -79,6 +82,8 @@ def parse_gpus(value: str | None) -> Gpus | None:
         index = int(match.group(1))
         if index < 0:
             raise StartupError(f"--gpus {value!r}: GPU index {index} is negative")
+        if index > _MAX_GPU_INDEX:
+            raise StartupError(f"--gpus {value!r}: GPU index {index} is past {_MAX_GPU_INDEX}")
         if index in gpus:
             raise StartupError(f"--gpus {value!r}: GPU {index} is listed twice")
         try:

@@ -43,7 +43,8 @@ def test_gpus_parse_indices_and_an_inventory_with_memory() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["-1", "0,-2", "1,1", "a", "0:24GiB:x", "0;1", "0:24XB", "0:0GiB", "0:9999TiB"]
+    "value",
+    ["-1", "0,-2", "1,1", "a", "0:24GiB:x", "0;1", "0:24XB", "0:0GiB", "0:9999TiB", "1024"],
 )
 def test_bad_gpu_lists_are_refused(value: str) -> None:
     with pytest.raises(StartupError):

@@ -42,6 +42,7 @@ def register_worker(
     worker.status.phase = "Ready"
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
+    worker.status.gpu_memory_foreign = {}  # the new agent measures anew, if it can
     ctx.leases.heard_from(name, worker.status.last_renewal)
     events = (
         []
