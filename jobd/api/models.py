@@ -17,10 +17,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
 )
 
 from jobd.api.secrets import MAX_PATTERN_LENGTH, MAX_PATTERNS, check_patterns
+from jobd.api.sizes import MAX_SIZE, SIZE_PATTERN, parse_size
 from jobd.api.vocabulary import (
     API_VERSION,
     BOUND_PHASES,
@@ -68,6 +70,7 @@ __all__ = [
     "Resource",
     "Resources",
     "RunLimits",
+    "Size",
     "StoreId",
     "StoreInt",
     "Strict",
@@ -226,13 +229,53 @@ class RunLimits(Strict):
 RUN_LIMITS = tuple(RunLimits.model_fields)
 
 
+def _size(value: Any) -> Any:
+    """A size as written (`40GiB`) into bytes; a number is bytes already."""
+    if isinstance(value, bool):
+        raise ValueError("a size (40GiB, or a number of bytes), not true or false")
+    if isinstance(value, str):
+        return parse_size(value)
+    return value
+
+
+Size = Annotated[
+    int,
+    Field(ge=1, le=MAX_SIZE),
+    BeforeValidator(_size),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_SIZE},
+                {"type": "string", "pattern": SIZE_PATTERN},
+            ],
+            "description": "bytes, or a size in binary units: 40GiB, 80G, 40960MiB",
+        }
+    ),
+]
+"""GPU memory: bytes, accepted as written by people (api/sizes.py)."""
+
+
 class Resources(Strict):
+    """What a job takes on its worker: GPUs, or else one CPU slot (the two pools).
+
+    A job asking for GPUs takes those GPUs and no slot; a CPU-only job takes one slot and
+    no GPU. So CPU jobs never keep a GPU job from a worker whose GPUs are free.
+    """
+
     gpus: int = Field(default=0, ge=0, le=64)
+    gpu_memory: Size | None = None  # the least memory each of its GPUs must have free
 
     @property
     def slots(self) -> int:
-        """A job takes one slot per GPU it asks for, and at least one."""
-        return max(1, self.gpus)
+        """The CPU slots the job takes: one for a CPU-only job, none for a GPU job."""
+        return 0 if self.gpus else 1
+
+    @field_validator("gpu_memory")
+    @classmethod
+    def _memory_needs_gpus(cls, memory: int | None, info: ValidationInfo) -> int | None:
+        if memory is not None and not info.data.get("gpus"):
+            raise ValueError("gpu_memory is memory per GPU: ask for gpus as well")
+        return memory
 
 
 class JobSpec(Strict):
@@ -454,6 +497,10 @@ class WorkerSpec(Strict):
             "uniqueItems": True,
         },
     )
+    # Each GPU's memory in bytes, by index: declared (`--gpus 0:24GiB`) or detected
+    # (NVML, nvidia-smi). A GPU not here has memory unknown: it takes only jobs that
+    # ask for no gpu_memory.
+    gpu_memory: dict[int, Size] = Field(default_factory=dict)
     lease_duration_s: float = Field(
         default=15.0,
         gt=0,
@@ -477,6 +524,14 @@ class WorkerSpec(Strict):
                 raise ValueError(f"GPU indices must not repeat: {gpus}")
         return gpus
 
+    @field_validator("gpu_memory")
+    @classmethod
+    def _memory_of_own_gpus(cls, memory: dict[int, int], info: ValidationInfo) -> dict[int, int]:
+        strangers = sorted(set(memory) - set(info.data.get("gpus") or []))
+        if strangers and admitting(info):
+            raise ValueError(f"memory given for GPUs the worker does not list: {strangers}")
+        return memory
+
     @field_validator("lease_duration_s")
     @classmethod
     def _lease_in_range(cls, lease: float, info: ValidationInfo) -> float:
@@ -495,6 +550,9 @@ class WorkerStatus(Strict):
     hostname: str | None = None
     runner: str | None = None
     registered_at: datetime = Field(default_factory=utcnow)
+    # Memory in use on each GPU by processes jobd did not start, in bytes (NVML, with the
+    # heartbeat); placement counts it as taken. Empty where nothing measures it.
+    gpu_memory_foreign: dict[int, StoreInt] = Field(default_factory=dict)
 
 
 class Worker(Strict):

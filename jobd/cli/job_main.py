@@ -349,7 +349,12 @@ _COMMAND_ARGS = {"allow_interspersed_args": False}
     metavar="S",
     help=f"Seconds from SIGTERM to SIGKILL on preemption, at most {MAX_GRACE_S}.",
 )
-@click.option("--gpus", type=int, metavar="N", help="GPUs the job takes (one slot each).")
+@click.option("--gpus", type=int, metavar="N", help="GPUs the job takes (then no CPU slot).")
+@click.option(
+    "--gpu-memory",
+    metavar="SIZE",
+    help="Memory each of its GPUs must have free: 40GiB, 80G, 40960MiB.",
+)
 @click.option(
     "--depends-on",
     multiple=True,
@@ -401,6 +406,7 @@ def submit(
     \b
     Examples:
       job submit -p long-training --gpus 1 -- python train.py --lr 3e-4
+      job submit --gpus 1 --gpu-memory 40GiB -- python finetune.py
       job submit --shell 'python prep.py | gzip > data.gz'
     """
     from jobd.cli.submit import SubmitError, build_submit_job

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from jobd.broker.state import BrokerConfig
+    from jobd.cli.worker_host import Gpus
     from jobd.worker.agent import Agent
     from jobd.worker.execution import WorkerSettings
 
@@ -198,15 +199,19 @@ def worker_options(f: F) -> F:
             "--slots",
             envvar="JOBD_WORKER_SLOTS",
             type=click.IntRange(min=1),
-            help="Concurrent jobs. [default: number of GPUs, else 1]",
+            help=(
+                "Concurrent CPU-only jobs (a GPU job takes its GPUs, no slot). "
+                "[default: number of GPUs, else 1]"
+            ),
         ),
         click.option(
             "--gpus",
             envvar="JOBD_WORKER_GPUS",
             callback=_gpus_option,
             help=(
-                "GPU indices to hand out, e.g. 0,1 or 0:24GiB,1:80GiB, or 'none'; checked "
-                "against nvidia-smi where it answers. [default: from nvidia-smi]"
+                "GPU indices to hand out, e.g. 0,1, or with each one's memory, "
+                "0:24GiB,1:80GiB, or 'none'; checked against NVML or nvidia-smi where they "
+                "answer. [default: from NVML, else nvidia-smi]"
             ),
         ),
         click.option(
@@ -311,7 +316,8 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     return WorkerSettings(
         name=kw["name"],
         slots=kw["slots"] or max(1, len(gpus)),
-        gpus=gpus,
+        gpus=sorted(gpus),
+        gpu_memory={g: m for g, m in gpus.items() if m is not None},
         checkpoint_root=checkpoint_root(env),
         default_grace_s=kw["default_grace"],
         state_dir=state_dir,
@@ -321,8 +327,9 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     )
 
 
-def _host_gpus(declared: list[int] | None) -> list[int]:
-    """The GPUs to hand out: declared or detected, checked against nvidia-smi."""
+def _host_gpus(declared: Gpus | None) -> Gpus:
+    """The GPUs to hand out, with their memory: declared or detected (NVML, nvidia-smi),
+    checked against what the host has."""
     from jobd.cli.worker_host import check_gpus, detect_gpus
 
     gpus, warning = check_gpus(declared, detect_gpus())
@@ -585,6 +592,13 @@ def _say_jobs_run_on(agent: Agent) -> None:
         click.echo(f"{running} {noun} running; the next start re-adopts them.", err=True)
 
 
+def _gpu_label(index: int, memory: dict[int, int]) -> str:
+    """`0:24GiB`, or `0` where the GPU's memory is not known."""
+    from jobd.api.sizes import format_size
+
+    return f"{index}:{format_size(memory[index])}" if index in memory else str(index)
+
+
 def _say_where(
     config: BrokerConfig, host: str, port: int, worker: WorkerSettings | None = None
 ) -> None:
@@ -597,7 +611,7 @@ def _say_where(
         f"  events: {config.log_dir / 'events.jsonl'}",
     ]
     if worker is not None:
-        gpus = ",".join(map(str, worker.gpus)) or "none"
+        gpus = ",".join(_gpu_label(g, worker.gpu_memory) for g in worker.gpus) or "none"
         slots = f"{worker.slots} slot{'s' if worker.slots != 1 else ''}"
         lines.append(f"  worker: {worker.name} ({slots}, GPUs {gpus})")
     lines.append("Press Ctrl-C to stop.")

@@ -67,6 +67,7 @@ _PARAMETERS = {
     "--name": "name",
     "--project": "project",
     "--priority": "priority",
+    "--gpu-memory": "gpu_memory",
     "--gpus": "gpus",
 }
 
@@ -117,6 +118,9 @@ class JobTools:
             str | None, Field(description="Working directory; the MCP server's when omitted.")
         ] = None,
         gpus: Annotated[int | None, Field(description="GPUs the job needs.", ge=0)] = None,
+        gpu_memory: Annotated[
+            str | None, Field(description="Memory each GPU must have free, e.g. 40GiB.")
+        ] = None,
         priority: Annotated[
             int | None, Field(description="Higher runs first; the project's when omitted.")
         ] = None,
@@ -155,6 +159,7 @@ class JobTools:
                 preemptible=preemptible,
                 checkpoint_grace=checkpoint_grace_s,
                 gpus=gpus,
+                gpu_memory=gpu_memory,
                 depends_on=depends_on or (),
                 env=[f"{k}={v}" for k, v in (env or {}).items()],
                 max_runtime=max_runtime_s,

@@ -198,8 +198,8 @@ def _show_workers(
     if not found:
         warn("No workers registered.")
         return
-    used = _slots_used(broker.list_jobs(phase=_BOUND).items)
-    table = render.workers_table(found, used, wide=output == "wide")
+    bound = broker.list_jobs(phase=_BOUND).items
+    table = render.workers_table(found, bound, wide=output == "wide")
     render.emit(render.make_console(), table)
 
 
@@ -208,15 +208,6 @@ def _worker_name(raw: str) -> str:
         return normalise_worker_name(strip_kind(raw, "worker"))
     except ValueError as exc:
         raise Failure(str(exc)) from None
-
-
-def _slots_used(bound: list[Document]) -> dict[str, int]:
-    used: dict[str, int] = {}
-    for job in bound:
-        worker = job["status"].get("worker")
-        gpus = (job["spec"].get("resources") or {}).get("gpus", 0)
-        used[worker] = used.get(worker, 0) + max(1, gpus)  # a slot per GPU, at least one
-    return used
 
 
 @click.command()

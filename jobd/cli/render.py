@@ -20,6 +20,7 @@ from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 
+from jobd.api.sizes import format_size
 from jobd.api.vocabulary import TERMINAL_PHASES, Phase
 
 __all__ = [
@@ -172,8 +173,12 @@ def _gpus(job: Document) -> str:
     assigned = _status(job).get("gpus") or []
     if assigned:
         return ",".join(str(g) for g in assigned)
-    wanted = (_spec(job).get("resources") or {}).get("gpus", 0)
-    return f"({wanted})" if wanted else "-"  # parenthesised: asked for, not yet assigned
+    resources = _spec(job).get("resources") or {}
+    wanted, memory = resources.get("gpus", 0), resources.get("gpu_memory")
+    if not wanted:
+        return "-"
+    each = f"x{format_size(int(memory))}" if memory else ""
+    return f"({wanted}{each})"  # parenthesised: asked for, not yet assigned
 
 
 def _exit(job: Document) -> str:
@@ -382,18 +387,21 @@ def _padded(row: Sequence[str]) -> str:
 
 def workers_table(
     workers: Iterable[Document],
-    slots_used: Mapping[str, int],
+    bound: Iterable[Document],
     now: datetime | None = None,
     *,
     wide: bool = False,
 ) -> Table:
+    """NAME STATUS SLOTS GPUS LEASE JOBS. SLOTS: CPU jobs running / slots; GPUS: each GPU
+    as `index:memory(job)`, `-` for a free one (`job workers` shows who holds what)."""
     now = _now(now)
+    slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
     table = _table(*headers, *(["HOST", "RUNNER", "AGE"] if wide else []))
     for worker in workers:
         name = (worker.get("metadata") or {}).get("name", "?")
         spec, status = worker.get("spec") or {}, worker.get("status") or {}
-        gpus = ",".join(str(g) for g in spec.get("gpus") or []) or "-"
+        gpus = _worker_gpus(spec, status, holders.get(name, {}), wide=wide)
         jobs = ",".join(str(j) for j in status.get("jobs") or []) or "-"
         slots = f"{slots_used.get(name, 0)}/{spec.get('slots', 1)}"
         lease = f"{_age(status.get('last_renewal'), now)} ago"
@@ -403,6 +411,33 @@ def workers_table(
             row.append(_age(status.get("registered_at"), now))
         table.add_row(*row)
     return table
+
+
+def _usage(bound: Iterable[Document]) -> tuple[dict[str, int], dict[str, dict[int, int]]]:
+    """Per worker: the slots its CPU jobs take, and which job holds each GPU."""
+    slots: dict[str, int] = {}
+    holders: dict[str, dict[int, int]] = {}
+    for job in bound:
+        worker = _status(job).get("worker") or ""
+        gpus = _status(job).get("gpus") or []
+        if not (_spec(job).get("resources") or {}).get("gpus"):
+            slots[worker] = slots.get(worker, 0) + 1  # a CPU job takes a slot, a GPU job none
+        held = holders.setdefault(worker, {})
+        held.update({int(g): int((job.get("metadata") or {}).get("id", 0)) for g in gpus})
+    return slots, holders
+
+
+def _worker_gpus(spec: Document, status: Document, held: Mapping[int, int], *, wide: bool) -> str:
+    """`0:24GiB(7),1:80GiB(-)`: each GPU, its memory where known, and the job on it;
+    wide adds the memory processes jobd did not start use on it."""
+    memory = {int(g): int(m) for g, m in (spec.get("gpu_memory") or {}).items()}
+    foreign = {int(g): int(m) for g, m in (status.get("gpu_memory_foreign") or {}).items()}
+    cells = []
+    for g in spec.get("gpus") or []:
+        size = f":{format_size(memory[g])}" if g in memory else ""
+        other = f",{format_size(foreign[g])} foreign" if wide and foreign.get(g) else ""
+        cells.append(f"{g}{size}({held.get(g, '-')}{other})")
+    return ",".join(cells) or "-"
 
 
 def _worker_status(spec: Document, status: Document) -> str:

@@ -44,6 +44,7 @@ _FLAGS = {
     ("metadata", "project"): "--project",
     ("spec", "priority"): "--priority",
     ("spec", "checkpoint_grace_s"): "--checkpoint-grace",
+    ("spec", "resources", "gpu_memory"): "--gpu-memory",
     ("spec", "resources"): "--gpus",
     ("spec", "env"): "--env/--export",
     ("spec", "depends_on"): "--depends-on",
@@ -68,6 +69,7 @@ def build_submit_job(
     preemptible: bool | None = None,
     checkpoint_grace: float | None = None,
     gpus: int | None = None,
+    gpu_memory: str | None = None,
     depends_on: Sequence[str] = (),
     depends_on_any_exit: bool = False,
     env: Sequence[str] = (),
@@ -98,7 +100,7 @@ def build_submit_job(
         "priority": priority,
         "preemptible": preemptible,
         "checkpoint_grace_s": checkpoint_grace,
-        "resources": None if gpus is None else {"gpus": gpus},
+        "resources": _resources(gpus, gpu_memory),
         "depends_on": [int(d) if d.isdigit() else d for d in depends_on] or None,
         "depends_on_any_exit": depends_on_any_exit or None,
         "max_runtime_s": _whole_seconds(max_runtime),
@@ -115,6 +117,12 @@ def build_submit_job(
     document = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
     _validate_submit(document)
     return document
+
+
+def _resources(gpus: int | None, gpu_memory: str | None) -> dict[str, Any] | None:
+    """`--gpus` and `--gpu-memory` as the spec says them; the size is the broker's to read."""
+    said = {"gpus": gpus, "gpu_memory": gpu_memory}
+    return {k: v for k, v in said.items() if v is not None} or None
 
 
 def _whole_seconds(seconds: float | None) -> int | None:

@@ -26,33 +26,71 @@ __all__ = [
 
 @dataclass
 class Capacity:
-    """What one worker has left, with the reservations made for nominated jobs."""
+    """What one worker has left, with the reservations made for nominated jobs.
+
+    Two pools (Resources): CPU slots for CPU-only jobs, GPUs for GPU jobs. A GPU's
+    memory is what it has less what processes jobd did not start use on it; a GPU
+    whose memory is unknown takes only jobs that ask for no gpu_memory.
+    """
 
     worker: str
     free_slots: int
     free_gpus: list[int]
-    # job id -> what is held for it: its slots *and* its GPUs, or a GPU freed for a
-    # nominated job could go to another job that finds a spare slot.
+    # GPU index -> bytes free on it (its memory less foreign use); absent: unknown.
+    gpu_memory: dict[int, int] = field(default_factory=dict)
+    # job id -> what is held for it: its slot or its GPUs (the ones it would be given),
+    # or a GPU freed for a nominated job could go to another job first.
     reserved: dict[int, Resources] = field(default_factory=dict)
 
-    def fits(self, job: Job) -> bool:
-        held = [r for j, r in self.reserved.items() if j != job.metadata.id]
+    def pick(self, job: Job) -> list[int] | None:
+        """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
+
+        What is held for other nominated jobs is not offered: their slot, and the GPUs
+        they would be given (those free now that fit them, up to their count).
+        """
+        slots, gpus = self.free_slots, self.free_gpus
+        for held_id, held in self.reserved.items():
+            if held_id != job.metadata.id:
+                slots -= held.slots
+                taken = self._fitting(held, gpus)[: held.gpus]
+                gpus = [g for g in gpus if g not in taken]
         needs = job.spec.resources
-        free_slots = self.free_slots - sum(r.slots for r in held)
-        free_gpus = len(self.free_gpus) - sum(r.gpus for r in held)
-        return free_slots >= needs.slots and free_gpus >= needs.gpus
+        fitting = self._fitting(needs, gpus)
+        if slots < needs.slots or len(fitting) < needs.gpus:
+            return None
+        return fitting[: needs.gpus]
+
+    def fits(self, job: Job) -> bool:
+        return self.pick(job) is not None
+
+    def _fitting(self, needs: Resources, gpus: list[int]) -> list[int]:
+        """The GPUs of `gpus` with room for `needs`, smallest first (best fit: big ones
+        stay free for big jobs)."""
+        if not needs.gpus:
+            return []
+        want = needs.gpu_memory or 0
+        fitting = [g for g in gpus if not want or self.gpu_memory.get(g, 0) >= want]
+        return sorted(fitting, key=lambda g: (self.gpu_memory.get(g, 0), g))
 
     def take(self, job: Job) -> list[int]:
+        gpus = self.pick(job) or []
         self.reserved.pop(job.id, None)
         self.free_slots -= job.spec.resources.slots
-        gpus, self.free_gpus = (
-            self.free_gpus[: job.spec.resources.gpus],
-            self.free_gpus[job.spec.resources.gpus :],
-        )
+        self.free_gpus = [g for g in self.free_gpus if g not in gpus]
         return gpus
 
+    def has_room(self) -> bool:
+        """Whether anything at all could start here: a free slot or a free GPU."""
+        return self.free_slots > 0 or bool(self.free_gpus)
+
     def copy(self) -> Capacity:
-        return Capacity(self.worker, self.free_slots, list(self.free_gpus), dict(self.reserved))
+        return Capacity(
+            self.worker,
+            self.free_slots,
+            list(self.free_gpus),
+            self.gpu_memory,
+            dict(self.reserved),
+        )
 
 
 def schedulable(workers: Iterable[Worker], heard: Container[str]) -> list[Worker]:
@@ -72,7 +110,7 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     frees room there for a queued job (`job cordon`, verbs/drain.py).
     """
     caps = {
-        w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus))
+        w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus), _memory_free(w))
         for w in workers
         if w.status.phase == "Ready" and not w.spec.cordoned
     }
@@ -82,6 +120,11 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
             cap.free_slots -= job.spec.resources.slots
             cap.free_gpus = [g for g in cap.free_gpus if g not in job.status.gpus]
     return caps
+
+
+def _memory_free(worker: Worker) -> dict[int, int]:
+    foreign = worker.status.gpu_memory_foreign
+    return {g: size - foreign.get(g, 0) for g, size in worker.spec.gpu_memory.items()}
 
 
 def give_back(cap: Capacity, job: Job) -> None:
@@ -99,9 +142,22 @@ def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
 
 
 def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
-    """The nominated worker if the job has one; else the fitting worker with most room."""
+    """The nominated worker if the job has one; else, for a CPU job, the fitting worker
+    with most free slots; for a GPU job, the one whose GPUs fit it best (least memory
+    given, then most GPUs left), so big GPUs stay free for the jobs that need them."""
     if job.status.nominated_worker:
         cap = caps.get(job.status.nominated_worker)
         return cap if cap is not None and cap.fits(job) else None
-    fitting = [c for c in caps.values() if c.fits(job)]
-    return max(fitting, key=lambda c: (c.free_slots, c.worker), default=None)
+    best: tuple[tuple[int, int, str], Capacity] | None = None
+    for cap in caps.values():
+        gpus = cap.pick(job)
+        if gpus is None:
+            continue
+        if job.spec.resources.gpus:
+            given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
+            key = (-given, len(cap.free_gpus), cap.worker)
+        else:
+            key = (cap.free_slots, 0, cap.worker)
+        if best is None or key > best[0]:
+            best = (key, cap)
+    return best[1] if best else None

@@ -1,11 +1,12 @@
 """Placement: a queued job that no registered worker could ever run is said to be so.
 
 The scheduler (scheduler.py) reads only the jobs that fit some worker's *free* room, so a
-job asking for more GPUs or slots than any worker *has* would wait in silence. This loop
+job asking for more GPUs (or more GPU memory) than any worker *has* would wait in silence. This loop
 compares each queued job with the workers' whole capacity (every registered worker,
 cordoned or Lost alike: each may run jobs again) and sets the condition
 `Scheduled=False, reason=Unschedulable` with a message naming the largest worker
-("no worker has 5 GPUs; the largest has 4"), with one `job_unschedulable` event. The
+("no worker has 5 GPUs; the largest has 4", "no worker has 1 GPU with 100GiB each (the
+most on one worker is 0; the largest GPU has 80GiB)"), with one `job_unschedulable` event. The
 job keeps waiting, since a worker may join; once one could run it the condition goes.
 With no worker registered at all, nothing is said: a worker is usually on its way.
 A job created through `job submit` is judged at admission already (verbs/admission.py),
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from jobd.api.models import Job, Phase, Resources, Worker
+from jobd.api.sizes import format_size
 from jobd.controllers import transitions
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
@@ -37,27 +39,36 @@ __all__ = [
 
 EVERY_QUEUED_JOB = "*"
 UNSCHEDULABLE = "Unschedulable"
-Shape = tuple[int, int]  # a worker's (slots, GPUs)
+# A worker's slots, and its GPUs' memory in bytes, largest first (0: not known).
+Shape = tuple[int, tuple[int, ...]]
 
 
 def shapes_of(workers: Iterable[Worker]) -> set[Shape]:
-    """The distinct (slots, GPUs) of these workers: all a verdict needs to know of them."""
+    """The distinct shapes of these workers: all a verdict needs to know of them."""
     return {_shape(w) for w in workers}
 
 
 def unschedulable_message(needs: Resources, shapes: Collection[Shape]) -> str | None:
-    """Why no worker of these shapes could run a job needing `needs`; None if one could."""
-    if not shapes or any(s >= needs.slots and g >= needs.gpus for s, g in shapes):
+    """Why no worker of these shapes could run a job needing `needs`; None if one could.
+
+    A CPU job needs a slot, which every worker has; a GPU job needs that many GPUs on
+    one worker, each with at least its gpu_memory (memory foreign processes use now is
+    not counted here: it passes).
+    """
+    if not shapes or not needs.gpus:
         return None
-    most_gpus = max(g for _, g in shapes)
-    most_slots = max(s for s, _ in shapes)
-    if most_gpus < needs.gpus:
+    want = needs.gpu_memory or 0
+    fitting = [sum(1 for m in memory if m >= want) for _, memory in shapes]
+    if max(fitting) >= needs.gpus:
+        return None
+    most_gpus = max(len(memory) for _, memory in shapes)
+    if not want or most_gpus < needs.gpus:
         return f"no worker has {_count(needs.gpus, 'GPU')}; the largest has {most_gpus}"
-    if most_slots < needs.slots:
-        return f"no worker has {_count(needs.slots, 'slot')}; the largest has {most_slots}"
+    largest = max((m for _, memory in shapes for m in memory), default=0)
+    known = f"the largest GPU has {format_size(largest)}" if largest else "no GPU's memory is known"
     return (
-        f"no worker has {_count(needs.gpus, 'GPU')} and {_count(needs.slots, 'slot')} "
-        f"together; the largest have {most_gpus} GPUs and {most_slots} slots"
+        f"no worker has {_count(needs.gpus, 'GPU')} with {format_size(want)} each "
+        f"(the most on one worker is {max(fitting)}; {known})"
     )
 
 
@@ -74,7 +85,11 @@ def _said_unschedulable(job: Job) -> str | None:
 
 
 def _shape(worker: Worker) -> Shape:
-    return (worker.spec.slots, len(worker.spec.gpus))
+    memory = worker.spec.gpu_memory
+    return (
+        worker.spec.slots,
+        tuple(sorted((memory.get(g, 0) for g in worker.spec.gpus), reverse=True)),
+    )
 
 
 class PlacementController:

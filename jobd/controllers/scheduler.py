@@ -1,4 +1,4 @@
-"""The scheduler: binds pending jobs to workers with free slots (and free GPUs).
+"""The scheduler: binds pending jobs to workers with a free slot (CPU jobs) or free GPUs.
 
 One key, "queue": each pass reads the workers and the jobs bound to them (work that
 grows with what runs, not with history), then walks ready Pending jobs highest priority
@@ -66,19 +66,19 @@ class SchedulerController:
         workers = schedulable(view.workers.values(), self.ctx.leases.heard)
         caps = capacity_of(workers, view.bound.values())
         # Most passes under load end here, on memory alone: no room anywhere.
-        if not any(c.free_slots > 0 for c in caps.values()):
+        if not any(c.has_room() for c in caps.values()):
             return DONE
         reserve_nominated(view, caps)
         after: tuple[int, int] | None = None
         scanned = 0
-        while scanned < _SCAN_LIMIT and (free := sum(max(0, c.free_slots) for c in caps.values())):
+        while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
             # Read about as many queued jobs as could start: a pass costs what it binds.
             # (Twice that; a page whose jobs all go unbound is followed by the next one.
             # A floor of 8 parsed six bodies more than a one-slot pass binds.)
             size = min(_SCAN_LIMIT - scanned, 2 * free)
             # Jobs too big for every worker's free room stay in the index, unread.
             fits = (
-                max(c.free_slots for c in caps.values()),
+                max(max(0, c.free_slots) for c in caps.values()),
                 max(len(c.free_gpus) for c in caps.values()),
             )
             page = store.queue_head(size, fits, after)
@@ -98,6 +98,11 @@ class SchedulerController:
             self.ctx.store.update_job(bound, events)
         except Conflict:
             self.ctx.enqueue(self.name, QUEUE_KEY)  # it changed; the next pass sees why
+
+
+def _room(caps: Iterable[Capacity]) -> int:
+    """How many more jobs could start at most: free slots and free GPUs together."""
+    return sum(max(0, c.free_slots) + len(c.free_gpus) for c in caps)
 
 
 _BOUND = {p.value for p in BOUND_PHASES}

@@ -15,7 +15,7 @@ from datetime import datetime
 from jobd.api.models import Job, Phase
 from jobd.controllers.capacity import Capacity, give_back
 
-__all__ = ["Plan", "choose_victims", "may_yield_to", "on_the_way", "runtime_s"]
+__all__ = ["Plan", "choose_victims", "frees_for", "may_yield_to", "on_the_way", "runtime_s"]
 
 
 @dataclass
@@ -49,7 +49,7 @@ def choose_victims(
     bound: Iterable[Job],
     eligible: Callable[[Job], bool],
 ) -> Plan | None:
-    """The fewest victims, on one worker, whose slots let `candidate` run there.
+    """The fewest victims, on one worker, whose slots or GPUs let `candidate` run there.
 
     Victims are taken lowest priority first, then most recently started (least work
     lost); jobs already on their way out count as capacity. Among workers, the plan with
@@ -65,7 +65,7 @@ def choose_victims(
         for job in filter(on_the_way, jobs):
             give_back(trial, job)
         victims = sorted(
-            (j for j in jobs if not on_the_way(j) and eligible(j)),
+            (j for j in jobs if not on_the_way(j) and frees_for(j, candidate) and eligible(j)),
             key=lambda j: (j.status.effective.priority, -_started_ts(j)),
         )
         base = trial.copy()
@@ -80,9 +80,17 @@ def choose_victims(
     return min(plans, key=lambda p: p[0])[1] if plans else None
 
 
+def frees_for(victim: Job, candidate: Job) -> bool:
+    """Whether stopping `victim` frees what `candidate` lacks: a GPU for a GPU job, a
+    slot for a CPU job. Stopping a CPU job never lets a GPU job run, nor the reverse."""
+    if candidate.spec.resources.gpus:
+        return bool(victim.status.gpus)
+    return victim.spec.resources.slots > 0
+
+
 def _drop_unneeded(base: Capacity, candidate: Job, chosen: list[Job]) -> list[Job]:
-    """The greedy pass may take a victim that frees a slot but not the GPU the candidate
-    needs; keep only the victims it needs, trying to spare the most valuable first."""
+    """The greedy pass may take a victim whose GPU is too small for the candidate;
+    keep only the victims it needs, trying to spare the most valuable first."""
     kept = list(chosen)
     for victim in reversed(chosen):
         rest = [v for v in kept if v is not victim]

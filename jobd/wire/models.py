@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from jobd.api.models import (
+    MAX_GPU_INDEX,
     MAX_ID,
     MAX_INT,
     NAME_PATTERN,
@@ -229,6 +230,8 @@ class Heartbeat(_Body):
     attempts: dict[StoreId, Attempt] = Field(
         default_factory=dict, json_schema_extra={"propertyNames": {"pattern": _JOB_ID_TEXT}}
     )
+    # Bytes in use on each GPU no job here holds (NVML); None: the worker cannot measure.
+    gpu_memory_foreign: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], StoreInt] | None = None
 
 
 class LogsAppendQuery(_Query):

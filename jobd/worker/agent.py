@@ -28,6 +28,7 @@ from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.execution import Execution, WorkerSettings, attempt_of
+from jobd.worker.gpus import foreign_use, load_nvml, nvml_used
 from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner import Runner, detect_runner
@@ -57,6 +58,8 @@ class Agent:
         self.revision = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
+        # NVML, where installed: the memory foreign processes use on our GPUs (gpus.py).
+        self.nvml = load_nvml() if settings.gpus else None
 
     async def run(self) -> None:
         # A small pool: httpcore looks at every pooled connection on each request.
@@ -90,6 +93,7 @@ class Agent:
         spec = WorkerSpec(
             slots=self.settings.slots,
             gpus=self.settings.gpus,
+            gpu_memory=self.settings.gpu_memory,
             lease_duration_s=self.lease_duration_s,
         )
         body = Registration(spec=spec, hostname=socket.gethostname(), runner=self.runner.name)
@@ -213,13 +217,24 @@ class Agent:
 
         self._tg.start_soon(supervise)
 
+    def _foreign_memory(self) -> dict[int, int] | None:
+        """Memory in use on our GPUs that no job here holds; None where NVML is absent."""
+        if self.nvml is None:
+            return None
+        held = {g for e in self.executions.values() if e.job for g in e.job.status.gpus}
+        return foreign_use(nvml_used(self.nvml, self.settings.gpus), held)
+
     async def _heartbeat_forever(self) -> None:
         assert self.link is not None
         interval = self.lease_duration_s / 3
         while True:
             await anyio.sleep(interval)
             attempts = {i: e.attempt for i, e in self.executions.items()}
-            body = Heartbeat(running=sorted(self.executions), attempts=attempts)
+            body = Heartbeat(
+                running=sorted(self.executions),
+                attempts=attempts,
+                gpu_memory_foreign=self._foreign_memory(),
+            )
             answer = await self.link.call(calls.heartbeat(self.settings.name, body))
             if answer is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)

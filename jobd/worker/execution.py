@@ -81,6 +81,7 @@ class WorkerSettings:
     checkpoint_ttl_days: float | None = None  # None: keep every checkpoint directory
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES  # per output file: head and newest bytes kept
     keep_job_files: bool = False  # keep a job's state directory once it is over and shipped
+    gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> bytes, where known
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

@@ -58,10 +58,11 @@ def test_an_unusable_worker_name_is_one_error(tmp_path: Path, program: str, name
 @pytest.mark.parametrize(
     ("gpus", "said"),
     [
-        ("0,7", "--gpus: GPU 7 is not on this host (nvidia-smi lists 0,1)"),
+        ("0,7", "--gpus: GPU 7 is not on this host (the host has 0,1)"),
         ("-1", "--gpus '-1': GPU index -1 is negative"),
         ("0,0", "--gpus '0,0': GPU 0 is listed twice"),
-        ("0:lots", "--gpus '0:lots': '0:lots' is neither a GPU index (0,1) nor an index"),
+        ("0:lots", "--gpus '0:lots': GPU 0: 'lots' is not a size"),
+        ("0:24GiB,7:80GiB", "--gpus: GPU 7 is not on this host (the host has 0,1)"),
     ],
 )
 def test_gpu_indices_the_host_lacks_are_refused(tmp_path: Path, gpus: str, said: str) -> None:
@@ -79,6 +80,7 @@ def test_a_declared_inventory_with_memory_is_accepted(tmp_path: Path) -> None:
         with jobd.api() as api:
             spec = api.get("/workers/w1").json()["spec"]
         assert spec["gpus"] == [0, 1] and spec["slots"] == 2
+        assert spec["gpu_memory"] == {"0": 24 << 30, "1": 80 << 30}
     finally:
         stop_jobd(jobd)
 

@@ -7,20 +7,29 @@ import pytest
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
 from jobd.controllers import lifecycle
 from jobd.controllers.context import Context
+from jobd.controllers.errors import TransitionError
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.preempt import preempt_blockers
-from jobd.controllers.verbs.worker_lease import register_worker
+from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
 from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
 
 
-def _submit(ctx: Context, name: str, priority: int = 0, gpus: int = 0, **spec: object) -> Job:
+def _submit(
+    ctx: Context,
+    name: str,
+    priority: int = 0,
+    gpus: int = 0,
+    gpu_memory: int | None = None,
+    **spec: object,
+) -> Job:
+    resources = Resources(gpus=gpus, gpu_memory=gpu_memory)
     job = Job(
         metadata=ObjectMeta(name=name, project="p"),
-        spec=JobSpec(command=["true"], priority=priority, resources=Resources(gpus=gpus), **spec),
+        spec=JobSpec(command=["true"], priority=priority, resources=resources, **spec),
     )
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
@@ -63,8 +72,45 @@ async def test_a_pass_fills_every_free_slot_in_priority_order(ctx: Context) -> N
     assert {j.id for j in ctx.store.list_jobs(phases=[Phase.PENDING])} == {jobs[0].id, jobs[2].id}
 
 
+async def test_cpu_jobs_filling_the_slots_never_keep_a_gpu_job_waiting(ctx: Context) -> None:
+    # What the issue saw: four CPU jobs took the four slots of a 4-GPU worker, and a
+    # 1-GPU job waited while every GPU sat idle.
+    register_worker(ctx, "box", WorkerSpec(slots=4, gpus=[0, 1, 2, 3]), "h", "procgroup")
+    cpus = [_submit(ctx, f"cpu{i}", priority=9) for i in range(5)]
+    await _schedule(ctx)
+    gpu_job = _submit(ctx, "gpu", priority=1, gpus=1, preemptible=True)
+    await _schedule(ctx)
+    reports.report_started(ctx, reread(ctx, gpu_job), "box")
+
+    phases = [reread(ctx, j).status.phase for j in cpus]
+    assert phases.count(Phase.SCHEDULED) == 4, "the slots bound --slots CPU jobs"
+    assert reread(ctx, gpu_job).status.gpus == [0], "a GPU job takes a GPU, not a slot"
+    # The queued CPU job has no victim in the running, preemptible, lower-priority GPU job:
+    # stopping it would free a GPU, not a slot.
+    with pytest.raises(TransitionError, match="would make room"):
+        preempt_blockers(ctx, reread(ctx, cpus[4]), dry_run=True)
+
+
+async def test_memory_foreign_processes_use_keeps_a_job_off_that_gpu(ctx: Context) -> None:
+    gib = 1 << 30
+    spec = WorkerSpec(slots=1, gpus=[0, 1], gpu_memory={0: 48 * gib, 1: 80 * gib})
+    register_worker(ctx, "box", spec, "h", "procgroup")
+    # NVML on the worker: someone's notebook holds 20GiB of GPU 0, outside jobd.
+    heartbeat(ctx, "box", [], {}, {0: 20 * gib})
+    stored = ctx.store.get_worker("box")
+    assert stored is not None and stored.status.gpu_memory_foreign == {0: 20 * gib}
+    needs_40 = _submit(ctx, "needs-40", gpus=1, gpu_memory=40 * gib)
+    await _schedule(ctx)
+    assert reread(ctx, needs_40).status.gpus == [1], "GPU 0 has 28GiB free, not 40"
+
+    heartbeat(ctx, "box", [], {}, {})  # the notebook is gone
+    again = _submit(ctx, "again", gpus=1, gpu_memory=40 * gib)
+    await _schedule(ctx)
+    assert reread(ctx, again).status.gpus == [0]
+
+
 async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
-    register_worker(ctx, "gpu", WorkerSpec(slots=4, gpus=[0, 1, 2]), "h", "procgroup")
+    register_worker(ctx, "gpu", WorkerSpec(slots=1, gpus=[0, 1, 2]), "h", "procgroup")
     register_worker(ctx, "cpu", WorkerSpec(slots=1), "h", "procgroup")
     two = _submit(ctx, "two", priority=9, gpus=2)
     one = _submit(ctx, "one", priority=8, gpus=1)
@@ -78,7 +124,7 @@ async def test_jobs_go_only_where_slots_and_gpus_are_free(ctx: Context) -> None:
     assert sorted(two.status.gpus + one.status.gpus) == [0, 1, 2], "no GPU handed out twice"
     assert starved.status.phase == Phase.PENDING, "no GPU left for it"
 
-    # gpu: 4 slots, 3 taken by GPU jobs; cpu: 1 slot. Two CPU jobs fit, the third waits.
+    # GPU jobs take no slot: gpu and cpu have one slot each. Two CPU jobs fit, the third waits.
     cpu_jobs = [reread(ctx, j) for j in cpus]
     placed = [j for j in cpu_jobs if j.status.phase == Phase.SCHEDULED]
     assert sorted(j.status.worker or "" for j in placed) == ["cpu", "gpu"]

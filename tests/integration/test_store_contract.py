@@ -32,6 +32,7 @@ from jobd.api.models import (
     Phase,
     Project,
     ProjectSpec,
+    Resources,
     Worker,
     WorkerSpec,
     dump,
@@ -691,6 +692,23 @@ def test_an_older_store_migrates_to_the_schema_of_a_new_one(
         assert _indexes(old) == fresh
         assert [old.get_job(job.id) for job in jobs] == jobs
         assert create(old, make_job("c")).id == jobs[-1].id + 1
+    finally:
+        old.close()
+
+
+def test_gpu_jobs_of_an_older_store_take_no_slot_once_migrated(
+    store: SQLStore, store_url: str
+) -> None:
+    """Before 0005 a job took a slot per GPU; the queue's read skips a job by its slots."""
+    gpu_job = make_job("gpu")
+    gpu_job.spec.resources = Resources(gpus=2)
+    [gpu_job] = store.create_jobs([gpu_job])
+    _downgrade(store, "0004")
+    old = SQLStore(store_url)
+    try:
+        assert old.queue_head(10, (0, 2)) == [], "the old row asks for two slots"
+        old.migrate()
+        assert old.queue_head(10, (0, 2)) == [gpu_job], "every slot taken, two GPUs free"
     finally:
         old.close()
 

@@ -261,12 +261,15 @@ def test_jobs_table_shows_convergence_only_for_live_jobs() -> None:
 
 def test_wide_table_adds_desired_gpus_exit_and_command() -> None:
     jobs = [job_doc(7, "Running", worker="w", gpus=[0, 1]), job_doc(8, "Failed", exit_code=3)]
+    jobs.append(job_doc(9, "Pending"))
+    jobs[2]["spec"]["resources"] = {"gpus": 2, "gpu_memory": 40 << 30}
 
     lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
 
     assert lines[0].split()[6:] == ["DESIRED", "GPUS", "EXIT", "COMMAND"]
     assert lines[1].split()[6:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
     assert lines[2].split()[6:9] == ["Running", "(1)", "3"]
+    assert lines[3].split()[7] == "(2x40GiB)"
 
 
 def test_status_line_says_what_a_job_waits_for_and_how_long() -> None:
@@ -302,18 +305,45 @@ def test_workers_table() -> None:
         "spec": {"slots": 4, "gpus": [0, 1, 2, 3]},
         "status": {"phase": "Ready", "last_renewal": renewed, "jobs": [7, 9]},
     }
+    cpu_job = job_doc(7, "Running", worker="gpu-box-1")
+    cpu_job["spec"]["resources"] = {}
+    gpu_job = job_doc(9, "Running", worker="gpu-box-1")
+    gpu_job["spec"]["resources"] = {"gpus": 1}
+    gpu_job["status"]["gpus"] = [2]
 
-    text = render.to_text(render.workers_table([worker], {"gpu-box-1": 3}, now=NOW))
+    text = render.to_text(render.workers_table([worker], [cpu_job, gpu_job], now=NOW))
 
     assert text.splitlines()[1].split() == [
         "gpu-box-1",
         "Ready",
-        "3/4",
-        "0,1,2,3",
+        "1/4",
+        "0(-),1(-),2(9),3(-)",
         "3s",
         "ago",
         "7,9",
     ]
+
+
+def test_workers_table_shows_each_gpus_memory_and_foreign_use() -> None:
+    gib = 1 << 30
+    worker = {
+        "metadata": {"name": "w1"},
+        "spec": {"slots": 2, "gpus": [0, 1], "gpu_memory": {"0": 24 * gib, "1": 80 * gib}},
+        "status": {
+            "phase": "Ready",
+            "last_renewal": NOW.isoformat(),
+            "gpu_memory_foreign": {"1": 6 * gib},
+        },
+    }
+    job = job_doc(3, "Running", worker="w1")
+    job["spec"]["resources"] = {"gpus": 1, "gpu_memory": 40 * gib}
+    job["status"]["gpus"] = [0]
+
+    plain = render.to_text(render.workers_table([worker], [job], now=NOW)).splitlines()[1]
+    wide = render.to_text(render.workers_table([worker], [job], now=NOW, wide=True)).splitlines()[1]
+
+    assert "0:24GiB(3),1:80GiB(-)" in plain.split()
+    assert "0:24GiB(3),1:80GiB(-,6GiB" in wide.split()
 
 
 def test_victim_line() -> None:

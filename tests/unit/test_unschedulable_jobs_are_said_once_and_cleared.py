@@ -10,17 +10,34 @@ from tests.unit.conftest import NOW, job_in
 
 
 def test_the_message_names_what_is_missing_and_the_largest_worker() -> None:
-    shapes = {(4, 4), (8, 2)}
+    shapes = {(4, (0, 0, 0, 0)), (8, (0, 0))}
     assert unschedulable_message(Resources(gpus=5), shapes) == (
         "no worker has 5 GPUs; the largest has 4"
     )
-    assert unschedulable_message(Resources(gpus=1), {(1, 0)}) == (
+    assert unschedulable_message(Resources(gpus=1), {(1, ())}) == (
         "no worker has 1 GPU; the largest has 0"
     )
-    assert unschedulable_message(Resources(gpus=3), {(2, 4), (8, 0)}) == (
-        "no worker has 3 GPUs and 3 slots together; the largest have 4 GPUs and 8 slots"
-    )
     assert unschedulable_message(Resources(gpus=4), shapes) is None
+    assert unschedulable_message(Resources(), {(1, ())}) is None, "a CPU job needs only a slot"
+
+
+def test_gpu_memory_is_judged_per_gpu_on_one_worker() -> None:
+    gib = 1 << 30
+    shapes = {(2, (80 * gib, 24 * gib)), (1, (40 * gib, 40 * gib))}
+    assert unschedulable_message(Resources(gpus=1, gpu_memory=80 * gib), shapes) is None
+    assert unschedulable_message(Resources(gpus=2, gpu_memory=40 * gib), shapes) is None
+    assert unschedulable_message(Resources(gpus=2, gpu_memory=48 * gib), shapes) == (
+        "no worker has 2 GPUs with 48GiB each (the most on one worker is 1; "
+        "the largest GPU has 80GiB)"
+    )
+    assert unschedulable_message(Resources(gpus=1, gpu_memory="100GiB"), shapes) == (
+        "no worker has 1 GPU with 100GiB each (the most on one worker is 0; "
+        "the largest GPU has 80GiB)"
+    )
+    unknown = {(1, (0,))}
+    assert unschedulable_message(Resources(gpus=1, gpu_memory=gib), unknown) == (
+        "no worker has 1 GPU with 1GiB each (the most on one worker is 0; no GPU's memory is known)"
+    )
 
 
 def test_with_no_worker_nothing_is_said() -> None:

@@ -42,21 +42,33 @@ def register_worker(
     worker.status.phase = "Ready"
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
+    worker.status.gpu_memory_foreign = {}  # the new agent measures anew, if it can
     ctx.leases.heard_from(name, worker.status.last_renewal)
     events = (
         []
         if live and live.status.phase == "Ready"
         else [
             EventRecord(
-                "worker_registered", worker=name, fields={"slots": spec.slots, "gpus": spec.gpus}
+                "worker_registered",
+                worker=name,
+                fields={"slots": spec.slots, "gpus": spec.gpus, "gpu_memory": _memory(spec)},
             )
         ]
     )
     return ctx.store.put_worker(worker, events)
 
 
+def _memory(spec: WorkerSpec) -> list[int]:
+    """Each GPU's memory for the event, in the order of `gpus`; 0 where not known."""
+    return [spec.gpu_memory.get(g, 0) for g in spec.gpus]
+
+
 def heartbeat(
-    ctx: Context, name: str, running: list[int], attempts: Mapping[int, int] | None = None
+    ctx: Context,
+    name: str,
+    running: list[int],
+    attempts: Mapping[int, int] | None = None,
+    gpu_memory_foreign: dict[int, int] | None = None,
 ) -> tuple[Worker, list[int]]:
     """Renew the lease and reconcile both ways; returns the jobs the worker must stop.
 
@@ -65,6 +77,8 @@ def heartbeat(
     The renewal itself is kept in memory; the Worker is written only when its phase or
     its list of jobs changes. The first word from a worker since this broker started
     makes it schedulable (capacity.schedulable): the scheduler is asked to look now.
+    `gpu_memory_foreign` (NVML's measure, where the worker has it) is written when it
+    changes: placement counts it as taken (capacity.py).
     """
     live = ctx.view.workers.get(name)
     if live is None:
@@ -74,10 +88,16 @@ def heartbeat(
         ctx.enqueue("scheduler", QUEUE_KEY)
     worker = live.model_copy(deep=True)
     came_back = worker.status.phase == "Lost"
-    if came_back or worker.status.jobs != sorted(running):
+    foreign = worker.status.gpu_memory_foreign if gpu_memory_foreign is None else gpu_memory_foreign
+    if (
+        came_back
+        or worker.status.jobs != sorted(running)
+        or worker.status.gpu_memory_foreign != foreign
+    ):
         worker.status.phase = "Ready"
         worker.status.last_renewal = now
         worker.status.jobs = sorted(running)
+        worker.status.gpu_memory_foreign = foreign
         events = [EventRecord("worker_recovered", worker=name)] if came_back else []
         worker = ctx.store.put_worker(worker, events)
     worker.status.last_renewal = now
