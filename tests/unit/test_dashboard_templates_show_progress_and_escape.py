@@ -46,3 +46,21 @@ def test_rows_mark_convergence_and_escape_what_users_wrote() -> None:
 
 def test_durations_read_as_job_get_shows_ages() -> None:
     assert [duration(s) for s in (None, 5, 300, 7200, 200000)] == ["-", "5s", "5m", "2h", "2d"]
+
+
+def test_the_workers_page_shows_each_gpus_memory_and_cpu_slots_apart() -> None:
+    worker = {
+        "doc": {
+            "metadata": {"name": "gpu-box"},
+            "spec": {"slots": 2, "gpus": [0, 1], "gpu_memory": {"0": 24 << 30, "1": 80 << 30}},
+            "status": {"phase": "Ready", "last_renewal": "2026-12-04T10:00:00Z"},
+        },
+        "jobs": [],
+        "others": 0,
+        "slots_used": 1,
+        "gpus_used": [1],
+    }
+    html = fragment("workers.html", who=None, workers=[worker])
+    assert "CPU slots" in html and "1/2" in html
+    assert ">0:24GiB</span>" in html and ">1:80GiB</span>" in html
+    assert 'class="gpu busy" title="in use">1:80GiB' in html

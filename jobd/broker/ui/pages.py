@@ -129,7 +129,7 @@ async def workers(request: Request) -> Response:
                 "doc": json.loads(doc(worker)),
                 "jobs": mine,
                 "others": len(bound) - len(mine),
-                "slots_used": len(bound),
+                "slots_used": sum(j.spec.resources.slots for j in bound),
                 "gpus_used": used,
             }
         )

@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
+from jobd.api.sizes import format_size
 from jobd.broker.responses import status_for, validation_detail
 
 __all__ = ["HEADERS", "NoSession", "PageRoute", "duration", "fragment", "page"]
@@ -77,7 +78,9 @@ _ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(age=age, timestamp=timestamp, duration=duration, labels=labels)
+_ENV.filters.update(
+    age=age, timestamp=timestamp, duration=duration, labels=labels, size=format_size
+)
 
 
 def fragment(template: str, **context: Any) -> str:
