@@ -252,9 +252,17 @@ def test_jobs_table_shows_convergence_only_for_live_jobs() -> None:
 
     lines = render.to_text(render.jobs_table(jobs, now=NOW)).splitlines()
 
-    assert lines[0].split() == ["ID", "NAME", "PHASE", "PRIO", "WORKER", "AGE"]
-    assert lines[1].split() == ["7", "vision/j7", "Running→Preempted", "60", "gpu-box-1", "5m0s"]
-    assert lines[2].split() == ["8", "vision/j8", "Failed", "60", "-", "5m0s"]
+    assert lines[0].split() == ["ID", "NAME", "PHASE", "PRIO", "WORKER", "PROGRESS", "AGE"]
+    assert lines[1].split() == [
+        "7",
+        "vision/j7",
+        "Running→Preempted",
+        "60",
+        "gpu-box-1",
+        "-",
+        "5m0s",
+    ]
+    assert lines[2].split() == ["8", "vision/j8", "Failed", "60", "-", "-", "5m0s"]
     assert lines[3].split()[2] == "Pending→Running"
     assert all(line == line.rstrip() for line in lines)
 
@@ -264,9 +272,23 @@ def test_wide_table_adds_desired_gpus_exit_and_command() -> None:
 
     lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
 
-    assert lines[0].split()[6:] == ["DESIRED", "GPUS", "EXIT", "COMMAND"]
-    assert lines[1].split()[6:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
-    assert lines[2].split()[6:9] == ["Running", "(1)", "3"]
+    assert lines[0].split()[7:] == ["ETA", "DESIRED", "GPUS", "EXIT", "COMMAND"]
+    assert lines[1].split()[8:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
+    assert lines[2].split()[8:11] == ["Running", "(1)", "3"]
+
+
+def test_progress_shows_step_total_percent_and_eta() -> None:
+    progress = {"step": 120, "total": 4000, "fraction": 0.03, "eta_s": 5400, "metrics": {}}
+    running = job_doc(7, "Running", worker="w", progress=progress)
+    open_ended = job_doc(8, "Running", worker="w", progress={"step": 2.5, "metrics": {}})
+    jobs = [running, open_ended, job_doc(9, "Pending")]
+
+    lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
+
+    assert " PROGRESS " in lines[0] and " ETA " in lines[0]
+    assert "  120/4000 3%  5m0s  1h30m  Running" in lines[1]
+    assert lines[2].split()[5:8] == ["2.5", "5m0s", "-"]
+    assert lines[3].split()[5:8] == ["-", "5m0s", "-"]
 
 
 def test_status_line_says_what_a_job_waits_for_and_how_long() -> None:

@@ -63,9 +63,9 @@ def test_metrics_keep_finite_numbers_and_short_strings_only() -> None:
 
 def test_the_scanner_finds_the_newest_line_across_chunks() -> None:
     scanner = ProgressScanner()
-    assert scanner.feed(b"epoch 1\njobd-progress {\"st") is None
+    assert scanner.feed(b'epoch 1\njobd-progress {"st') is None
     assert scanner.feed(b'ep": 5}\njobd-progress {"step": 6') == {"step": 5, "metrics": {}}
-    assert scanner.feed(b'}\r\nnoise\njobd-progress {bad}\n') == {"step": 6, "metrics": {}}
+    assert scanner.feed(b"}\r\nnoise\njobd-progress {bad}\n") == {"step": 6, "metrics": {}}
     assert scanner.feed(b"no progress here\n") is None
 
 
