@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
 from tests.e2e.harness import Jobd, write_script
 
 STEADY = """
@@ -68,10 +70,28 @@ def test_progress_lines_reach_job_get_and_its_progress_column(jobd: Jobd, tmp_pa
     table = jobd.ok("get", job_id).splitlines()
     assert "PROGRESS" in table[0].split()
     assert " 50/100 50% " in table[1]
+    assert _progress_series(jobd) == {
+        ("jobd_job_progress_ratio", job_id, None): 0.5,
+        ("jobd_job_metric", job_id, "loss"): 0.2,  # numbers only: no `stage`
+    }
     release.touch()
     ended = jobd.wait_phase(job_id, "Succeeded")
     assert ended["status"]["progress"]["step"] == 50  # the malformed lines changed nothing
     assert not jobd.events(event="job_progress")
+    assert _progress_series(jobd) == {}  # running jobs only
+
+
+def _progress_series(jobd: Jobd) -> dict[tuple[str, str, str | None], float]:
+    """The progress samples of an OpenMetrics scrape (the parser enforces its rules)."""
+    accept = {"Accept": "application/openmetrics-text; version=1.0.0"}
+    with jobd.api() as api:
+        text = api.get("/metrics", headers=accept).text
+    return {
+        (s.name, s.labels["job_id"], s.labels.get("metric")): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name in ("jobd_job_progress_ratio", "jobd_job_metric")
+        for s in family.samples
+    }
 
 
 def test_a_chatty_job_costs_the_broker_a_write_a_second(jobd: Jobd, tmp_path: Path) -> None:
