@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from jobd.client import PROGRESS_MARKER as MARKER
 
@@ -78,7 +78,7 @@ def sample_of(said: dict[str, Any]) -> Sample | None:
     return sample
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     """A finite int or float (JSON's true and false are not numbers here)."""
     if isinstance(value, bool):
         return False

@@ -133,7 +133,6 @@ class ClusterCollector(Collector):
                 family.add_metric([name], value)
         yield from families
 
-
     def _progress(self) -> Iterator[Metric]:
         # `job_id`, not `job`: Prometheus gives every target a `job` label of its own.
         labels = ["job_id", "job_name"]

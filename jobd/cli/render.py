@@ -202,6 +202,34 @@ def eta_text(job: Document) -> str:
     return "-" if eta is None else format_age(eta)
 
 
+_BAR_WIDTH = 20
+_BAR_METRICS = 3  # the first few metrics, so the line fits a terminal
+
+
+def progress_line(job: Document) -> str:
+    """`120/4000 3% [█▌        ] eta 1h30m loss=0.31`: a job's progress on one line, the
+    bar only with a total; empty when the job reported none."""
+    text = progress_text(job)
+    if text == "-":
+        return ""
+    progress = _status(job)["progress"]
+    fraction = progress.get("fraction")
+    if isinstance(fraction, int | float):
+        text += f" [{_bar(fraction)}]"
+    if progress.get("eta_s") is not None:
+        text += f" eta {eta_text(job)}"
+    metrics = list((progress.get("metrics") or {}).items())[:_BAR_METRICS]
+    shown = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics)
+    return " ".join([text, *shown])
+
+
+def _bar(fraction: float) -> str:
+    eighths = int(max(0.0, min(fraction, 1.0)) * _BAR_WIDTH * 8)
+    full, part = divmod(eighths, 8)
+    partial = " ▏▎▍▌▋▊▉"[part] if full < _BAR_WIDTH else ""
+    return ("█" * full + partial).ljust(_BAR_WIDTH)
+
+
 def _number(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 

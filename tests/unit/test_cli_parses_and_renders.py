@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from jobd.cli import render
 from jobd.cli.job_main import Settings, cli
+from jobd.cli.progress_footer import ProgressFooter
 from jobd.cli.submit import SubmitError, build_submit_job
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -378,3 +380,24 @@ def test_diff_shows_the_changed_field() -> None:
 
     assert "+  priority: 80" in text.splitlines()
     assert not [line for line in text.splitlines() if line.startswith("-  ")]
+
+
+def test_the_logs_footer_redraws_progress_only_where_a_line_ended() -> None:
+    progress = {"step": 50, "total": 100, "fraction": 0.5, "eta_s": 30, "metrics": {"loss": 0.2}}
+    reads: list[int] = []
+
+    class Broker:
+        def get_job(self, job_id: int) -> dict[str, Any]:
+            reads.append(job_id)
+            return job_doc(job_id, "Running", progress=progress)
+
+    stream = io.StringIO()
+    footer = ProgressFooter(Broker(), 7, stream)  # type: ignore[arg-type]
+    footer.draw(at_line_start=False)
+    assert stream.getvalue() == ""  # never after a partial line: erasing it would lose it
+    footer.draw(at_line_start=True)
+    footer.clear()
+    footer.clear()
+    line = "50/100 50% [██████████          ] eta 30s loss=0.2"
+    assert stream.getvalue() == f"{line}\r\x1b[2K"
+    assert reads == [7]  # read once a second at most, however often drawn
