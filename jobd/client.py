@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import signal
 import sys
@@ -65,7 +66,7 @@ import time
 import traceback
 from collections.abc import Callable
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = [
     "CHECKPOINT_COMPLETE_TOKEN",
@@ -108,14 +109,22 @@ def time_remaining() -> float:
 
 def report_progress(step: float, total: float | None = None, **metrics: float | str) -> None:
     """Print ``jobd-progress {json}`` (flushed) for the worker to read into status.progress."""
-    said: dict[str, object] = {"step": step}
-    if total is not None:
-        said["total"] = total
-    said.update(metrics)
-    # default=str: a tensor or numpy scalar still prints (as text) rather than raising
-    # inside a training loop; numbers are best converted with float() by the caller.
-    line = json.dumps(said, default=str, allow_nan=True)
+    said = {"step": step, **({} if total is None else {"total": total}), **metrics}
+    line = json.dumps({key: _plain(value) for key, value in said.items()})
     print(f"{PROGRESS_MARKER} {line}", flush=True)
+
+
+def _plain(value: Any) -> Any:
+    """A number JSON can hold: numpy and torch scalars become int or float (a training
+    loop should not die of a report), anything else its text."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    for convert in (operator.index, float):
+        try:
+            return convert(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+    return str(value)
 
 
 def _read_grace() -> float:

@@ -260,6 +260,8 @@ def watch_line(op: str, job: Document, now: datetime | None = None) -> str:
     status = _status(job)
     parts = [op, _id(job), _ref(job), phase_text(job), f"prio={_priority(job)}"]
     parts.append(f"worker={status.get('worker') or '-'}")
+    if status.get("progress"):
+        parts.append(f"progress={progress_text(job)}")
     if _is_terminal(status.get("phase")):
         parts.append(f"exit={_exit(job)}")
     return "  ".join(parts)

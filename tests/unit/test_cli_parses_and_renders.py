@@ -291,6 +291,7 @@ def test_progress_shows_step_total_percent_and_eta() -> None:
     assert "  120/4000 3%  5m0s  1h30m  Running" in lines[1]
     assert lines[2].split()[5:8] == ["2.5", "5m0s", "-"]
     assert lines[3].split()[5:8] == ["-", "5m0s", "-"]
+    assert render.watch_line("MODIFIED", running, now=NOW).endswith("progress=120/4000 3%")
 
 
 def test_status_line_says_what_a_job_waits_for_and_how_long() -> None:

@@ -29,6 +29,22 @@ def test_the_client_prints_a_line_the_worker_reads() -> None:
     assert sample == {"step": 120, "total": 4000, "metrics": {"loss": 0.31, "stage": "train"}}
 
 
+def test_the_client_turns_scalars_of_array_libraries_into_numbers() -> None:
+    class IntScalar:  # as numpy.int64 or an integer tensor
+        def __index__(self) -> int:
+            return 7
+
+    class FloatScalar:  # as a float tensor
+        def __float__(self) -> float:
+            return 0.25
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        report_progress(IntScalar(), 10, loss=FloatScalar())  # type: ignore[arg-type]
+    sample = parse_line(out.getvalue().rstrip("\n").encode())
+    assert sample == {"step": 7, "total": 10, "metrics": {"loss": 0.25}}
+
+
 @pytest.mark.parametrize(
     "line",
     [
