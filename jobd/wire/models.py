@@ -278,16 +278,19 @@ class Completion(Report):
     message: str | None = Field(default=None, max_length=4096)
 
 
-# A number a workload reported: a float64 holds every integer up to MAX_INT exactly.
+# Numbers a workload reported: a float64 holds every integer up to MAX_INT exactly. Each
+# member of a union carries its own bounds, so the OpenAPI document states them.
 _Number = Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] | float
+_Step = Annotated[int, Field(ge=0, le=MAX_INT)] | Annotated[float, Field(ge=0)]
+_Total = Annotated[int, Field(gt=0, le=MAX_INT)] | Annotated[float, Field(gt=0)]
 
 
 class ProgressReport(Report):
     """The newest `jobd-progress` line the worker read, as api/progress.py reads one
     (the worker sends at most one a second per job; the broker adds fraction and ETA)."""
 
-    step: Annotated[_Number, Field(ge=0)]
-    total: Annotated[_Number, Field(gt=0)] | None = None
+    step: _Step
+    total: _Total | None = None
     metrics: dict[
         Annotated[str, Field(min_length=1, max_length=MAX_METRIC_KEY)],
         _Number | Annotated[str, Field(max_length=MAX_METRIC_TEXT)],
