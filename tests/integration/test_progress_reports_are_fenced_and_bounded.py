@@ -2,18 +2,21 @@
 
 Driven in-process through httpx.ASGITransport on a real SQLite store (no loops run; the
 job is bound here as the scheduler would). A report of the job's run becomes
-`status.progress` with its fraction and, from the second one, its ETA; one of another
-run is refused (409) and a body past the bounds is a 422 naming the field; neither
-changes the job.
+`status.progress` with its fraction and, from the second one, its ETA, kept in the store
+across a restart; one of another run is refused (409) and a body past the bounds is a
+422 naming the field; neither changes the job.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
-from tests.integration.conftest import bind, broker_state, job_document
+from jobd.broker.state import BrokerConfig
+from tests.integration.conftest import TOKEN, bind, broker_client, broker_state, job_document
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +71,14 @@ async def test_a_refused_progress_report_changes_nothing(
 
     assert refused.status_code == status and detail in refused.json()["detail"]
     assert (await api.get(f"/jobs/{job_id}")).json() == before
+
+
+async def test_the_last_progress_survives_a_broker_restart(tmp_path: Path) -> None:
+    config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=TOKEN)
+    async with broker_client(config) as api:
+        job_id, attempt = await _running(api)
+        body = {"worker": "w1", "attempt": attempt, "step": 7, "total": 10}
+        assert (await api.post(f"/jobs/{job_id}/progress", json=body)).status_code == 200
+    async with broker_client(config) as api:
+        progress = (await api.get(f"/jobs/{job_id}")).json()["status"]["progress"]
+    assert (progress["step"], progress["fraction"]) == (7, 0.7)
