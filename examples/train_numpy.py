@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from jobd.client import install_preemption_handler
+from jobd.client import install_preemption_handler, report_progress
 
 DATA_SEED = 1234
 TRAIN_SEED = 5678
@@ -68,7 +68,9 @@ class Trainer:
             weights = weights - LEARNING_RATE * grad  # a new array: published snapshots stay put
             self.snapshot = Snapshot(step + 1, weights, rng.bit_generator.state)
             if (step + 1) % log_every == 0:
-                print(f"step={step + 1} loss={mse(features, targets, weights):.6f}", flush=True)
+                loss = mse(features, targets, weights)
+                print(f"step={step + 1} loss={loss:.6f}", flush=True)
+                report_progress(step + 1, TOTAL_STEPS, loss=float(loss))  # job get: PROGRESS
             if step_sleep > 0:
                 time.sleep(step_sleep)
         return weights

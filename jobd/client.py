@@ -16,6 +16,15 @@ in the only way the worker can see it, the job's output:
   name other implementations of the protocol use, so scripts written for them run unchanged.
 * ``time_remaining()`` returns the live seconds until SIGKILL once SIGTERM has arrived (never
   below 0), and the full grace before that.
+* ``report_progress(step, total=None, **metrics)`` prints one line,
+  ``jobd-progress {"step": 120, "total": 4000, "loss": 0.31}``, and flushes stdout. The
+  worker reads it into the job's ``status.progress``: the step, the total, ``fraction``,
+  ``eta_s`` (from the rate since the first report) and the newest metrics, shown by
+  ``job get`` (PROGRESS), ``job wait`` and ``job logs -f`` (a bar on a terminal) and
+  ``/metrics``. Call it as often as you like: the worker sends the newest line at most
+  once a second. Metrics are numbers, or short strings (status only); at most 32 keys are
+  kept, and a value that is neither (NaN, a list, ...) is dropped. Printing the same line
+  yourself, from any language, works as well.
 
 The module imports only the standard library, so it costs a workload nothing to import and it
 works in any environment that can run the workload.
@@ -25,7 +34,7 @@ Usage::
     import os
     from pathlib import Path
 
-    from jobd.client import install_preemption_handler
+    from jobd.client import install_preemption_handler, report_progress
 
     ckpt_dir = Path(os.environ["JOBD_CHECKPOINT_DIR"])
 
@@ -33,7 +42,9 @@ Usage::
         save_state(model, optimizer, step, ckpt_dir / "latest.pt")
 
     install_preemption_handler(checkpoint)
-    train()
+    for step in range(start, total_steps):
+        loss = train_step()
+        report_progress(step + 1, total_steps, loss=loss)
 
 Notes for the checkpoint function: it runs inside a signal handler on the main thread, between
 two bytecodes of whatever the program was doing, so it should save state that is consistent at
@@ -45,7 +56,9 @@ and should not print to a stream the interrupted code may be in the middle of wr
 
 from __future__ import annotations
 
+import json
 import math
+import operator
 import os
 import signal
 import sys
@@ -53,11 +66,19 @@ import time
 import traceback
 from collections.abc import Callable
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
-__all__ = ["CHECKPOINT_COMPLETE_TOKEN", "SENTINEL", "install_preemption_handler", "time_remaining"]
+__all__ = [
+    "CHECKPOINT_COMPLETE_TOKEN",
+    "PROGRESS_MARKER",
+    "SENTINEL",
+    "install_preemption_handler",
+    "report_progress",
+    "time_remaining",
+]
 
 SENTINEL = "jobd-checkpoint-complete"
+PROGRESS_MARKER = "jobd-progress"
 # The name other implementations of this protocol give the same line, so a workload written
 # for them (`from ... import CHECKPOINT_COMPLETE_TOKEN`) runs here unchanged.
 CHECKPOINT_COMPLETE_TOKEN = SENTINEL
@@ -84,6 +105,26 @@ def time_remaining() -> float:
     if _deadline is None:
         return _grace_s if _grace_s is not None else _read_grace()
     return max(0.0, _deadline - time.monotonic())
+
+
+def report_progress(step: float, total: float | None = None, **metrics: float | str) -> None:
+    """Print ``jobd-progress {json}`` (flushed) for the worker to read into status.progress."""
+    said = {"step": step, **({} if total is None else {"total": total}), **metrics}
+    line = json.dumps({key: _plain(value) for key, value in said.items()})
+    print(f"{PROGRESS_MARKER} {line}", flush=True)
+
+
+def _plain(value: Any) -> Any:
+    """A number JSON can hold: numpy and torch scalars become int or float (a training
+    loop should not die of a report), anything else its text."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    for convert in (operator.index, float):
+        try:
+            return convert(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+    return str(value)
 
 
 def _read_grace() -> float:

@@ -64,6 +64,7 @@ __all__ = [
     "ObjectMeta",
     "Phase",
     "PreemptionStatus",
+    "Progress",
     "Project",
     "ProjectDefaults",
     "ProjectSpec",
@@ -376,6 +377,25 @@ class Effective(RunLimits):
     secret_env_keys: list[str] | None = None
 
 
+# A metric's value as status.progress keeps it (api/progress.py says which are kept).
+MetricValue = int | float | str
+
+
+class Progress(Strict):
+    """What the workload last said of its progress (`jobd-progress` lines), as the broker
+    keeps it: `fraction` is step/total, `eta_s` the rest of the steps at the rate seen
+    since the run's first report (`first_step` at `first_at`); None while unknown."""
+
+    step: int | float
+    total: int | float | None = None
+    fraction: float | None = None
+    eta_s: int | None = None
+    metrics: dict[str, MetricValue] = Field(default_factory=dict)
+    updated_at: datetime
+    first_step: int | float
+    first_at: datetime
+
+
 class PreemptionStatus(Strict):
     candidate_job: int | None = None
     reason: Literal["sweeper", "manual", "blockers", "drain"] = "manual"
@@ -400,6 +420,7 @@ class JobStatus(Strict):
     parents: list[int] = Field(default_factory=list)  # depends_on resolved to job ids
     dependencies_met: bool = True
     preemption: PreemptionStatus | None = None
+    progress: Progress | None = None
     exit_code: int | None = None
     exit_signal: int | None = None
     reason: str | None = None

@@ -3,8 +3,9 @@
 Three sources, each read where it is cheapest and truest:
 
 - gauges of the cluster as it is now (jobs by phase, workers by status, slots and GPUs in
-  use per worker, the oldest queued job's wait, the store's revision) are read at scrape
-  time by `ClusterCollector`, from the store's counts and the broker's cluster view;
+  use per worker, the oldest queued job's wait, the store's revision, and each running
+  job's progress and newest numeric metrics) are read at scrape time by
+  `ClusterCollector`, from the store's counts and the broker's cluster view;
 - counters and latency histograms of what happened are fed by the events as they are
   committed (event_metrics.py, a store listener in wiring.py);
 - the latency of every HTTP request, by route template, by `RequestTiming`
@@ -30,13 +31,16 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from jobd.api.models import Phase
+from jobd.api.models import Job, Phase
 from jobd.controllers.view import ClusterView
 from jobd.store.base import Store
 
 __all__ = ["ClusterCollector", "build_registry", "exposition"]
 
 WORKER_STATUSES = ("Ready", "Lost")
+# Whose progress is exported: jobs whose workload runs. A finished job's series ends, so
+# the number of series stays bounded by the running jobs (and api/progress.MAX_METRICS).
+PROGRESS_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)
 
 
 def build_registry(store: Store, view: ClusterView, revision: RevisionSource) -> CollectorRegistry:
@@ -73,6 +77,7 @@ class ClusterCollector(Collector):
         yield self._workers()
         yield self._oldest_queued()
         yield from self._per_worker()
+        yield from self._progress()
         revision = GaugeMetricFamily(
             "jobd_store_revision", "The store's newest revision (grows with every write)."
         )
@@ -127,6 +132,37 @@ class ClusterCollector(Collector):
             for family, value in zip(families, values, strict=True):
                 family.add_metric([name], value)
         yield from families
+
+    def _progress(self) -> Iterator[Metric]:
+        # `job_id`, not `job`: Prometheus gives every target a `job` label of its own.
+        labels = ["job_id", "job_name"]
+        ratio = GaugeMetricFamily(
+            "jobd_job_progress_ratio",
+            "A running job's reported step / total (jobd.client.report_progress).",
+            labels=labels,
+        )
+        metric = GaugeMetricFamily(
+            "jobd_job_metric",
+            "A running job's newest reported numeric metric, by name.",
+            labels=[*labels, "metric"],
+        )
+        for job in self._reporting():
+            progress = job.status.progress
+            assert progress is not None
+            ids = [str(job.id), job.ref]
+            if progress.fraction is not None:
+                ratio.add_metric(ids, progress.fraction)
+            for name, value in progress.metrics.items():
+                if not isinstance(value, str):
+                    metric.add_metric([*ids, name], value)
+        yield ratio
+        yield metric
+
+    def _reporting(self) -> list[Job]:
+        """The running jobs that reported progress, by id."""
+        jobs = self.view.bound.values()
+        live = [j for j in jobs if j.status.phase in PROGRESS_PHASES and j.status.progress]
+        return sorted(live, key=lambda j: j.id)
 
 
 def _jobd_version() -> str:

@@ -27,6 +27,7 @@ from jobd.wire.models import (
     DrainQuery,
     Heartbeat,
     LogsAppendQuery,
+    ProgressReport,
     Registration,
     Report,
     ReportBatch,
@@ -154,12 +155,18 @@ def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
     return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt)
 
 
+def _progress(state: BrokerState, job: Job, body: ProgressReport) -> Job:
+    sample = body.model_dump(include={"step", "total", "metrics"}, exclude_none=True)
+    return reports.report_progress(state.ctx, job, body.worker, sample, body.attempt)
+
+
 # What each report does; its body is models.REPORT_BODIES[verb].
 _REPORTS: dict[str, Callable[[BrokerState, Job, Any], Job]] = {
     "started": _started,
     "stopping": _stopping,
     "complete": _complete,
     "checkpoint-complete": _checkpoint_complete,
+    "progress": _progress,
 }
 
 

@@ -145,7 +145,7 @@ def wait(targets: Selection, timeout: float | None, output: str) -> None:
     The final phase of each job goes to stderr; -o json prints the jobs' documents.
     """
     with client() as broker:
-        endings = wait_all(broker, list(targets.ids(broker)), timeout)
+        endings = wait_all(broker, list(targets.ids(broker)), timeout, show=output == "text")
     if output != "text":
         print_documents([e.job for e in endings if e.job], output, single=targets.single)
     if targets.failed and not any(e.code for e in endings):

@@ -426,7 +426,7 @@ def submit(
             print_documents([created], output, single=True)
         if wait:
             sys.stdout.flush()  # the id is useful before the wait ends
-            exit_with(wait_all(client, [job_id], None))
+            exit_with(wait_all(client, [job_id], None, show=output == "text"))
 
 
 def _warn_if_unschedulable(created: Document) -> None:

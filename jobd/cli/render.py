@@ -189,22 +189,73 @@ def _exit(job: Document) -> str:
     return "-" if code is None else str(code)
 
 
+def progress_text(job: Document) -> str:
+    """`120/4000 3%` (the percentage rounded down), `120` without a total, `-` without any."""
+    progress = _status(job).get("progress")
+    if not isinstance(progress, dict) or progress.get("step") is None:
+        return "-"
+    step, total, fraction = progress["step"], progress.get("total"), progress.get("fraction")
+    if total is None:
+        return _number(step)
+    percent = f" {int(fraction * 100)}%" if isinstance(fraction, int | float) else ""
+    return f"{_number(step)}/{_number(total)}{percent}"
+
+
+def eta_text(job: Document) -> str:
+    """The progress' ETA as an age (`1h30m`), `-` while unknown."""
+    eta = (_status(job).get("progress") or {}).get("eta_s")
+    return "-" if eta is None else format_age(eta)
+
+
+_BAR_WIDTH = 20
+_BAR_METRICS = 3  # the first few metrics, so the line fits a terminal
+
+
+def progress_line(job: Document) -> str:
+    """`120/4000 3% [█▌        ] eta 1h30m loss=0.31`: a job's progress on one line, the
+    bar only with a total; empty when the job reported none."""
+    text = progress_text(job)
+    if text == "-":
+        return ""
+    progress = _status(job)["progress"]
+    fraction = progress.get("fraction")
+    if isinstance(fraction, int | float):
+        text += f" [{_bar(fraction)}]"
+    if progress.get("eta_s") is not None:
+        text += f" eta {eta_text(job)}"
+    metrics = list((progress.get("metrics") or {}).items())[:_BAR_METRICS]
+    shown = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics)
+    return " ".join([text, *shown])
+
+
+def _bar(fraction: float) -> str:
+    eighths = int(max(0.0, min(fraction, 1.0)) * _BAR_WIDTH * 8)
+    full, part = divmod(eighths, 8)
+    partial = " ▏▎▍▌▋▊▉"[part] if full < _BAR_WIDTH else ""
+    return ("█" * full + partial).ljust(_BAR_WIDTH)
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def jobs_table(
     jobs: Iterable[Document], *, wide: bool = False, now: datetime | None = None
 ) -> Table:
     now = _now(now)
-    headers = ["ID", "NAME", "PHASE", "PRIO", "WORKER", "AGE"]
+    headers = ["ID", "NAME", "PHASE", "PRIO", "WORKER", "PROGRESS", "AGE"]
     if wide:
-        headers += ["DESIRED", "GPUS", "EXIT", "COMMAND"]
+        headers += ["ETA", "DESIRED", "GPUS", "EXIT", "COMMAND"]
     table = _table(*headers)
     for job in jobs:
         status = _status(job)
         created = (job.get("metadata") or {}).get("created_at")
         row = [_id(job), _ref(job), phase_text(job), _priority(job)]
-        row += [status.get("worker") or "-", _age(created, now)]
+        row += [status.get("worker") or "-", progress_text(job), _age(created, now)]
         if wide:
             command = shlex.join(_spec(job).get("command") or [])
-            row += [status.get("desired_phase") or "-", _gpus(job), _exit(job), command]
+            row += [eta_text(job), status.get("desired_phase") or "-", _gpus(job), _exit(job)]
+            row.append(command)
         table.add_row(*row)
     return table
 
@@ -214,6 +265,8 @@ def watch_line(op: str, job: Document, now: datetime | None = None) -> str:
     status = _status(job)
     parts = [op, _id(job), _ref(job), phase_text(job), f"prio={_priority(job)}"]
     parts.append(f"worker={status.get('worker') or '-'}")
+    if status.get("progress"):
+        parts.append(f"progress={progress_text(job)}")
     if _is_terminal(status.get("phase")):
         parts.append(f"exit={_exit(job)}")
     return "  ".join(parts)

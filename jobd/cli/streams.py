@@ -2,7 +2,8 @@
 
 `job logs --tail N --since 10m` starts where the broker finds the last N lines, or the
 output that reached it in the last ten minutes (docs/cli.md); `-f` then follows from
-there. `job events` is a table for people and documents for scripts; `-f` prints what
+there, with the job's progress under the output when stderr is a terminal
+(progress_footer.py). `job events` is a table for people and documents for scripts; `-f` prints what
 happens from now on, unless `--all` asks for the history first.
 """
 
@@ -32,17 +33,34 @@ __all__ = ["VERBS"]
     help="Start at the output of the last DURATION (10m, 2h, 90s), as it reached the broker.",
 )
 def logs(ref: str, follow: bool, tail: int | None, since: float | None) -> None:
-    """Print a job's output (stdout and stderr, as captured)."""
+    """Print a job's output (stdout and stderr, as captured).
+
+    With -f on a terminal, the job's progress (jobd.client.report_progress) is shown on
+    stderr below the output.
+    """
+    from jobd.cli.progress_footer import footer_for
+
     out = sys.stdout.buffer
     with client() as broker:
         job_id = resolve(broker, ref)
+        footer = footer_for(broker, job_id, follow)
         chunk = broker.read_logs(job_id, follow=follow, tail=tail, since_s=since)
-        while True:
-            out.write(chunk.data)
-            out.flush()
-            if chunk.done or (not follow and not chunk.data):
-                return
-            chunk = broker.read_logs(job_id, offset=chunk.offset, follow=follow)
+        at_line_start = True
+        try:
+            while True:
+                if footer is not None and chunk.data:
+                    footer.clear()
+                out.write(chunk.data)
+                out.flush()
+                if chunk.done or (not follow and not chunk.data):
+                    return
+                at_line_start = chunk.data.endswith(b"\n") if chunk.data else at_line_start
+                if footer is not None:
+                    footer.draw(at_line_start)
+                chunk = broker.read_logs(job_id, offset=chunk.offset, follow=follow)
+        finally:
+            if footer is not None:
+                footer.clear()
 
 
 @click.command()

@@ -103,11 +103,14 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def wait_for(client: JobdClient, job_id: int, deadline: float | None) -> Ending:
-    """Block until the job is terminal, deleted, or `deadline` (time.monotonic()) passes."""
+def wait_for(client: JobdClient, job_id: int, deadline: float | None, show: bool = True) -> Ending:
+    """Block until the job is terminal, deleted, or `deadline` (time.monotonic()) passes.
+
+    Meanwhile, with `show` and stderr a terminal, a spinner there says the job's phase and
+    progress (a bar once it reported a total)."""
     job = client.get_job(job_id)
     meta = job["metadata"]
-    with _spinner(f"job/{job_id} {render.phase_text(job)}") as spinner:
+    with _spinner(_waiting_text(job), show) as spinner:
         if job["status"].get("phase") in _TERMINAL:
             return Ending(job_id, exit_code_of(job), _ended_text(job), job)
         changes = client.job_changes(
@@ -122,17 +125,19 @@ def wait_for(client: JobdClient, job_id: int, deadline: float | None) -> Ending:
                 )
             job = current
             if spinner is not None:
-                spinner.update(f"job/{job_id} {render.phase_text(job)}")
+                spinner.update(_waiting_text(job))
             if job["status"].get("phase") in _TERMINAL:
                 return Ending(job_id, exit_code_of(job), _ended_text(job), job)
     text = f"job/{job_id} is still {render.phase_text(job)}: the wait timed out"
     return Ending(job_id, EXIT_TIMEOUT, text, job)
 
 
-def wait_all(client: JobdClient, job_ids: Sequence[int], timeout: float | None) -> list[Ending]:
+def wait_all(
+    client: JobdClient, job_ids: Sequence[int], timeout: float | None, show: bool = True
+) -> list[Ending]:
     """Wait for each job in turn, all within one `timeout`."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    return [wait_for(client, job_id, deadline) for job_id in job_ids]
+    return [wait_for(client, job_id, deadline, show) for job_id in job_ids]
 
 
 def exit_with(endings: Sequence[Ending]) -> NoReturn:
@@ -142,7 +147,13 @@ def exit_with(endings: Sequence[Ending]) -> NoReturn:
     sys.exit(next((e.code for e in endings if e.code), 0))
 
 
-def _spinner(text: str) -> contextlib.AbstractContextManager[Any]:
-    if not sys.stderr.isatty():
+def _waiting_text(job: Document) -> str:
+    text = f"job/{job['metadata']['id']} {render.phase_text(job)}"
+    progress = render.progress_line(job)
+    return f"{text}  {progress}" if progress else text
+
+
+def _spinner(text: str, show: bool) -> contextlib.AbstractContextManager[Any]:
+    if not show or not sys.stderr.isatty():
         return contextlib.nullcontext(None)
     return render.make_console(stderr=True).status(text)

@@ -31,6 +31,7 @@ class Verb(enum.StrEnum):
     STOPPING = "stopping"
     COMPLETE = "complete"
     CHECKPOINT_COMPLETE = "checkpoint-complete"
+    PROGRESS = "progress"
     # What the reconcile loops decide.
     BIND = "bind"
     UNBIND = "unbind"
@@ -113,6 +114,11 @@ TABLE: Mapping[Verb, Rule] = {
     ),
     # Pure observability: every phase stays (its refusals are about the preemption).
     Verb.CHECKPOINT_COMPLETE: Rule(_stay(*P), _does_not_apply("checkpoint-complete")),
+    # Observability too: kept while the job is bound, ignored once it ended.
+    Verb.PROGRESS: Rule(
+        _stay(P.SCHEDULED, *_STARTED, P.LOST, *_ENDS),
+        lambda job: f"job {job.id} is {job.status.phase}; it is not running, so no progress",
+    ),
     Verb.BIND: Rule({P.PENDING: _to(P.SCHEDULED)}, _does_not_apply("bind")),
     Verb.UNBIND: Rule({P.SCHEDULED: _to(P.PENDING)}, _does_not_apply("unbind")),
     Verb.LOSE: Rule({p: _to(P.LOST) for p in _STARTED}, _does_not_apply("lose")),

@@ -28,7 +28,9 @@ from jobd.api.models import (
     PreemptionStatus,
     set_condition,
 )
+from jobd.api.progress import Sample
 from jobd.api.secrets import mask_job
+from jobd.controllers import progress as progress_math
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refusal
 from jobd.store.base import EventRecord
@@ -52,6 +54,7 @@ __all__ = [
     "nominate",
     "placeable",
     "process_vanished",
+    "progress",
     "request_preemption",
     "scrub_secrets",
     "start",
@@ -295,6 +298,20 @@ def checkpoint_complete(
     set_condition(job.status, "CheckpointComplete", True, "SentinelSeen", message, now=now)
     fields = {"candidate_job": preemption.candidate_job}
     return job, [EventRecord("checkpoint_complete", job=job.id, worker=worker, fields=fields)]
+
+
+def progress(
+    job: Job, worker: str, sample: Sample, now: datetime, attempt: int | None = None
+) -> tuple[Job, Events]:
+    """The workload's newest progress line: status.progress, with no event (a line a
+    second would flood events.jsonl). A job that ended keeps what it had."""
+    fence(job, worker, attempt)
+    allowed(Verb.PROGRESS, job)
+    if job.status.phase in TERMINAL_PHASES:
+        return job, []
+    job = job.evolve()
+    job.status.progress = progress_math.advance(job.status.progress, sample, now)
+    return job, []
 
 
 # What the reconcile loops decide

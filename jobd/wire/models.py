@@ -28,6 +28,7 @@ from jobd.api.models import (
     WorkerSpec,
     check_name,
 )
+from jobd.api.progress import MAX_METRIC_KEY, MAX_METRIC_TEXT, MAX_METRICS
 from jobd.api.selectors import SELECTOR_PATTERN, parse_selector
 
 # A job id as an object's key (JSON keys are text): 0 to MAX_ID, digit by digit.
@@ -58,6 +59,7 @@ __all__ = [
     "JobsQuery",
     "LogsAppendQuery",
     "LogsQuery",
+    "ProgressReport",
     "Registration",
     "Report",
     "ReportBatch",
@@ -279,12 +281,32 @@ class Completion(Report):
     message: str | None = Field(default=None, max_length=4096)
 
 
+# Numbers a workload reported: a float64 holds every integer up to MAX_INT exactly. Each
+# member of a union carries its own bounds, so the OpenAPI document states them.
+_Number = Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] | float
+_Step = Annotated[int, Field(ge=0, le=MAX_INT)] | Annotated[float, Field(ge=0)]
+_Total = Annotated[int, Field(gt=0, le=MAX_INT)] | Annotated[float, Field(gt=0)]
+
+
+class ProgressReport(Report):
+    """The newest `jobd-progress` line the worker read, as api/progress.py reads one
+    (the worker sends at most one a second per job; the broker adds fraction and ETA)."""
+
+    step: _Step
+    total: _Total | None = None
+    metrics: dict[
+        Annotated[str, Field(min_length=1, max_length=MAX_METRIC_KEY)],
+        _Number | Annotated[str, Field(max_length=MAX_METRIC_TEXT)],
+    ] = Field(default_factory=dict, max_length=MAX_METRICS)
+
+
 # Each report's body, by the verb that names it in a batch and ends its own path.
 REPORT_BODIES: dict[str, type[Report]] = {
     "started": Started,
     "stopping": Report,
     "complete": Completion,
     "checkpoint-complete": Report,
+    "progress": ProgressReport,
 }
 
 

@@ -298,6 +298,7 @@ _REPORT_SUMMARIES = {
     "stopping": ("Worker: SIGTERM sent, grace running", "Report"),
     "complete": ("Worker: the workload exited", "Completion"),
     "checkpoint-complete": ("Worker: the sentinel was seen during the grace window", "Report"),
+    "progress": ("Worker: the newest progress line the workload printed", "ProgressReport"),
 }
 # One route per report, `/jobs/{job_id}/<verb>`, each with its body of models.REPORT_BODIES.
 REPORTS: dict[str, Route] = {

@@ -36,6 +36,7 @@ from jobd.worker.launching import (
     check_unmasked,
     start_supervised,
 )
+from jobd.worker.progress import ProgressScanner, ProgressSender
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.runner import Runner
 from jobd.worker.supervision import (
@@ -160,6 +161,8 @@ class Execution:
         self._started_reported = anyio.Event()  # told, or left to go with `complete`
         self._report_started_now = anyio.Event()  # ends STARTED_REPORT_DELAY_S early
         self._sentinel_done: anyio.Event | None = None
+        self._progress_lines = ProgressScanner()
+        self._progress = ProgressSender(link, record.job_id, record.attempt)
         self._tg: anyio.abc.TaskGroup | None = None
         self._save_lock = anyio.Lock()
 
@@ -254,11 +257,17 @@ class Execution:
 
     async def _supervise(self) -> None:
         follower = OutputFollower(
-            self.link, self.state_dir, self.record, self.save, self.settings.max_log_bytes
+            self.link,
+            self.state_dir,
+            self.record,
+            self.save,
+            self.settings.max_log_bytes,
+            on_stdout=self._read_progress,
         )
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(follower.run)
+            tg.start_soon(self._progress.run)
             self.launched.set()
             if self.record.stop_reason == "preempt" and not self.record.checkpoint_reported:
                 self._watch_sentinel()
@@ -275,8 +284,14 @@ class Execution:
                 with anyio.move_on_after(LOG_CATCH_UP_S):
                     await follower.done.wait()
                 await self._report_end(ended)
+            self._progress.close()
         self.record.drained = True
         await self._tidy()
+
+    def _read_progress(self, chunk: bytes) -> None:
+        sample = self._progress_lines.feed(chunk)
+        if sample is not None:
+            self._progress.offer(sample)
 
     async def _wait(self) -> ExitRecord:
         if self.supervised is None:
@@ -306,6 +321,9 @@ class Execution:
             **self._failure(ended),
         }
         reports = [("complete", _wire(body))]
+        last_progress = self._progress.close()
+        if last_progress is not None:  # the newest line before the end, not yet sent
+            reports.insert(0, ("progress", last_progress))
         if not self.record.started_reported and ended.started_at is not None:
             reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
         await self.link.report_many(self.job_id, reports, self.attempt)

@@ -1,5 +1,8 @@
 """The agent follows a supervised job's output files: ships them, caps them, scans for the sentinel.
 
+Each chunk of stdout shipped is also handed to `on_stdout` (the job's progress lines are
+read there, worker/progress.py), so the output is read once for both.
+
 The supervisor writes the workload's stdout and stderr straight to files; the agent reads
 them by offset in bounded chunks, so it holds no more than one chunk of any job's output
 however much the job writes, and a restarted agent resumes from the offsets its record
@@ -70,9 +73,10 @@ class OutputFollower:
         save: Callable[[], Awaitable[None]],
         cap: int,
         interval_s: float = 0.1,
+        on_stdout: Callable[[bytes], None] | None = None,
     ) -> None:
         self.link, self.state_dir, self.record, self.save = link, state_dir, record, save
-        self.cap, self.interval_s = cap, interval_s
+        self.cap, self.interval_s, self.on_stdout = cap, interval_s, on_stdout
         self.finished = anyio.Event()  # the job is over: read to EOF, then stop
         self.caught_up = anyio.Event()  # set each time both files were read to their end
         self.done = anyio.Event()  # finished, and both files shipped to their end
@@ -113,6 +117,8 @@ class OutputFollower:
         if not chunk:
             return False
         setattr(self.record, f"{name}_offset", offset + len(chunk))
+        if name == "stdout" and self.on_stdout is not None:
+            self.on_stdout(chunk)
         await self._ship(chunk)
         return True
 

@@ -62,6 +62,10 @@ async def test_apply_decides_created_configured_unchanged(api: httpx.AsyncClient
     assert [r["action"] for r in dry["results"]] == ["configured", "unchanged"]
     live = (await api.get("/jobs", params={"name": "a"})).json()["items"][0]
     assert live["spec"].get("priority") is None  # the dry run wrote nothing
+    new_parents = [job_document("b", depends_on=[])]
+    resp = await api.post("/apply", json={"documents": new_parents})
+    # 409, as for any change the live job refuses: the same document creates a new job.
+    assert resp.status_code == 409 and "cannot change the parents" in resp.json()["detail"]
 
 
 async def test_a_refused_apply_leaves_every_job_untouched(api: httpx.AsyncClient) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from jobd.cli import render
 from jobd.cli.job_main import Settings, cli
+from jobd.cli.progress_footer import ProgressFooter
 from jobd.cli.submit import SubmitError, build_submit_job
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -252,9 +254,17 @@ def test_jobs_table_shows_convergence_only_for_live_jobs() -> None:
 
     lines = render.to_text(render.jobs_table(jobs, now=NOW)).splitlines()
 
-    assert lines[0].split() == ["ID", "NAME", "PHASE", "PRIO", "WORKER", "AGE"]
-    assert lines[1].split() == ["7", "vision/j7", "Running→Preempted", "60", "gpu-box-1", "5m0s"]
-    assert lines[2].split() == ["8", "vision/j8", "Failed", "60", "-", "5m0s"]
+    assert lines[0].split() == ["ID", "NAME", "PHASE", "PRIO", "WORKER", "PROGRESS", "AGE"]
+    assert lines[1].split() == [
+        "7",
+        "vision/j7",
+        "Running→Preempted",
+        "60",
+        "gpu-box-1",
+        "-",
+        "5m0s",
+    ]
+    assert lines[2].split() == ["8", "vision/j8", "Failed", "60", "-", "-", "5m0s"]
     assert lines[3].split()[2] == "Pending→Running"
     assert all(line == line.rstrip() for line in lines)
 
@@ -266,10 +276,25 @@ def test_wide_table_adds_desired_gpus_exit_and_command() -> None:
 
     lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
 
-    assert lines[0].split()[6:] == ["DESIRED", "GPUS", "EXIT", "COMMAND"]
-    assert lines[1].split()[6:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
-    assert lines[2].split()[6:9] == ["Running", "(1)", "3"]
-    assert lines[3].split()[7] == "(2x40GiB)"
+    assert lines[0].split()[7:] == ["ETA", "DESIRED", "GPUS", "EXIT", "COMMAND"]
+    assert lines[1].split()[8:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
+    assert lines[2].split()[8:11] == ["Running", "(1)", "3"]
+    assert lines[3].split()[9] == "(2x40GiB)"
+
+
+def test_progress_shows_step_total_percent_and_eta() -> None:
+    progress = {"step": 120, "total": 4000, "fraction": 0.03, "eta_s": 5400, "metrics": {}}
+    running = job_doc(7, "Running", worker="w", progress=progress)
+    open_ended = job_doc(8, "Running", worker="w", progress={"step": 2.5, "metrics": {}})
+    jobs = [running, open_ended, job_doc(9, "Pending")]
+
+    lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
+
+    assert " PROGRESS " in lines[0] and " ETA " in lines[0]
+    assert "  120/4000 3%  5m0s  1h30m  Running" in lines[1]
+    assert lines[2].split()[5:8] == ["2.5", "5m0s", "-"]
+    assert lines[3].split()[5:8] == ["-", "5m0s", "-"]
+    assert render.watch_line("MODIFIED", running, now=NOW).endswith("progress=120/4000 3%")
 
 
 def test_status_line_says_what_a_job_waits_for_and_how_long() -> None:
@@ -386,3 +411,24 @@ def test_diff_shows_the_changed_field() -> None:
 
     assert "+  priority: 80" in text.splitlines()
     assert not [line for line in text.splitlines() if line.startswith("-  ")]
+
+
+def test_the_logs_footer_redraws_progress_only_where_a_line_ended() -> None:
+    progress = {"step": 50, "total": 100, "fraction": 0.5, "eta_s": 30, "metrics": {"loss": 0.2}}
+    reads: list[int] = []
+
+    class Broker:
+        def get_job(self, job_id: int) -> dict[str, Any]:
+            reads.append(job_id)
+            return job_doc(job_id, "Running", progress=progress)
+
+    stream = io.StringIO()
+    footer = ProgressFooter(Broker(), 7, stream)  # type: ignore[arg-type]
+    footer.draw(at_line_start=False)
+    assert stream.getvalue() == ""  # never after a partial line: erasing it would lose it
+    footer.draw(at_line_start=True)
+    footer.clear()
+    footer.clear()
+    line = "50/100 50% [██████████          ] eta 30s loss=0.2"
+    assert stream.getvalue() == f"{line}\r\x1b[2K"
+    assert reads == [7]  # read once a second at most, however often drawn

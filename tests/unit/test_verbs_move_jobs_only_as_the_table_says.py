@@ -30,6 +30,7 @@ APPLY: dict[Verb, Callable[[Job], Result]] = {
     Verb.STOPPING: lambda job: transitions.stopping(job, "w", NOW),
     Verb.COMPLETE: lambda job: transitions.complete(job, "w", 0, None, NOW),
     Verb.CHECKPOINT_COMPLETE: lambda job: transitions.checkpoint_complete(job, "w", NOW),
+    Verb.PROGRESS: lambda job: transitions.progress(job, "w", {"step": 1, "total": 4}, NOW),
     Verb.BIND: lambda job: transitions.bind(job, "w2", [0], NOW),
     Verb.UNBIND: transitions.unbind,
     Verb.LOSE: lambda job: transitions.lose(job, NOW),

@@ -9,7 +9,7 @@ sweeper, workers, projects) pick up the consequences from the commit.
 - cancel: `job cancel`
 - preempt: `job preempt` and `job preempt-blockers`
 - resume: `job resume` (and the lifecycle loop's auto-resume)
-- reports: the worker's started / stopping / complete / checkpoint-complete
+- reports: the worker's started / stopping / complete / checkpoint-complete / progress
 - worker_lease: worker registration, and the heartbeat that renews its lease and
   reconciles its jobs both ways
 """

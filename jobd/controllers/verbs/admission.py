@@ -338,7 +338,8 @@ def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
     merged.metadata.labels = dict(desired.metadata.labels)
     if not same_spec:
         if merged.spec.depends_on != desired.spec.depends_on:
-            raise AdmissionError(f"spec.depends_on: cannot change the parents of {live.ref}")
+            # 409, not 422: a valid document, refused for the job it would change.
+            raise TransitionError(f"spec.depends_on: cannot change the parents of {live.ref}")
         merged.spec = desired_spec.model_copy(deep=True)
         merged.metadata.generation += 1
         merged.status.observed_generation = merged.metadata.generation

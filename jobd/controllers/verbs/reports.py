@@ -1,4 +1,5 @@
-"""The worker's reports on a job it runs: started, stopping, complete, checkpoint-complete.
+"""The worker's reports on a job it runs: started, stopping, complete, checkpoint-complete,
+progress.
 
 Each is fenced first (transitions.fence): a report from a worker the job is not bound
 to, or of another attempt than the job's `status.attempt`, is refused (409) and changes
@@ -12,6 +13,7 @@ lifecycle).
 from __future__ import annotations
 
 from jobd.api.models import Job
+from jobd.api.progress import Sample
 from jobd.controllers import transitions
 from jobd.controllers.context import Context
 from jobd.store.base import EventRecord
@@ -19,6 +21,7 @@ from jobd.store.base import EventRecord
 __all__ = [
     "record_checkpoint_complete",
     "report_complete",
+    "report_progress",
     "report_started",
     "report_stopping",
 ]
@@ -62,4 +65,12 @@ def record_checkpoint_complete(
     the report until acknowledged, so the flag in the preemption status is the dedup key,
     committed with its event."""
     new, events = transitions.checkpoint_complete(job, worker, ctx.clock.now(), attempt)
+    return _write(ctx, job, new, events)
+
+
+def report_progress(
+    ctx: Context, job: Job, worker: str, sample: Sample, attempt: int | None = None
+) -> Job:
+    """The workload's newest progress line, written as the job's status.progress."""
+    new, events = transitions.progress(job, worker, sample, ctx.clock.now(), attempt)
     return _write(ctx, job, new, events)
