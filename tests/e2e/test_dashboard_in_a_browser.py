@@ -42,8 +42,10 @@ LAUNCH_ARGS = [
 ]
 TALKER = """\
 import time
+from jobd.client import report_progress
 for i in range(1, 31):
     print(f"line {i}", flush=True)
+    report_progress(i, total=30, loss=1 / i)
     time.sleep(0.2)
 """
 CHECKPOINTER = """\
@@ -151,11 +153,14 @@ def test_a_jobs_output_arrives_live_on_its_page(page: Page, jobd: Jobd) -> None:
     expect(log).to_contain_text("line 2")
     assert "line 25" not in log.inner_text()  # not yet printed when the page opened
     page.evaluate("window.sameDocument = true")
+    expect(page.locator("#job-live progress")).to_be_visible()  # progress, live too
     expect(log).to_contain_text("line 30", timeout=30_000)
     expect(page.locator("#phase")).to_have_text("Succeeded")
+    expect(page.locator("#job-live")).to_contain_text("step 30/30")
     expect(page.locator("#log-state")).to_contain_text("ended")
     assert page.evaluate("window.sameDocument") is True  # no reload brought them
-    assert log.inner_text().splitlines() == [f"line {i}" for i in range(1, 31)]
+    said = [line for line in log.inner_text().splitlines() if not line.startswith("jobd-progress")]
+    assert said == [f"line {i}" for i in range(1, 31)]
     _shot(page, "job")
 
 
