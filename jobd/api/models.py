@@ -44,6 +44,7 @@ __all__ = [
     "API_VERSION",
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
+    "GPU_INDEX_TEXT",
     "MAX_GPU_INDEX",
     "MAX_GRACE_S",
     "MAX_ID",
@@ -97,6 +98,8 @@ ADMISSION: dict[str, bool] = {ADMISSION_KEY: True}
 MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
 MAX_GPU_INDEX = 1023  # nvidia-smi numbers GPUs from 0; no host has a thousand
+# A GPU index as a JSON object key (0 to MAX_GPU_INDEX), for the OpenAPI document.
+GPU_INDEX_TEXT = "^(0|[1-9][0-9]{0,2}|10[01][0-9]|102[0-3])$"
 
 # Characters no label should hold: they break terminals, logs and selectors.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -256,6 +259,15 @@ Size = Annotated[
 """GPU memory: bytes, accepted as written by people (api/sizes.py)."""
 
 
+def _memory_only_with_gpus(schema: dict[str, Any]) -> None:
+    """Resources' JSON Schema says what `_memory_needs_gpus` does: no gpu_memory without
+    gpus, so a request the OpenAPI document allows is never refused for it."""
+    schema["anyOf"] = [
+        {"properties": {"gpus": {"maximum": 0}, "gpu_memory": {"type": "null"}}},
+        {"properties": {"gpus": {"minimum": 1}}, "required": ["gpus"]},
+    ]
+
+
 class Resources(Strict):
     """What a job takes on its worker: GPUs, or else one CPU slot (the two pools).
 
@@ -263,6 +275,7 @@ class Resources(Strict):
     no GPU. So CPU jobs never keep a GPU job from a worker whose GPUs are free.
     """
 
+    model_config = ConfigDict(json_schema_extra=_memory_only_with_gpus)
     gpus: int = Field(default=0, ge=0, le=64)
     gpu_memory: Size | None = None  # the least memory each of its GPUs must have free
 
@@ -521,7 +534,9 @@ class WorkerSpec(Strict):
     # Each GPU's memory in bytes, by index: declared (`--gpus 0:24GiB`) or detected
     # (NVML, nvidia-smi). A GPU not here has memory unknown: it takes only jobs that
     # ask for no gpu_memory.
-    gpu_memory: dict[int, Size] = Field(default_factory=dict)
+    gpu_memory: dict[int, Size] = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": GPU_INDEX_TEXT}}
+    )
     lease_duration_s: float = Field(
         default=15.0,
         gt=0,
@@ -548,10 +563,10 @@ class WorkerSpec(Strict):
     @field_validator("gpu_memory")
     @classmethod
     def _memory_of_own_gpus(cls, memory: dict[int, int], info: ValidationInfo) -> dict[int, int]:
-        strangers = sorted(set(memory) - set(info.data.get("gpus") or []))
-        if strangers and admitting(info):
-            raise ValueError(f"memory given for GPUs the worker does not list: {strangers}")
-        return memory
+        # Memory of a GPU the worker does not hand out is dropped, not refused: the agent
+        # builds both from one inventory, and no JSON Schema can say the keys are in `gpus`.
+        listed = set(info.data.get("gpus") or [])
+        return {gpu: size for gpu, size in memory.items() if gpu in listed}
 
     @field_validator("lease_duration_s")
     @classmethod

@@ -13,8 +13,18 @@ __all__ = ["MAX_SIZE", "SIZE_PATTERN", "format_size", "parse_size"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:i?B)?|B)?", re.IGNORECASE)
-# The same, for JSON Schema (the OpenAPI document): a client is told a size is text too.
-SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt]([iI]?[bB])?|[bB])?\s*$"
+# For JSON Schema (the OpenAPI document): the sizes every reader accepts, so a size the
+# schema allows is never refused. Stricter than `_SIZE`: at least 1 byte (a leading digit
+# of 1-9: no `0.5GiB`), and few enough digits per unit to stay under MAX_SIZE.
+_SCHEMA_UNITS = (("[bB]?", 14), ("[kK]", 11), ("[mM]", 8), ("[gG]", 5), ("[tT]", 2))
+SIZE_PATTERN = (
+    r"^\s*("
+    + "|".join(
+        rf"[1-9]\d{{0,{digits}}}(\.\d+)?\s*{unit}" + ("([iI]?[bB])?" if unit != "[bB]?" else "")
+        for unit, digits in _SCHEMA_UNITS
+    )
+    + r")\s*$"
+)
 MAX_SIZE = 1 << 50  # a petabyte of memory on one GPU is a typo, not a GPU
 
 

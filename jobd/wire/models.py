@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from jobd.api.models import (
+    GPU_INDEX_TEXT,
     MAX_GPU_INDEX,
     MAX_ID,
     MAX_INT,
@@ -233,7 +234,9 @@ class Heartbeat(_Body):
         default_factory=dict, json_schema_extra={"propertyNames": {"pattern": _JOB_ID_TEXT}}
     )
     # Bytes in use on each GPU no job here holds (NVML); None: the worker cannot measure.
-    gpu_memory_foreign: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], StoreInt] | None = None
+    gpu_memory_foreign: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], StoreInt] | None = (
+        Field(default=None, json_schema_extra={"propertyNames": {"pattern": GPU_INDEX_TEXT}})
+    )
 
 
 class LogsAppendQuery(_Query):

@@ -179,8 +179,26 @@ def test_a_job_document_takes_a_size_and_refuses_memory_without_gpus() -> None:
         Resources.model_validate({"gpu_memory": "40GiB"})
     with pytest.raises(ValidationError, match="not a size"):
         Resources.model_validate({"gpus": 1, "gpu_memory": "lots"})
-    with pytest.raises(ValidationError, match="memory given for GPUs the worker does not list"):
-        WorkerSpec.model_validate({"gpus": [0], "gpu_memory": {"1": GIB}}, context=ADMISSION)
+    # Memory of a GPU the worker does not hand out is dropped (no schema could refuse it).
+    listed = WorkerSpec.model_validate(
+        {"gpus": [0], "gpu_memory": {"0": GIB, "1": GIB}}, context=ADMISSION
+    )
+    assert listed.gpu_memory == {0: GIB}
+
+
+def test_the_openapi_schema_allows_only_what_admission_takes() -> None:
+    """The fuzzer sends what the schema allows; none of it may be refused for a size."""
+    import re
+
+    from jobd.api.sizes import SIZE_PATTERN
+
+    for allowed in ("1", "40GiB", "80G", "40960MiB", "999.9T", "999999999999999", "1 KB"):
+        assert re.match(SIZE_PATTERN, allowed)
+        parse_size(allowed)
+    for refused in ("0", "0.5G", "1000T", "9999999999999999", "01G"):
+        assert not re.match(SIZE_PATTERN, refused)
+    schema = Resources.model_json_schema()
+    assert {"properties": {"gpus": {"minimum": 1}}, "required": ["gpus"]} in schema["anyOf"]
 
 
 def test_a_size_too_large_for_any_number_is_an_error_not_a_crash() -> None:
