@@ -73,7 +73,8 @@ class LifecycleController:
 
     def _check_dependencies(self, job: Job) -> Result:
         store, now = self.ctx.store, self.ctx.clock.now()
-        parents = [store.get_job(p) for p in job.status.parents]
+        found = {p.id: p for p in store.get_jobs(job.status.parents)}  # one read, not one each
+        parents = [found.get(p) for p in job.status.parents]
         ended = [p for p in parents if p is None or p.status.phase in TERMINAL_PHASES]
         failed = [p for p in parents if p is None or p.status.phase in _BAD_ENDS]
         if failed and not job.spec.depends_on_any_exit:

@@ -106,6 +106,10 @@ def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in job.status.gpus),
         }
     )
+    if job.metadata.array is not None:  # a member of an array or sweep (api/arrays.py)
+        env["JOBD_ARRAY_INDEX"] = str(job.metadata.array.index)
+    else:
+        env.pop("JOBD_ARRAY_INDEX", None)  # never the worker's own, nor the spec's
     return env
 
 

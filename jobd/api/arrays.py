@@ -1,0 +1,234 @@
+"""Job arrays and sweeps: one spec, many member jobs (`job submit --array/--sweep`).
+
+A JobArray is a Job's spec plus `array:`, which says its members: `indices` (`0-7`,
+`1,3,5`, `0-15:2`, or a list of integers) or `sweep` parameters (`lr: ["1e-3", "3e-4"]`),
+whose cartesian product makes one member per combination. Each member is an ordinary Job
+named `<array>-<index>`, labelled `jobd/array: <array>`, with `metadata.array` saying
+which array it belongs to and its index. Its argv has `{i}` (the index) and `{KEY}` (a
+sweep value) replaced literally in every word; any other `{...}` is left as written, so a
+`python -c` with braces in it runs unchanged. The index is the array index for
+`indices`, the position in the product (0, 1, ...) for a sweep.
+
+Pure: no store. Next stage: controllers/verbs/arrays.py admits an array and its members
+in one transaction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from jobd.api.models import JobSpec, ObjectMeta, Strict
+from jobd.api.vocabulary import DEFAULT_PROJECT, MAX_ID
+
+__all__ = [
+    "ARRAY_LABEL",
+    "ARRAY_REF",
+    "MAX_INDEX",
+    "MAX_MEMBERS",
+    "ArrayMember",
+    "ArraySpec",
+    "JobArray",
+    "JobArraySpec",
+    "JobArrayStatus",
+    "array_id_of",
+    "member_name",
+    "parse_indices",
+    "parse_sweep",
+    "substitute",
+]
+
+# Bounds that keep one request, one transaction and every member's name in reason.
+MAX_MEMBERS = 10_000
+MAX_INDEX = 999_999
+ARRAY_LABEL = "jobd/array"
+# How an array is named where a job id could be: `A12` (no job's name has a capital).
+ARRAY_REF = re.compile(r"^A([0-9]{1,18})$")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?$")
+
+
+def array_id_of(ref: str) -> int | None:
+    """The id in `A12`, None for anything else."""
+    found = ARRAY_REF.match(ref)
+    if found is None or not 1 <= int(found.group(1)) <= MAX_ID:
+        return None
+    return int(found.group(1))
+
+
+def parse_indices(text: str) -> list[int]:
+    """`0-7`, `1,3,5`, `0-15:2` or a mix (`0-3,8`): the indices, in the order given.
+
+    ValueError says what is wrong: a malformed part, a range running backwards, a repeated
+    index, or more than MAX_MEMBERS of them.
+    """
+    indices: list[int] = []
+    for part in text.split(","):
+        found = _RANGE.match(part.strip())
+        if found is None:
+            raise ValueError(f"{part.strip()!r} is not N, A-B or A-B:STEP")
+        first, last, step = found.groups()
+        start, stop = int(first), int(last if last is not None else first)
+        if stop < start or (step is not None and int(step) < 1):
+            raise ValueError(f"{part.strip()!r}: a range runs upwards, by a step of 1 or more")
+        if (stop - start) // int(step or 1) + len(indices) >= MAX_MEMBERS:
+            raise ValueError(f"more than {MAX_MEMBERS:,} members")
+        indices.extend(range(start, stop + 1, int(step or 1)))
+    return _checked_indices(indices)
+
+
+def _checked_indices(indices: list[int]) -> list[int]:
+    if not indices:
+        raise ValueError("no index given")
+    if len(indices) > MAX_MEMBERS:
+        raise ValueError(f"{len(indices):,} members is over the {MAX_MEMBERS:,} an array may have")
+    if any(not 0 <= i <= MAX_INDEX for i in indices):
+        raise ValueError(f"indices run from 0 to {MAX_INDEX:,}")
+    if len(set(indices)) != len(indices):
+        repeated = next(i for i in indices if indices.count(i) > 1)
+        raise ValueError(f"index {repeated} is given twice")
+    return indices
+
+
+def parse_sweep(pairs: Sequence[str]) -> dict[str, list[str]]:
+    """`--sweep KEY=V1,V2` flags as sweep parameters, in the order given."""
+    sweep: dict[str, list[str]] = {}
+    for pair in pairs:
+        key, sep, values = pair.partition("=")
+        if not sep:
+            raise ValueError(f"{pair!r}: expected KEY=V1,V2,...")
+        if key in sweep:
+            raise ValueError(f"{key!r} is swept twice: give its values once, comma-separated")
+        sweep[key] = values.split(",")
+    return _checked_sweep(sweep)
+
+
+def _checked_sweep(sweep: dict[str, list[str]]) -> dict[str, list[str]]:
+    size = 1
+    for key, values in sweep.items():
+        if not _KEY.match(key) or key == "i":
+            raise ValueError(
+                f"{key!r}: a parameter is a name of letters, digits and '_' ({{i}} is the index)"
+            )
+        if not values or any(v == "" for v in values):
+            raise ValueError(f"{key}: every value must be non-empty")
+        if len(set(values)) != len(values):
+            raise ValueError(f"{key}: a value is given twice")
+        size *= len(values)
+        if size > MAX_MEMBERS:
+            raise ValueError(f"the product is over the {MAX_MEMBERS:,} members an array may have")
+    return sweep
+
+
+def _indices_field(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_indices(value)
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return _checked_indices(value)
+    return value  # pydantic says what is wrong with it
+
+
+def _sweep_field(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    sweep: dict[str, list[str]] = {}
+    for key, values in value.items():
+        if not isinstance(values, list):
+            raise ValueError(f"{key}: expected a list of values")
+        sweep[str(key)] = [_sweep_value(str(key), v) for v in values]
+    return _checked_sweep(sweep)
+
+
+def _sweep_value(key: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if type(value) is int:
+        return str(value)
+    raise ValueError(
+        f"{key}: {value!r}: a value is a string or an integer; quote a number such as "
+        "'1e-3' so it is put in the command as written"
+    )
+
+
+class ArraySpec(Strict):
+    """Which members: `indices` or `sweep`, one of the two."""
+
+    indices: Annotated[list[int] | None, BeforeValidator(_indices_field)] = None
+    sweep: Annotated[dict[str, list[str]], BeforeValidator(_sweep_field)] = Field(
+        default_factory=dict
+    )
+
+    @model_validator(mode="after")
+    def _one_of_two(self) -> ArraySpec:
+        if (self.indices is None) == (not self.sweep):
+            raise ValueError("give indices or sweep parameters, one of the two")
+        return self
+
+    def members(self) -> list[ArrayMember]:
+        """Every member, in order: the indices as given, or the sweep's product."""
+        if self.indices is not None:
+            return [ArrayMember(i, {}) for i in self.indices]
+        keys = list(self.sweep)
+        product = itertools.product(*(self.sweep[k] for k in keys))
+        return [
+            ArrayMember(n, dict(zip(keys, combo, strict=True))) for n, combo in enumerate(product)
+        ]
+
+
+class JobArraySpec(JobSpec):
+    array: ArraySpec
+
+
+class JobArrayStatus(Strict):
+    jobs: list[int] = Field(default_factory=list)  # the members' ids, in index order
+
+
+class JobArray(Strict):
+    api_version: Literal["jobd/v1"] = Field(default="jobd/v1", alias="apiVersion")
+    kind: Literal["JobArray"] = "JobArray"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: JobArraySpec
+    status: JobArrayStatus = Field(default_factory=JobArrayStatus)
+
+    @property
+    def id(self) -> int:
+        assert self.metadata.id is not None, "array has not been stored yet"
+        return self.metadata.id
+
+    @property
+    def project(self) -> str:
+        return self.metadata.project or DEFAULT_PROJECT
+
+    @property
+    def ref(self) -> str:
+        return f"{self.project}/{self.metadata.name}"
+
+
+@dataclass(frozen=True)
+class ArrayMember:
+    """One member: its index and the sweep's values for it."""
+
+    index: int
+    values: dict[str, str]
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return substitute(argv, {"i": str(self.index), **self.values})
+
+
+def substitute(argv: Sequence[str], values: dict[str, str]) -> list[str]:
+    """Each `{NAME}` of `values` replaced literally in every word; other braces kept."""
+
+    def one(found: re.Match[str]) -> str:
+        return values.get(found.group(1), found.group(0))
+
+    return [_PLACEHOLDER.sub(one, word) for word in argv]
+
+
+def member_name(array_name: str, index: int) -> str:
+    return f"{array_name}-{index}"
