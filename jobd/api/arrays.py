@@ -24,11 +24,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from jobd.api.models import JobSpec, ObjectMeta, Strict
-from jobd.api.vocabulary import DEFAULT_PROJECT, MAX_ID
+from jobd.api.vocabulary import DEFAULT_PROJECT, array_id_of
 
 __all__ = [
     "ARRAY_LABEL",
-    "ARRAY_REF",
     "MAX_INDEX",
     "MAX_MEMBERS",
     "ArrayMember",
@@ -47,19 +46,9 @@ __all__ = [
 MAX_MEMBERS = 10_000
 MAX_INDEX = 999_999
 ARRAY_LABEL = "jobd/array"
-# How an array is named where a job id could be: `A12` (no job's name has a capital).
-ARRAY_REF = re.compile(r"^A([0-9]{1,18})$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?$")
-
-
-def array_id_of(ref: str) -> int | None:
-    """The id in `A12`, None for anything else."""
-    found = ARRAY_REF.match(ref)
-    if found is None or not 1 <= int(found.group(1)) <= MAX_ID:
-        return None
-    return int(found.group(1))
 
 
 def parse_indices(text: str) -> list[int]:

@@ -14,9 +14,9 @@ from jobd.cli import render
 from jobd.cli.durations import Duration
 from jobd.cli.failure import Failure
 from jobd.cli.options import client, output_option, print_documents
-from jobd.cli.targets import Selection, job_targets, resolve
+from jobd.cli.targets import Selection, find_array, is_array_ref, job_targets, resolve
 from jobd.cli.waiting import EXIT_TIMEOUT, exit_with, wait_all
-from jobd.http import Document, JobdClient
+from jobd.http import ApiError, Document, JobdClient
 
 __all__ = ["VERBS"]
 
@@ -114,9 +114,32 @@ def _delete(broker: JobdClient, job_id: int) -> Document:
 def delete(targets: Selection, output: str) -> None:
     """Remove jobs that have ended (cancel a live one first), and their output.
 
+    A job array (A<id>) goes whole, with its members, once all of them have ended.
     -o json prints the documents of the jobs deleted, as they were.
     """
+    arrays = [ref for ref in targets.refs if is_array_ref(ref)]
+    if arrays:
+        _delete_arrays(targets, arrays)
+        targets.refs = tuple(ref for ref in targets.refs if ref not in arrays)
+        if not (targets.refs or targets.selector or targets.files):
+            targets.exit_if_failed()
+            return
     _act(targets, output, _delete, lambda job: f"job/{job['metadata']['id']} deleted")
+
+
+def _delete_arrays(targets: Selection, refs: list[str]) -> None:
+    with client() as broker:
+        for ref in refs:
+            try:
+                array = find_array(broker, ref)
+                if array is None:
+                    raise Failure(f"no array named {ref!r}")
+                deleted = broker.delete_array(int(array["metadata"]["id"]))
+            except (ApiError, Failure) as exc:
+                targets.fail(exc.message)
+                continue
+            n = len(deleted["jobs"])
+            click.echo(f"array/{deleted['deleted']} deleted ({n} job{'s' if n != 1 else ''})")
 
 
 @click.command()
@@ -129,7 +152,7 @@ def delete(targets: Selection, output: str) -> None:
 )
 @output_option("text")
 def wait(targets: Selection, timeout: float | None, output: str) -> None:
-    """Block until jobs end; exit with what ended them.
+    """Block until jobs end (each member of an array A<id>); exit with what ended them.
 
     \b
     Exit codes (with several jobs: the first, in the order given, that is not 0):

@@ -14,9 +14,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from jobd.api.arrays import parse_indices, parse_sweep
 from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job
 
-__all__ = ["MASKED_VALUE", "RERUNS_LABEL", "SubmitError", "build_rerun_job", "build_submit_job"]
+__all__ = [
+    "MASKED_VALUE",
+    "RERUNS_LABEL",
+    "SubmitError",
+    "as_array",
+    "build_rerun_job",
+    "build_submit_job",
+]
 
 Document = dict[str, Any]
 
@@ -115,6 +123,26 @@ def build_submit_job(
     document = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
     _validate_submit(document)
     return document
+
+
+def as_array(document: Document, indices: str | None, sweep: Sequence[str]) -> Document:
+    """`job submit`'s Job made a JobArray by `--array` or `--sweep` (api/arrays.py): its
+    members' argv get `{i}` and each `{KEY}` replaced."""
+    if indices is not None and sweep:
+        raise SubmitError(
+            "--array and --sweep exclude each other (sweep an index as one more "
+            "parameter: --sweep fold=0,1,2)"
+        )
+    try:
+        if indices is not None:
+            parse_indices(indices)
+            array: dict[str, Any] = {"indices": indices}
+        else:
+            array = {"sweep": parse_sweep(sweep)}
+    except ValueError as exc:
+        raise SubmitError(f"{'--array' if indices is not None else '--sweep'}: {exc}") from None
+    spec = {**document["spec"], "array": array}
+    return {**document, "kind": "JobArray", "spec": spec}
 
 
 def _whole_seconds(seconds: float | None) -> int | None:
