@@ -17,7 +17,14 @@ from jobd.api.vocabulary import BOUND_PHASES, Phase, array_id_of, normalise_work
 from jobd.cli import render
 from jobd.cli.failure import Failure, warn
 from jobd.cli.options import client, output_option, phase_option, print_documents
-from jobd.cli.targets import Selection, find_array, job_targets, resolve, strip_kind
+from jobd.cli.targets import (
+    Selection,
+    array_or_none,
+    find_array,
+    job_targets,
+    resolve,
+    strip_kind,
+)
 from jobd.http import ApiError, Document, JobdClient
 
 __all__ = ["VERBS"]
@@ -119,7 +126,7 @@ def _names_an_array(broker: JobdClient, request: _Request) -> bool:
     project, _, short = name.rpartition("/")
     if broker.find_job(project or None, short) is not None:
         return False
-    return broker.find_array(project or None, short) is not None
+    return array_or_none(broker, name) is not None
 
 
 def _get_jobs(

@@ -25,6 +25,7 @@ from jobd.http import ApiError, Document, JobdClient
 
 __all__ = [
     "Selection",
+    "array_or_none",
     "find_array",
     "is_array_ref",
     "job_targets",
@@ -71,18 +72,26 @@ def find_array(client: JobdClient, ref: str) -> Document | None:
     return client.find_array(project or None, name)
 
 
+def array_or_none(client: JobdClient, ref: str) -> Document | None:
+    """The array of that name; None also from a broker that knows no arrays (older)."""
+    try:
+        return find_array(client, ref)
+    except ApiError:
+        return None
+
+
 def resolve_all(client: JobdClient, ref: str) -> list[int]:
     """The ids `ref` names: a job's (as `resolve`), or each member of the array it names,
     by `A12`, `array/NAME`, or a NAME no job has."""
     if not is_array_ref(ref):
         try:
             return [resolve(client, ref)]
-        except Failure:
+        except Failure as not_a_job:
             if ref.isdigit() or strip_kind(ref, "job") != ref:
                 raise
-            array = find_array(client, ref)
+            array = array_or_none(client, ref)
             if array is None:
-                raise
+                raise not_a_job from None
     else:
         array = find_array(client, ref)
         if array is None:
