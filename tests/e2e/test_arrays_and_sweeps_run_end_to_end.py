@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tests.e2e.harness import Jobd
+from tests.e2e.harness import REPO, Jobd
 
 SHOW = "import os, sys; print(os.environ['JOBD_ARRAY_INDEX'], *sys.argv[1:])"
 
@@ -73,3 +73,11 @@ def test_a_job_depending_on_an_array_starts_after_every_member(jobd: Jobd) -> No
     child = jobd.wait_phase(after, "Succeeded")
     ends = [jobd.get(str(m["id"]))["status"]["finished_at"] for m in _members(jobd, array)]
     assert child["status"]["started_at"] >= max(ends)
+
+
+def test_the_example_manifest_applies_once_and_runs(jobd: Jobd) -> None:
+    text = (REPO / "examples" / "sweep-lr.yaml").read_text().replace("sweep-lr", "example")
+    assert jobd.ok("apply", "-f", "-", input=text).strip() == "array/example created"
+    assert jobd.ok("apply", "-f", "-", input=text).strip() == "array/example unchanged"
+    assert jobd.job("wait", "array/example").returncode == 0
+    assert jobd.ok("logs", "example-4").strip() == "member 4: lr=3e-4 seed=2"

@@ -116,3 +116,28 @@ def test_submit_flags_make_a_job_array_document() -> None:
         as_array(job, "3-1", ())
     with pytest.raises(SubmitError, match="--sweep: 'lr'"):
         as_array(job, None, ("lr",))
+
+
+def test_the_example_sweep_reads_as_six_members() -> None:
+    from pathlib import Path
+
+    from jobd.api.arrays import JobArray
+    from jobd.api.manifests import load_path, parse_resource
+
+    example = Path(__file__).parents[2] / "examples" / "sweep-lr.yaml"
+    (doc,) = load_path(example)
+    array = parse_resource(doc)
+    assert isinstance(array, JobArray)
+    members = array.spec.array.members()
+    assert [m.command(array.spec.command)[3:] for m in members][4] == ["lr=3e-4", "seed=2"]
+
+
+def test_a_job_with_spec_array_reads_as_an_array_and_errors_name_the_line() -> None:
+    from jobd.api.arrays import JobArray
+    from jobd.api.manifests import ManifestError, load_documents, parse_resource
+
+    text = "kind: Job\nmetadata: {name: a}\nspec:\n  command: [x]\n  array:\n    indices: 3-1\n"
+    with pytest.raises(ManifestError, match=r"^f.yaml:6: spec.array.indices: .*runs upwards"):
+        parse_resource(load_documents(text, "f.yaml")[0])
+    ok = text.replace("3-1", "0-2")
+    assert isinstance(parse_resource(load_documents(ok, "f.yaml")[0]), JobArray)
