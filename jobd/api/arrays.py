@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from jobd.api.models import JobSpec, ObjectMeta, Strict
 from jobd.api.vocabulary import DEFAULT_PROJECT, array_id_of
@@ -145,13 +145,44 @@ def _sweep_value(key: str, value: Any) -> str:
     )
 
 
+# What the fields take, for the OpenAPI document (the validators above enforce it).
+_RANGE_TEXT = r"[0-9]+(-[0-9]+(:[0-9]+)?)?"
+_INDICES_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "pattern": rf"^ *{_RANGE_TEXT} *(, *{_RANGE_TEXT} *)*$"},
+        {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0, "maximum": MAX_INDEX},
+            "minItems": 1,
+            "maxItems": MAX_MEMBERS,
+            "uniqueItems": True,
+        },
+        {"type": "null"},
+    ]
+}
+_SWEEP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "propertyNames": {"pattern": "^(?!i$)[A-Za-z_][A-Za-z0-9_]*$"},
+    "additionalProperties": {
+        "type": "array",
+        "minItems": 1,
+        "uniqueItems": True,
+        "items": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
+    },
+}
+
+
 class ArraySpec(Strict):
     """Which members: `indices` or `sweep`, one of the two."""
 
-    indices: Annotated[list[int] | None, BeforeValidator(_indices_field)] = None
-    sweep: Annotated[dict[str, list[str]], BeforeValidator(_sweep_field)] = Field(
-        default_factory=dict
-    )
+    # Read as written (a range's text, or integers), kept as the list of indices.
+    indices: Annotated[
+        list[int] | None, BeforeValidator(_indices_field), WithJsonSchema(_INDICES_SCHEMA)
+    ] = None
+    # Read as strings or integers, kept as the strings the command gets.
+    sweep: Annotated[
+        dict[str, list[str]], BeforeValidator(_sweep_field), WithJsonSchema(_SWEEP_SCHEMA)
+    ] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_of_two(self) -> ArraySpec:

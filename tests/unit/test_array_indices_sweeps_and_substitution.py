@@ -141,3 +141,27 @@ def test_a_job_with_spec_array_reads_as_an_array_and_errors_name_the_line() -> N
         parse_resource(load_documents(text, "f.yaml")[0])
     ok = text.replace("3-1", "0-2")
     assert isinstance(parse_resource(load_documents(ok, "f.yaml")[0]), JobArray)
+
+
+def test_only_a_member_sees_jobd_array_index() -> None:
+    from pathlib import Path
+
+    from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta
+    from jobd.worker.execution import WorkerSettings, workload_env
+
+    settings = WorkerSettings(
+        name="w",
+        slots=1,
+        gpus=[],
+        checkpoint_root=Path("/ckpt"),
+        default_grace_s=60,
+        state_dir=Path("/tmp/state"),
+        base_env={"PATH": "/usr/bin"},
+    )
+    spec = JobSpec(command=["x"], env={"JOBD_ARRAY_INDEX": "99"})  # not the spec's to say
+    member = Job(
+        metadata=ObjectMeta(id=7, name="a-3", array=ArrayRef(id=1, name="a", index=3)), spec=spec
+    )
+    plain = Job(metadata=ObjectMeta(id=8, name="b"), spec=spec)
+    assert workload_env(member, settings, Path("/ckpt/7"))["JOBD_ARRAY_INDEX"] == "3"
+    assert "JOBD_ARRAY_INDEX" not in workload_env(plain, settings, Path("/ckpt/8"))
