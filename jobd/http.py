@@ -160,6 +160,10 @@ class JobdClient(Client):
             raise ApiError(409, f"{name!r} names several arrays ({where}); say PROJECT/NAME")
         return items[0] if items else None
 
+    def cancel_array(self, array_id: int) -> Document:
+        """Cancel the members that have not ended; the array, with `cancelled` (ids)."""
+        return self.run(calls.cancel_array(array_id))
+
     def delete_array(self, array_id: int) -> Document:
         return self.run(calls.delete_array(array_id))
 

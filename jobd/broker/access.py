@@ -68,6 +68,7 @@ ROLES: dict[Route, frozenset[str]] = {
     r.CREATE_ARRAY: _USERS,
     r.LIST_ARRAYS: _USERS,
     r.GET_ARRAY: _USERS,
+    r.CANCEL_ARRAY: _USERS,
     r.DELETE_ARRAY: _USERS,
     r.REGISTER_WORKER: _WORKERS,
     r.HEARTBEAT: _WORKERS,

@@ -1,4 +1,4 @@
-"""Job array routes: create an array with its members, read it with theirs, delete it.
+"""Job array routes: create an array with its members, read, cancel and delete it whole.
 
 Thin, as every route module: admission is controllers/verbs/arrays.py. An array's
 document is answered with its status as reads show it (`verbs.arrays.summary`): the
@@ -78,6 +78,16 @@ async def get_array(request: Request, array_id: int) -> Response:
     array = _array(request, array_id)
     members = arrays.members_of(state_of(request).store, array)
     return json_response(array_document(array, members))
+
+
+@route(router, routes.CANCEL_ARRAY)
+async def cancel_array(request: Request, array_id: int) -> Response:
+    state = state_of(request)
+    array = _array(request, array_id)
+    cancelled = arrays.cancel_array(state.ctx, array)
+    body = array_document(array, arrays.members_of(state.store, array))
+    body["cancelled"] = [job.id for job in cancelled]
+    return json_response(body)
 
 
 @route(router, routes.DELETE_ARRAY)

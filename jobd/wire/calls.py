@@ -47,6 +47,7 @@ __all__ = [
     "Call",
     "append_logs",
     "apply",
+    "cancel_array",
     "cancel_job",
     "cordon_worker",
     "create_array",
@@ -283,6 +284,10 @@ def list_arrays(*, project: str | None = None, name: str | None = None) -> Call[
 
 def get_array(array_id: int) -> Call[Document]:
     return Call(routes.GET_ARRAY, routes.GET_ARRAY.url(array_id=array_id), _document)
+
+
+def cancel_array(array_id: int) -> Call[Document]:
+    return Call(routes.CANCEL_ARRAY, routes.CANCEL_ARRAY.url(array_id=array_id), _document)
 
 
 def delete_array(array_id: int) -> Call[Document]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPEND_LOGS",
     "APPLY",
+    "CANCEL_ARRAY",
     "CANCEL_JOB",
     "CORDON_WORKER",
     "CREATE_ARRAY",
@@ -277,6 +278,11 @@ CREATE_ARRAY = Route(
 )
 LIST_ARRAYS = Route("GET", "/arrays", "List job arrays, filtered", query_model="ArraysQuery")
 GET_ARRAY = Route("GET", "/arrays/{array_id}", "One job array, its members and their phases")
+CANCEL_ARRAY = Route(
+    "POST",
+    "/arrays/{array_id}/cancel",
+    "Cancel every member of the array that has not ended",
+)
 DELETE_ARRAY = Route(
     "DELETE",
     "/arrays/{array_id}",
@@ -415,6 +421,7 @@ ROUTES: tuple[Route, ...] = (
     CREATE_ARRAY,
     LIST_ARRAYS,
     GET_ARRAY,
+    CANCEL_ARRAY,
     DELETE_ARRAY,
     REGISTER_WORKER,
     HEARTBEAT,

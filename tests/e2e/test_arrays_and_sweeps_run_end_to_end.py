@@ -58,7 +58,7 @@ def test_waiting_for_an_array_fails_when_one_member_fails(jobd: Jobd) -> None:
 def test_cancel_reaches_every_member_and_delete_removes_the_array(jobd: Jobd) -> None:
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     array = jobd.ok("submit", "--array", "0-2", "--", *sleep).strip()
-    jobd.ok("cancel", array)
+    assert jobd.ok("cancel", array).strip() == f"array/{array} cancel requested (3 jobs)"
     assert jobd.job("wait", array, "--timeout", "30").returncode == 201  # Cancelled
     assert {m["phase"] for m in _members(jobd, array)} == {"Cancelled"}
     deleted = jobd.ok("delete", array).strip()

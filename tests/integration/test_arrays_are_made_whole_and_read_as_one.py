@@ -119,8 +119,10 @@ async def test_only_a_finished_array_is_deleted_and_whole(api: httpx.AsyncClient
     array_id, members = created["metadata"]["id"], created["status"]["jobs"]
     refused = await api.delete(f"/arrays/{array_id}")
     assert refused.status_code == 409 and "cancel the array first" in refused.text
-    for job_id in members:
-        assert (await api.post(f"/jobs/{job_id}/cancel")).status_code == 200
+    assert (await api.post(f"/jobs/{members[0]}/cancel")).status_code == 200
+    cancelled = (await api.post(f"/arrays/{array_id}/cancel")).json()
+    assert cancelled["cancelled"] == members[1:]  # the one already cancelled is left
+    assert cancelled["status"]["phases"] == {"Cancelled": 2}
     store = broker_state(api).store
     assert {j.status.phase for j in store.get_jobs(members)} == {Phase.CANCELLED}
     answer = await api.delete(f"/arrays/{array_id}")

@@ -104,13 +104,19 @@ def _find_parents(store: Store, project: str, ref: int | str) -> list[int] | Non
     else:
         array_id = array_id_of(ref)
         if array_id is not None:
-            array = store.get_array(array_id)
-            return list(array.status.jobs) if array else None
+            return _members(store, store.get_array(array_id))
         found = store.get_job_by_name(project, ref)
         if found is None:
-            array = store.get_array_by_name(project, ref)
-            return list(array.status.jobs) if array else None
+            return _members(store, store.get_array_by_name(project, ref))
     return [found.id] if found else None
+
+
+def _members(store: Store, array: JobArray | None) -> list[int] | None:
+    """The ids of the array's members still stored (a deleted one is no parent, as a
+    deleted job is none); None for no array, or one whose members are all gone."""
+    if array is None:
+        return None
+    return [job.id for job in store.get_jobs(array.status.jobs)] or None
 
 
 def resolve_parents(

@@ -16,7 +16,9 @@ from typing import Any
 from jobd.api.arrays import ARRAY_LABEL, JobArray, JobArraySpec, member_name
 from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta, Project, Worker
 from jobd.api.secrets import DEFAULT_SECRET_ENV_KEYS, mask_env
+from jobd.api.vocabulary import Phase
 from jobd.controllers.clock import Clock
+from jobd.controllers.context import Context
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.placement import shapes_of
 from jobd.controllers.verbs.admission import (
@@ -26,9 +28,17 @@ from jobd.controllers.verbs.admission import (
     prepare_new_job,
     resolve_parents,
 )
+from jobd.controllers.verbs.cancel import cancel
 from jobd.store.base import Conflict, Store
 
-__all__ = ["apply_array", "create_array", "delete_array", "members_of", "summary"]
+__all__ = [
+    "apply_array",
+    "cancel_array",
+    "create_array",
+    "delete_array",
+    "members_of",
+    "summary",
+]
 
 # The name of an array that was given none: `array-<id>`.
 _GENERATED = "array"
@@ -125,6 +135,22 @@ def apply_array(store: Store, array: JobArray, clock: Clock, dry_run: bool) -> A
 def members_of(store: Store, array: JobArray) -> list[Job]:
     """The array's member jobs still stored, in index order."""
     return store.get_jobs(array.status.jobs)
+
+
+def cancel_array(ctx: Context, array: JobArray) -> list[Job]:
+    """Cancel every member that has not ended nor been cancelled already, in one commit;
+    those are left as they are. Returns the members cancelled."""
+    cancelled = []
+    with ctx.store.batch(durable=True):
+        for job in members_of(ctx.store, array):
+            status = job.status
+            if status.phase.terminal or status.desired_phase == Phase.CANCELLED:
+                continue
+            try:
+                cancelled.append(cancel(ctx, job))
+            except (TransitionError, Conflict):  # ending as we look: left as it is
+                continue
+    return cancelled
 
 
 def delete_array(store: Store, array: JobArray) -> list[Job]:
