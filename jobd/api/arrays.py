@@ -21,16 +21,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from jobd.api.models import JobSpec, ObjectMeta, Strict
-from jobd.api.vocabulary import DEFAULT_PROJECT, array_id_of
+from jobd.api.vocabulary import DEFAULT_PROJECT, NAME_PATTERN, array_id_of
 
 __all__ = [
     "ARRAY_LABEL",
     "MAX_INDEX",
     "MAX_MEMBERS",
+    "MAX_NAME",
     "ArrayMember",
+    "ArrayMeta",
     "ArraySpec",
     "JobArray",
     "JobArraySpec",
@@ -45,6 +55,7 @@ __all__ = [
 # Bounds that keep one request, one transaction and every member's name in reason.
 MAX_MEMBERS = 10_000
 MAX_INDEX = 999_999
+MAX_NAME = 63 - len(f"-{MAX_INDEX}")  # an array's name, and `-<index>` after it
 ARRAY_LABEL = "jobd/array"
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -115,41 +126,49 @@ def _checked_sweep(sweep: dict[str, list[str]]) -> dict[str, list[str]]:
     return sweep
 
 
-def _indices_field(value: Any) -> Any:
+# Manifests and `job submit` say indices as text (`0-7`) and sweep values as integers
+# too; over HTTP (JSON) an array is said in its one stored form, which the OpenAPI
+# document states: the list of indices, the values as strings. The CLI sends that form.
+_TEXT_FORMS = "(the text form is for manifests and `job submit`)"
+
+
+def _indices_field(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, str):
+        if info.mode == "json":
+            raise ValueError(f"a list of indices {_TEXT_FORMS}")
         return parse_indices(value)
     if isinstance(value, list) and all(type(v) is int for v in value):
         return _checked_indices(value)
     return value  # pydantic says what is wrong with it
 
 
-def _sweep_field(value: Any) -> Any:
+def _sweep_field(value: Any, info: ValidationInfo) -> Any:
     if not isinstance(value, dict):
         return value
     sweep: dict[str, list[str]] = {}
     for key, values in value.items():
         if not isinstance(values, list):
             raise ValueError(f"{key}: expected a list of values")
-        sweep[str(key)] = [_sweep_value(str(key), v) for v in values]
+        sweep[str(key)] = [_sweep_value(str(key), v, info.mode == "json") for v in values]
     return _checked_sweep(sweep)
 
 
-def _sweep_value(key: str, value: Any) -> str:
+def _sweep_value(key: str, value: Any, json: bool) -> str:
     if isinstance(value, str):
         return value
-    if type(value) is int:
+    if type(value) is int and not json:
         return str(value)
+    if json:
+        raise ValueError(f"{key}: {value!r}: a value is a string {_TEXT_FORMS}")
     raise ValueError(
         f"{key}: {value!r}: a value is a string or an integer; quote a number such as "
         "'1e-3' so it is put in the command as written"
     )
 
 
-# What the fields take, for the OpenAPI document (the validators above enforce it).
-_RANGE_TEXT = r"[0-9]+(-[0-9]+(:[0-9]+)?)?"
+# What the fields take over HTTP, for the OpenAPI document (the validators enforce it).
 _INDICES_SCHEMA: dict[str, Any] = {
     "anyOf": [
-        {"type": "string", "pattern": rf"^ *{_RANGE_TEXT} *(, *{_RANGE_TEXT} *)*$"},
         {
             "type": "array",
             "items": {"type": "integer", "minimum": 0, "maximum": MAX_INDEX},
@@ -166,14 +185,30 @@ _SWEEP_SCHEMA: dict[str, Any] = {
     "additionalProperties": {
         "type": "array",
         "minItems": 1,
+        "maxItems": MAX_MEMBERS,
         "uniqueItems": True,
-        "items": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
+        "items": {"type": "string", "minLength": 1},
     },
+}
+# One of the two: indices, or a sweep of at least one parameter.
+_ONE_OF_TWO: dict[str, Any] = {
+    "oneOf": [
+        {
+            "required": ["indices"],
+            "properties": {"indices": {"type": "array"}, "sweep": {"maxProperties": 0}},
+        },
+        {
+            "required": ["sweep"],
+            "properties": {"indices": {"type": "null"}, "sweep": {"minProperties": 1}},
+        },
+    ]
 }
 
 
 class ArraySpec(Strict):
     """Which members: `indices` or `sweep`, one of the two."""
+
+    model_config = ConfigDict(json_schema_extra=_ONE_OF_TWO)
 
     # Read as written (a range's text, or integers), kept as the list of indices.
     indices: Annotated[
@@ -209,10 +244,28 @@ class JobArrayStatus(Strict):
     jobs: list[int] = Field(default_factory=list)  # the members' ids, in index order
 
 
+class ArrayMeta(ObjectMeta):
+    """An array's metadata: its name leaves room for `-<index>` in its members' names."""
+
+    name: str | None = Field(
+        default=None, json_schema_extra={"pattern": NAME_PATTERN, "maxLength": MAX_NAME}
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _room_for_an_index(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > MAX_NAME:
+            raise ValueError(
+                f"an array's name is at most {MAX_NAME} characters, so that its members' "
+                f"names (`{value[:8]}...-<index>`) are names too"
+            )
+        return value
+
+
 class JobArray(Strict):
     api_version: Literal["jobd/v1"] = Field(default="jobd/v1", alias="apiVersion")
     kind: Literal["JobArray"] = "JobArray"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    metadata: ArrayMeta = Field(default_factory=ArrayMeta)
     spec: JobArraySpec
     status: JobArrayStatus = Field(default_factory=JobArrayStatus)
 

@@ -134,9 +134,8 @@ def as_array(document: Document, indices: str | None, sweep: Sequence[str]) -> D
             "parameter: --sweep fold=0,1,2)"
         )
     try:
-        if indices is not None:
-            parse_indices(indices)
-            array: dict[str, Any] = {"indices": indices}
+        if indices is not None:  # sent as the list the API takes
+            array: dict[str, Any] = {"indices": parse_indices(indices)}
         else:
             array = {"sweep": parse_sweep(sweep)}
     except ValueError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobd.api.arrays import ArraySpec, JobArray, JobArraySpec
+from jobd.api.arrays import ArrayMeta, ArraySpec, JobArray, JobArraySpec
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, WorkerSpec
 from jobd.controllers import lifecycle
 from jobd.controllers.clock import FakeClock
@@ -35,7 +35,7 @@ def ctx(tmp_path: Path) -> Iterator[Context]:
 
 def _array(ctx: Context, name: str, size: int) -> tuple[int, list[Job]]:
     spec = JobArraySpec(command=["true"], array=ArraySpec(indices=list(range(size))))
-    array = JobArray(metadata=ObjectMeta(name=name), spec=spec)
+    array = JobArray(metadata=ArrayMeta(name=name), spec=spec)
     made = arrays.create_array(ctx.store, array, ctx.clock)
     return made.id, ctx.store.get_jobs(made.status.jobs)
 

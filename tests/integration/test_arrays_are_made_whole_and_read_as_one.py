@@ -22,7 +22,7 @@ def _array(name: str | None = None, **array: Any) -> dict[str, Any]:
 
 
 async def test_a_sweep_makes_one_member_per_combination(api: httpx.AsyncClient) -> None:
-    sweep = {"lr": ["1e-3", "3e-4"], "seed": [1, 2, 3]}
+    sweep = {"lr": ["1e-3", "3e-4"], "seed": ["1", "2", "3"]}
     answer = await api.post("/arrays", json=_array("sweep-lr", sweep=sweep))
     assert answer.status_code == 201, answer.text
     created = answer.json()
@@ -40,7 +40,7 @@ async def test_a_sweep_makes_one_member_per_combination(api: httpx.AsyncClient) 
 
 
 async def test_an_array_without_a_name_is_named_for_its_id(api: httpx.AsyncClient) -> None:
-    created = (await api.post("/arrays", json=_array(indices="1,3,5"))).json()
+    created = (await api.post("/arrays", json=_array(indices=[1, 3, 5]))).json()
     array_id = created["metadata"]["id"]
     assert created["metadata"]["name"] == f"array-{array_id}"
     names = [m["name"] for m in created["status"]["members"]]
@@ -51,7 +51,7 @@ async def test_a_refused_array_leaves_nothing(api: httpx.AsyncClient) -> None:
     taken = {"apiVersion": "jobd/v1", "kind": "Job", "metadata": {"name": "a-2", "project": "p"}}
     taken["spec"] = {"command": ["true"]}
     assert (await api.post("/jobs", json=taken)).status_code == 201
-    answer = await api.post("/arrays", json=_array("a", indices="0-3"))
+    answer = await api.post("/arrays", json=_array("a", indices=[0, 1, 2, 3]))
     assert answer.status_code == 409
     assert "a-2" in answer.json()["detail"]
     store = broker_state(api).store
@@ -62,12 +62,13 @@ async def test_a_refused_array_leaves_nothing(api: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize(
     ("array", "said"),
     [
-        ({"indices": "3-1"}, "runs upwards"),
-        ({"indices": "0-10000"}, "10,000"),
-        ({"indices": "0,0"}, "twice"),
-        ({"sweep": {"lr": [0.001]}}, "quote a number"),
+        ({"indices": "0-3"}, "the text form is for manifests"),  # over HTTP: a list
+        ({"indices": list(range(10_001))}, "10,000"),
+        ({"indices": [0, 0]}, "twice"),
+        ({"indices": [1_000_000]}, "999,999"),
+        ({"sweep": {"seed": [1]}}, "a value is a string"),
         ({"sweep": {"i": ["1"]}}, "{i} is the index"),
-        ({"indices": "0-1", "sweep": {"lr": ["1"]}}, "one of the two"),
+        ({"indices": [0, 1], "sweep": {"lr": ["1"]}}, "one of the two"),
         ({}, "one of the two"),
     ],
 )
@@ -78,6 +79,13 @@ async def test_bad_arrays_are_refused_naming_the_field(
     assert answer.status_code == 422
     assert "spec.array" in answer.text and said in answer.text
     assert broker_state(api).store.list_jobs() == []
+
+
+async def test_an_array_name_leaves_room_for_the_index(api: httpx.AsyncClient) -> None:
+    answer = await api.post("/arrays", json=_array("a" * 57, indices=[0]))
+    assert answer.status_code == 422 and "metadata.name" in answer.text
+    assert "at most 56 characters" in answer.text
+    assert (await api.post("/arrays", json=_array("a" * 56, indices=[999_999]))).status_code == 201
 
 
 async def test_applying_an_array_twice_is_unchanged(api: httpx.AsyncClient) -> None:
@@ -93,7 +101,7 @@ async def test_applying_an_array_twice_is_unchanged(api: httpx.AsyncClient) -> N
 
 
 async def test_a_job_on_spec_array_is_an_array(api: httpx.AsyncClient) -> None:
-    doc = _array("folds", indices="0-2")
+    doc = _array("folds", indices=[0, 1, 2])
     doc["kind"] = "Job"
     results = (await api.post("/apply", json={"documents": [doc]})).json()["results"]
     assert results[0]["kind"] == "JobArray"
@@ -101,7 +109,7 @@ async def test_a_job_on_spec_array_is_an_array(api: httpx.AsyncClient) -> None:
 
 
 async def test_a_child_of_an_array_has_every_member_for_parent(api: httpx.AsyncClient) -> None:
-    created = (await api.post("/arrays", json=_array("par", indices="0-2"))).json()
+    created = (await api.post("/arrays", json=_array("par", indices=[0, 1, 2]))).json()
     members = created["status"]["jobs"]
     for ref in (f"A{created['metadata']['id']}", "par"):
         child = {"apiVersion": "jobd/v1", "kind": "Job", "metadata": {"project": "p"}}
@@ -115,7 +123,7 @@ async def test_a_child_of_an_array_has_every_member_for_parent(api: httpx.AsyncC
 
 
 async def test_only_a_finished_array_is_deleted_and_whole(api: httpx.AsyncClient) -> None:
-    created = (await api.post("/arrays", json=_array("d", indices="0-1"))).json()
+    created = (await api.post("/arrays", json=_array("d", indices=[0, 1]))).json()
     array_id, members = created["metadata"]["id"], created["status"]["jobs"]
     refused = await api.delete(f"/arrays/{array_id}")
     assert refused.status_code == 409 and "cancel the array first" in refused.text

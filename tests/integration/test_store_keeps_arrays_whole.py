@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from jobd.api.arrays import ArraySpec, JobArray, JobArraySpec
+from jobd.api.arrays import ArrayMeta, ArraySpec, JobArray, JobArraySpec
 from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta
 from jobd.store import Change, Conflict, EventRecord, SQLStore
 
 
 def _array(name: str, size: int, project: str = "p") -> tuple[JobArray, list[Job]]:
     spec = JobArraySpec(command=["true"], array=ArraySpec(indices=list(range(size))))
-    array = JobArray(metadata=ObjectMeta(name=name, project=project), spec=spec)
+    array = JobArray(metadata=ArrayMeta(name=name, project=project), spec=spec)
     members = [
         Job(metadata=ObjectMeta(project=project), spec=JobSpec(command=["true"]))
         for _ in range(size)

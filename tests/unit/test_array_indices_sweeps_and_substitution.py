@@ -107,7 +107,7 @@ def test_array_refs_are_a_capital_a_and_an_id() -> None:
 def test_submit_flags_make_a_job_array_document() -> None:
     job = build_submit_job(["train", "{i}"], cwd="/tmp")
     array = as_array(job, "0-3", ())
-    assert array["kind"] == "JobArray" and array["spec"]["array"] == {"indices": "0-3"}
+    assert array["kind"] == "JobArray" and array["spec"]["array"] == {"indices": [0, 1, 2, 3]}
     swept = as_array(job, None, ("lr=1,2",))
     assert swept["spec"]["array"] == {"sweep": {"lr": ["1", "2"]}}
     with pytest.raises(SubmitError, match="--array and --sweep exclude each other"):

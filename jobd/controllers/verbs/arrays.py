@@ -94,22 +94,11 @@ def _as_stored(spec: JobArraySpec, project: Project | None) -> JobArraySpec:
 
 def _checked(store: Store, array: JobArray) -> tuple[JobSpec, list[int]]:
     """The members' spec before substitution, and their parents (the same for each);
-    AdmissionError for a name too long to name the members, MissingParent (404)."""
-    _check_name_room(array)
+    MissingParent (404) for a parent not stored."""
     template = JobSpec.model_validate(array.spec.model_dump(exclude={"array"}))
     probe = Job(metadata=ObjectMeta(project=array.project), spec=template)
     parents, _ = resolve_parents(store, probe, 0, {})
     return template, parents
-
-
-def _check_name_room(array: JobArray) -> None:
-    indices = [m.index for m in array.spec.array.members()]
-    longest = member_name(array.metadata.name or f"{_GENERATED}-{10**18}", max(indices))
-    if len(longest) > 63:
-        raise AdmissionError(
-            f"metadata.name: {array.metadata.name!r} is too long for its members' names "
-            f"({longest!r} is over 63 characters)"
-        )
 
 
 def apply_array(store: Store, array: JobArray, clock: Clock, dry_run: bool) -> ApplyResult:
