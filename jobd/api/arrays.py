@@ -1,8 +1,9 @@
 """Job arrays and sweeps: one spec, many member jobs (`job submit --array/--sweep`).
 
 A JobArray is a Job's spec plus `array:`, which says its members: `indices` (`0-7`,
-`1,3,5`, `0-15:2`, or a list of integers) or `sweep` parameters (`lr: ["1e-3", "3e-4"]`),
-whose cartesian product makes one member per combination. Each member is an ordinary Job
+`1,3,5`, `0-15:2`, or a list of integers) or a `sweep`: parameters (`lr: ["1e-3", "3e-4"]`)
+whose cartesian product makes one member per combination, kept as the list of each
+member's values (which may also be given as such). Each member is an ordinary Job
 named `<array>-<index>`, labelled `jobd/array: <array>`, with `metadata.array` saying
 which array it belongs to and its index. Its argv has `{i}` (the index) and `{KEY}` (a
 sweep value) replaced literally in every word; any other `{...}` is left as written, so a
@@ -96,8 +97,8 @@ def _checked_indices(indices: list[int]) -> list[int]:
     return indices
 
 
-def parse_sweep(pairs: Sequence[str]) -> dict[str, list[str]]:
-    """`--sweep KEY=V1,V2` flags as sweep parameters, in the order given."""
+def parse_sweep(pairs: Sequence[str]) -> list[dict[str, str]]:
+    """`--sweep KEY=V1,V2` flags as the sweep's members: their values' product."""
     sweep: dict[str, list[str]] = {}
     for pair in pairs:
         key, sep, values = pair.partition("=")
@@ -106,36 +107,62 @@ def parse_sweep(pairs: Sequence[str]) -> dict[str, list[str]]:
         if key in sweep:
             raise ValueError(f"{key!r} is swept twice: give its values once, comma-separated")
         sweep[key] = values.split(",")
-    return _checked_sweep(sweep)
+    return _product(sweep)
 
 
-def _checked_sweep(sweep: dict[str, list[str]]) -> dict[str, list[str]]:
+def _product(sweep: dict[str, list[str]]) -> list[dict[str, str]]:
+    """One member per combination of the values, the last parameter varying fastest."""
     size = 1
     for key, values in sweep.items():
-        if not _KEY.match(key) or key == "i":
-            raise ValueError(
-                f"{key!r}: a parameter is a name of letters, digits and '_' ({{i}} is the index)"
-            )
-        if not values or any(v == "" for v in values):
-            raise ValueError(f"{key}: every value must be non-empty")
+        _check_parameter(key)
+        if not values:
+            raise ValueError(f"{key}: give at least one value")
         if len(set(values)) != len(values):
             raise ValueError(f"{key}: a value is given twice")
         size *= len(values)
         if size > MAX_MEMBERS:
             raise ValueError(f"the product is over the {MAX_MEMBERS:,} members an array may have")
-    return sweep
+    keys = list(sweep)
+    product = itertools.product(*(sweep[k] for k in keys))
+    return _checked_sweep([dict(zip(keys, combo, strict=True)) for combo in product])
 
 
-# Manifests and `job submit` say indices as text (`0-7`) and sweep values as integers
-# too; over HTTP (JSON) an array is said in its one stored form, which the OpenAPI
-# document states: the list of indices, the values as strings. The CLI sends that form.
-_TEXT_FORMS = "(the text form is for manifests and `job submit`)"
+def _check_parameter(key: str) -> None:
+    if not _KEY.match(key) or key == "i":
+        raise ValueError(
+            f"{key!r}: a parameter is a name of letters, digits and '_' ({{i}} is the index)"
+        )
+
+
+def _checked_sweep(members: list[dict[str, str]]) -> list[dict[str, str]]:
+    if len(members) > MAX_MEMBERS:
+        raise ValueError(f"{len(members):,} members is over the {MAX_MEMBERS:,} an array may have")
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for values in members:
+        if not values:
+            raise ValueError("a member without a parameter")
+        for key, value in values.items():
+            _check_parameter(key)
+            if value == "":
+                raise ValueError(f"{key}: every value must be non-empty")
+        combo = tuple(sorted(values.items()))
+        if combo in seen:
+            raise ValueError(f"the member {values} is given twice")
+        seen.add(combo)
+    return members
+
+
+# Manifests and `job submit` say indices as text (`0-7`), a sweep as its parameters'
+# values (`{lr: [...], seed: [...]}`, integers too). Over HTTP (JSON) an array is said in
+# its one stored form, which the OpenAPI document states: the list of indices, or the
+# list of each member's values (strings). The CLI sends that form.
+_SHORT_FORMS = "(the short forms are for manifests and `job submit`)"
 
 
 def _indices_field(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, str):
         if info.mode == "json":
-            raise ValueError(f"a list of indices {_TEXT_FORMS}")
+            raise ValueError(f"a list of indices {_SHORT_FORMS}")
         return parse_indices(value)
     if isinstance(value, list) and all(type(v) is int for v in value):
         return _checked_indices(value)
@@ -143,14 +170,21 @@ def _indices_field(value: Any, info: ValidationInfo) -> Any:
 
 
 def _sweep_field(value: Any, info: ValidationInfo) -> Any:
-    if not isinstance(value, dict):
-        return value
-    sweep: dict[str, list[str]] = {}
-    for key, values in value.items():
-        if not isinstance(values, list):
-            raise ValueError(f"{key}: expected a list of values")
-        sweep[str(key)] = [_sweep_value(str(key), v, info.mode == "json") for v in values]
-    return _checked_sweep(sweep)
+    json = info.mode == "json"
+    if isinstance(value, dict):
+        if json:
+            raise ValueError(f"a list of each member's values {_SHORT_FORMS}")
+        sweep = {}
+        for key, values in value.items():
+            if not isinstance(values, list):
+                raise ValueError(f"{key}: expected a list of values")
+            sweep[str(key)] = [_sweep_value(str(key), v, json) for v in values]
+        return _product(sweep)
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        return _checked_sweep(
+            [{str(k): _sweep_value(str(k), v, json) for k, v in m.items()} for m in value]
+        )
+    return value  # pydantic says what is wrong with it
 
 
 def _sweep_value(key: str, value: Any, json: bool) -> str:
@@ -159,7 +193,7 @@ def _sweep_value(key: str, value: Any, json: bool) -> str:
     if type(value) is int and not json:
         return str(value)
     if json:
-        raise ValueError(f"{key}: {value!r}: a value is a string {_TEXT_FORMS}")
+        raise ValueError(f"{key}: {value!r}: a value is a string {_SHORT_FORMS}")
     raise ValueError(
         f"{key}: {value!r}: a value is a string or an integer; quote a number such as "
         "'1e-3' so it is put in the command as written"
@@ -180,26 +214,26 @@ _INDICES_SCHEMA: dict[str, Any] = {
     ]
 }
 _SWEEP_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "propertyNames": {"pattern": "^(?!i$)[A-Za-z_][A-Za-z0-9_]*$"},
-    "additionalProperties": {
-        "type": "array",
-        "minItems": 1,
-        "maxItems": MAX_MEMBERS,
-        "uniqueItems": True,
-        "items": {"type": "string", "minLength": 1},
+    "type": "array",
+    "maxItems": MAX_MEMBERS,
+    "uniqueItems": True,
+    "items": {
+        "type": "object",
+        "minProperties": 1,
+        "propertyNames": {"pattern": "^(?!i$)[A-Za-z_][A-Za-z0-9_]*$"},
+        "additionalProperties": {"type": "string", "minLength": 1},
     },
 }
-# One of the two: indices, or a sweep of at least one parameter.
+# One of the two: indices, or a sweep of at least one member.
 _ONE_OF_TWO: dict[str, Any] = {
     "oneOf": [
         {
             "required": ["indices"],
-            "properties": {"indices": {"type": "array"}, "sweep": {"maxProperties": 0}},
+            "properties": {"indices": {"type": "array"}, "sweep": {"maxItems": 0}},
         },
         {
             "required": ["sweep"],
-            "properties": {"indices": {"type": "null"}, "sweep": {"minProperties": 1}},
+            "properties": {"indices": {"type": "null"}, "sweep": {"minItems": 1}},
         },
     ]
 }
@@ -214,10 +248,10 @@ class ArraySpec(Strict):
     indices: Annotated[
         list[int] | None, BeforeValidator(_indices_field), WithJsonSchema(_INDICES_SCHEMA)
     ] = None
-    # Read as strings or integers, kept as the strings the command gets.
+    # Read as each member's values or as the parameters' values, kept as the former.
     sweep: Annotated[
-        dict[str, list[str]], BeforeValidator(_sweep_field), WithJsonSchema(_SWEEP_SCHEMA)
-    ] = Field(default_factory=dict)
+        list[dict[str, str]], BeforeValidator(_sweep_field), WithJsonSchema(_SWEEP_SCHEMA)
+    ] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_of_two(self) -> ArraySpec:
@@ -226,14 +260,10 @@ class ArraySpec(Strict):
         return self
 
     def members(self) -> list[ArrayMember]:
-        """Every member, in order: the indices as given, or the sweep's product."""
+        """Every member, in order: the indices as given, or the sweep's members."""
         if self.indices is not None:
             return [ArrayMember(i, {}) for i in self.indices]
-        keys = list(self.sweep)
-        product = itertools.product(*(self.sweep[k] for k in keys))
-        return [
-            ArrayMember(n, dict(zip(keys, combo, strict=True))) for n, combo in enumerate(product)
-        ]
+        return [ArrayMember(n, values) for n, values in enumerate(self.sweep)]
 
 
 class JobArraySpec(JobSpec):

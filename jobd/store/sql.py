@@ -394,8 +394,8 @@ class SQLStore:
 
     def delete_array(self, array: JobArray) -> None:
         """Remove the array's row (its members are jobs, deleted as jobs are)."""
-        with self._lock, self._writing(durable=True) as conn:
-            conn.execute(sa.delete(t.arrays).where(t.arrays.c.id == array.id))
+        with self._tx(durable=True) as tx:  # inside batch(): the batch's commit
+            tx.conn.execute(sa.delete(t.arrays).where(t.arrays.c.id == array.id))
 
     def get_jobs(self, ids: Sequence[int]) -> list[Job]:
         """The stored jobs of these ids, in id order (those not stored are left out)."""

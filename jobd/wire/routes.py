@@ -273,7 +273,7 @@ CREATE_ARRAY = Route(
     "Create a job array and all its member jobs, in one transaction",
     body_model="JobArray",
     status=201,
-    max_body=ONE_DOCUMENT,
+    max_body=8 * MiB,  # a sweep of 10,000 members, each with its values
     refuses=(404, 409),  # 404: it depends on a job not stored; 409: a name is taken
 )
 LIST_ARRAYS = Route("GET", "/arrays", "List job arrays, filtered", query_model="ArraysQuery")

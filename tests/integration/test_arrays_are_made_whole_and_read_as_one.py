@@ -22,7 +22,7 @@ def _array(name: str | None = None, **array: Any) -> dict[str, Any]:
 
 
 async def test_a_sweep_makes_one_member_per_combination(api: httpx.AsyncClient) -> None:
-    sweep = {"lr": ["1e-3", "3e-4"], "seed": ["1", "2", "3"]}
+    sweep = [{"lr": lr, "seed": seed} for lr in ("1e-3", "3e-4") for seed in "123"]
     answer = await api.post("/arrays", json=_array("sweep-lr", sweep=sweep))
     assert answer.status_code == 201, answer.text
     created = answer.json()
@@ -62,13 +62,15 @@ async def test_a_refused_array_leaves_nothing(api: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize(
     ("array", "said"),
     [
-        ({"indices": "0-3"}, "the text form is for manifests"),  # over HTTP: a list
+        ({"indices": "0-3"}, "short forms are for manifests"),  # over HTTP: a list
+        ({"sweep": {"lr": ["1"]}}, "short forms are for manifests"),  # a list of members
         ({"indices": list(range(10_001))}, "10,000"),
         ({"indices": [0, 0]}, "twice"),
         ({"indices": [1_000_000]}, "999,999"),
-        ({"sweep": {"seed": [1]}}, "a value is a string"),
-        ({"sweep": {"i": ["1"]}}, "{i} is the index"),
-        ({"indices": [0, 1], "sweep": {"lr": ["1"]}}, "one of the two"),
+        ({"sweep": [{"seed": 1}]}, "a value is a string"),
+        ({"sweep": [{"i": "1"}]}, "{i} is the index"),
+        ({"sweep": [{"lr": "1"}, {"lr": "1"}]}, "given twice"),
+        ({"indices": [0, 1], "sweep": [{"lr": "1"}]}, "one of the two"),
         ({}, "one of the two"),
     ],
 )
@@ -89,12 +91,12 @@ async def test_an_array_name_leaves_room_for_the_index(api: httpx.AsyncClient) -
 
 
 async def test_applying_an_array_twice_is_unchanged(api: httpx.AsyncClient) -> None:
-    body = {"documents": [_array("sweep", sweep={"lr": ["1", "2"]})]}
+    body = {"documents": [_array("sweep", sweep=[{"lr": "1"}, {"lr": "2"}])]}
     first = (await api.post("/apply", json=body)).json()["results"]
     second = (await api.post("/apply", json=body)).json()["results"]
     assert [r["action"] for r in first + second] == ["created", "unchanged"]
     assert first[0]["kind"] == "JobArray"
-    changed = {"documents": [_array("sweep", sweep={"lr": ["1", "3"]})]}
+    changed = {"documents": [_array("sweep", sweep=[{"lr": "1"}, {"lr": "3"}])]}
     refused = await api.post("/apply", json=changed)
     assert refused.status_code == 409 and "does not change" in refused.text
     assert len(broker_state(api).store.list_jobs()) == 2

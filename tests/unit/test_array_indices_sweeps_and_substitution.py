@@ -53,6 +53,7 @@ def test_bad_indices_say_what_is_wrong(text: str, said: str) -> None:
 def test_a_sweep_is_the_product_of_its_parameters_last_fastest() -> None:
     spec = ArraySpec(sweep=parse_sweep(["lr=1e-3,3e-4", "seed=1,2,3"]))
     members = spec.members()
+    assert spec == ArraySpec.model_validate({"sweep": {"lr": ["1e-3", "3e-4"], "seed": [1, 2, 3]}})
     assert [m.index for m in members] == list(range(6))
     assert [m.values for m in members][:4] == [
         {"lr": "1e-3", "seed": "1"},
@@ -70,6 +71,7 @@ def test_a_sweep_is_the_product_of_its_parameters_last_fastest() -> None:
         (["my-lr=1"], "a parameter is a name"),
         (["i=1,2"], "{i} is the index"),
         (["lr=1,,2"], "non-empty"),
+        (["lr="], "non-empty"),
         (["lr=1,1"], "given twice"),
         ([f"a={','.join(map(str, range(101)))}", f"b={','.join(map(str, range(100)))}"], "over"),
     ],
@@ -85,8 +87,20 @@ def test_placeholders_are_replaced_literally_and_unknown_ones_kept() -> None:
     assert got == ["python", "-c", "print({'a': 1}, '{x}')", "--lr=1e-3", "33", "{seed}"]
 
 
+def test_a_sweep_may_list_its_members_and_none_twice() -> None:
+    listed = ArraySpec.model_validate({"sweep": [{"lr": "1", "bs": 8}, {"lr": "2"}]})
+    assert [m.values for m in listed.members()] == [{"lr": "1", "bs": "8"}, {"lr": "2"}]
+    with pytest.raises(ValidationError, match="given twice"):
+        ArraySpec.model_validate({"sweep": [{"lr": "1"}, {"lr": "1"}]})
+    with pytest.raises(ValidationError, match="short forms are for manifests"):
+        ArraySpec.model_validate_json('{"sweep": {"lr": ["1"]}}')
+
+
 def test_yaml_values_are_strings_or_integers_never_floats() -> None:
-    assert ArraySpec.model_validate({"sweep": {"seed": [1, 2]}}).sweep == {"seed": ["1", "2"]}
+    assert ArraySpec.model_validate({"sweep": {"seed": [1, 2]}}).sweep == [
+        {"seed": "1"},
+        {"seed": "2"},
+    ]
     with pytest.raises(ValidationError, match="quote a number"):
         ArraySpec.model_validate({"sweep": {"lr": [0.001]}}, context=ADMISSION)
     with pytest.raises(ValidationError, match="one of the two"):
@@ -109,7 +123,7 @@ def test_submit_flags_make_a_job_array_document() -> None:
     array = as_array(job, "0-3", ())
     assert array["kind"] == "JobArray" and array["spec"]["array"] == {"indices": [0, 1, 2, 3]}
     swept = as_array(job, None, ("lr=1,2",))
-    assert swept["spec"]["array"] == {"sweep": {"lr": ["1", "2"]}}
+    assert swept["spec"]["array"] == {"sweep": [{"lr": "1"}, {"lr": "2"}]}
     with pytest.raises(SubmitError, match="--array and --sweep exclude each other"):
         as_array(job, "0-3", ("lr=1",))
     with pytest.raises(SubmitError, match="--array: '3-1'"):

@@ -62,7 +62,7 @@ def create_array(
         job = Job(metadata=meta.model_copy(deep=True), spec=spec)
         jobs.append(prepare_new_job(job, project, clock, list(parents)))
     judge_placement(jobs, shapes_of(workers), clock)
-    assign_array_fields(array)
+    _assign_server_fields(array)
     array.spec = _as_stored(array.spec, project)
 
     def name_all(array_id: int) -> None:
@@ -76,7 +76,7 @@ def create_array(
     return store.create_array(array, jobs, name_all, events_for=created_events)
 
 
-def assign_array_fields(array: JobArray) -> None:
+def _assign_server_fields(array: JobArray) -> None:
     """The server's fields of a new array, whatever the document said of them."""
     array.metadata.project = array.project
     array.metadata.id = array.metadata.uid = array.metadata.resource_version = None
@@ -143,8 +143,8 @@ def cancel_array(ctx: Context, array: JobArray) -> list[Job]:
 
 
 def delete_array(store: Store, array: JobArray) -> list[Job]:
-    """Remove an array whose members have all ended, and those members: one by one (each
-    as `job delete` does), then the array. A live member refuses it all (409)."""
+    """Remove an array whose members have all ended, with those members (each as `job
+    delete` does), in one commit. A live member refuses it all (409)."""
     members = members_of(store, array)
     live = [j for j in members if not j.status.phase.terminal]
     if live:
@@ -155,7 +155,7 @@ def delete_array(store: Store, array: JobArray) -> list[Job]:
     with store.batch(durable=True):
         for job in members:
             store.delete_job(job)
-    store.delete_array(array)
+        store.delete_array(array)
     return members
 
 
