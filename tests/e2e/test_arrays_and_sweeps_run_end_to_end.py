@@ -29,6 +29,7 @@ def test_an_array_of_four_runs_each_member_with_its_index(jobd: Jobd) -> None:
         assert out.split() == [str(member["index"])] * 2
     line = jobd.ok("get", array).strip()
     assert line == f"{array} array-{array[1:]} 4 jobs: 4 Succeeded"
+    assert line in jobd.ok("get", "arrays").splitlines()
     labelled = jobd.ok("get", "-l", f"jobd/array=array-{array[1:]}", "-o", "json")
     assert len(json.loads(labelled)) == 4
 
@@ -79,5 +80,7 @@ def test_the_example_manifest_applies_once_and_runs(jobd: Jobd) -> None:
     text = (REPO / "examples" / "sweep-lr.yaml").read_text().replace("sweep-lr", "example")
     assert jobd.ok("apply", "-f", "-", input=text).strip() == "array/example created"
     assert jobd.ok("apply", "-f", "-", input=text).strip() == "array/example unchanged"
+    same = jobd.job("diff", "-f", "-", input=text)
+    assert (same.returncode, same.stdout) == (0, ""), same.stdout + same.stderr
     assert jobd.job("wait", "array/example").returncode == 0
     assert jobd.ok("logs", "example-4").strip() == "member 4: lr=3e-4 seed=2"
