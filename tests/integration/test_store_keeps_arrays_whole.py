@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from jobd.api.arrays import ArrayMeta, ArraySpec, JobArray, JobArraySpec
-from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta
+from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta, Phase
 from jobd.store import Change, Conflict, EventRecord, SQLStore
 
 
@@ -46,6 +46,8 @@ def test_an_array_and_its_members_are_one_commit(store: SQLStore) -> None:
     assert store.list_arrays(projects=["q"]) == []
     stored = store.get_jobs(created.status.jobs)
     assert [j.metadata.array.index for j in stored if j.metadata.array] == [0, 1, 2]
+    ids = [*created.status.jobs, 999_999]  # the phases of those stored, by one light read
+    assert store.phases_of(ids) == dict.fromkeys(created.status.jobs, Phase.PENDING)
 
 
 @pytest.mark.forged_events
