@@ -12,6 +12,7 @@ import re
 
 __all__ = [
     "API_VERSION",
+    "ARRAY_INDEX",
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
     "MAX_GRACE_S",
@@ -43,6 +44,8 @@ NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 _NAME_RE = re.compile(NAME_PATTERN.removeprefix("^"))
 
 
+# The workload's variable holding a job array member's index (CONTRACT.md §6).
+ARRAY_INDEX = "JOBD_ARRAY_INDEX"
 # How a job array is named where a job id could be: `A12` (no job's name has a capital).
 _ARRAY_REF = re.compile(r"A([0-9]{1,10})")
 

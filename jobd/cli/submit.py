@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from jobd.api.arrays import parse_indices, parse_sweep
 from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job
+from jobd.api.vocabulary import ARRAY_INDEX
 
 __all__ = [
     "MASKED_VALUE",
@@ -201,7 +202,8 @@ def _validate_submit(document: Document) -> None:
 
 def build_rerun_job(job: Document, *, name: str | None = None, env: Sequence[str] = ()) -> Document:
     """A new Job with a finished job's spec: its project and labels (plus `jobd/reruns`),
-    without its dependencies (they ran); `env` sets or replaces variables.
+    without its dependencies (they ran); `env` sets or replaces variables. A member of a
+    job array is copied as a job of its own, its index in its env (JOBD_ARRAY_INDEX).
 
     A spec whose env holds masked values (secrets hidden on read, or scrubbed when the job
     ended) is refused unless `env` gives each of them again: a job must not start with
@@ -214,7 +216,9 @@ def build_rerun_job(job: Document, *, name: str | None = None, env: Sequence[str
             "ended (wait for it, or cancel it first)"
         )
     spec = {k: v for k, v in (job.get("spec") or {}).items() if k not in _NOT_RERUN}
-    spec["env"] = {**(spec.get("env") or {}), **_parse_env(env)}
+    member = meta.get("array") or {}  # a copy of a job array's member keeps its index
+    index = {ARRAY_INDEX: str(member["index"])} if "index" in member else {}
+    spec["env"] = {**(spec.get("env") or {}), **index, **_parse_env(env)}
     masked = sorted(k for k, v in spec["env"].items() if v == MASKED_VALUE)
     if masked:
         keys = ", ".join(masked)

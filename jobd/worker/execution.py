@@ -25,6 +25,7 @@ import anyio.abc
 import anyio.to_thread
 
 from jobd.api.models import Job
+from jobd.api.vocabulary import ARRAY_INDEX
 from jobd.logconfig import get_logger
 from jobd.wire.models import Completion
 from jobd.worker.checkpoints import checkpoint_dir, ensure_checkpoint_dir, find_resume_target
@@ -107,9 +108,9 @@ def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str
         }
     )
     if job.metadata.array is not None:  # a member of an array or sweep (api/arrays.py)
-        env["JOBD_ARRAY_INDEX"] = str(job.metadata.array.index)
-    else:
-        env.pop("JOBD_ARRAY_INDEX", None)  # never the worker's own, nor the spec's
+        env[ARRAY_INDEX] = str(job.metadata.array.index)
+    elif ARRAY_INDEX not in job.spec.env:  # the spec's, as a resumed member's holds it
+        env.pop(ARRAY_INDEX, None)  # never the worker's own
     return env
 
 

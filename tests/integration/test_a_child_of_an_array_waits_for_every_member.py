@@ -1,6 +1,7 @@
 """A job depending on an array (by `A<id>` or by name) has every member for a parent: it
 waits while any runs, starts once all succeeded, and is cancelled (`dependency_failed`)
-as soon as one member failed, unless `depends_on_any_exit`."""
+as soon as one member failed, unless `depends_on_any_exit`. A resumed member is a job of
+its own that keeps the member's index."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from jobd.controllers.context import Context, Settings
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import arrays, reports
 from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.preempt import request_preemption
+from jobd.controllers.verbs.resume import resume_job
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import open_store
 from tests.integration.conftest import reread
@@ -83,3 +86,15 @@ async def test_one_failed_member_cancels_the_child_unless_any_exit(ctx: Context)
     assert not (await _look(ctx, patient)).status.dependencies_met
     _end(ctx, members[1], 0)
     assert (await _look(ctx, patient)).status.dependencies_met
+
+
+async def test_a_resumed_member_keeps_its_index(ctx: Context) -> None:
+    _, members = _array(ctx, "c", 2)
+    await _run_all(ctx)
+    member = request_preemption(ctx, reread(ctx, members[1]), "manual")
+    member = reports.report_stopping(ctx, member, "w")
+    reports.report_complete(ctx, member, "w", None, 15)
+    resumed = resume_job(ctx, reread(ctx, member), from_scratch=True)
+    assert resumed.metadata.array is None  # a job of its own, not a member
+    assert resumed.spec.env["JOBD_ARRAY_INDEX"] == "1"
+    assert resumed.metadata.labels["jobd/array"] == "c"

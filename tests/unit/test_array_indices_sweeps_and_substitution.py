@@ -172,10 +172,26 @@ def test_only_a_member_sees_jobd_array_index() -> None:
         state_dir=Path("/tmp/state"),
         base_env={"PATH": "/usr/bin"},
     )
-    spec = JobSpec(command=["x"], env={"JOBD_ARRAY_INDEX": "99"})  # not the spec's to say
+    spec = JobSpec(command=["x"], env={"JOBD_ARRAY_INDEX": "99"})  # a member's is its own
     member = Job(
         metadata=ObjectMeta(id=7, name="a-3", array=ArrayRef(id=1, name="a", index=3)), spec=spec
     )
-    plain = Job(metadata=ObjectMeta(id=8, name="b"), spec=spec)
+    resumed = Job(metadata=ObjectMeta(id=8, name="a-3-r1"), spec=spec)  # holds it in its env
+    plain = Job(metadata=ObjectMeta(id=9, name="b"), spec=JobSpec(command=["x"]))
     assert workload_env(member, settings, Path("/ckpt/7"))["JOBD_ARRAY_INDEX"] == "3"
-    assert "JOBD_ARRAY_INDEX" not in workload_env(plain, settings, Path("/ckpt/8"))
+    assert workload_env(resumed, settings, Path("/ckpt/8"))["JOBD_ARRAY_INDEX"] == "99"
+    settings.base_env["JOBD_ARRAY_INDEX"] = "5"  # the worker's own never reaches a job
+    assert "JOBD_ARRAY_INDEX" not in workload_env(plain, settings, Path("/ckpt/9"))
+
+
+def test_a_rerun_member_keeps_its_index() -> None:
+    from jobd.cli.submit import build_rerun_job
+
+    member = {
+        "metadata": {"id": 7, "name": "a-3", "array": {"id": 1, "name": "a", "index": 3}},
+        "spec": {"command": ["train", "3"]},
+        "status": {"phase": "Failed"},
+    }
+    rerun = build_rerun_job(member)
+    assert rerun["spec"]["env"] == {"JOBD_ARRAY_INDEX": "3"}
+    assert "array" not in rerun["metadata"]
