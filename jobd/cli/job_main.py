@@ -428,10 +428,13 @@ def submit(
     indices, sweep = options.pop("indices"), options.pop("sweep")
     try:
         document = build_submit_job(command, **options)
-        if indices is not None or sweep:
-            document = as_array(document, indices, sweep)
     except SubmitError as exc:
         raise Failure(str(exc)) from None
+    if indices is not None or sweep:
+        try:
+            document = as_array(document, indices, sweep)
+        except SubmitError as exc:  # a flag's value no array has: bad usage (exit 2)
+            raise click.UsageError(str(exc)) from None
     if document["kind"] == "JobArray":
         _submit_array(settings, document, wait, output)
         return

@@ -76,6 +76,15 @@ def test_a_job_depending_on_an_array_starts_after_every_member(jobd: Jobd) -> No
     assert child["status"]["started_at"] >= max(ends)
 
 
+def test_bad_array_flags_are_usage_errors_and_make_nothing(jobd: Jobd) -> None:
+    before = jobd.ok("get", "arrays", "-o", "json")
+    for flags in (["--array", "3-1"], ["--sweep", "lr"], ["--array", "0", "--sweep", "a=1"]):
+        bad = jobd.job("submit", *flags, "--", sys.executable, "-c", "pass")
+        assert bad.returncode == 2 and bad.stderr.startswith("error: --"), bad.stderr
+        assert len(bad.stderr.splitlines()) == 1 and bad.stdout == ""
+    assert jobd.ok("get", "arrays", "-o", "json") == before
+
+
 def test_the_example_manifest_applies_once_and_runs(jobd: Jobd) -> None:
     text = (REPO / "examples" / "sweep-lr.yaml").read_text().replace("sweep-lr", "example")
     assert jobd.ok("apply", "-f", "-", input=text).strip() == "array/example created"
