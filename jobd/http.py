@@ -139,6 +139,34 @@ class JobdClient(Client):
     ) -> Document:
         return self.run(calls.resume_job(job_id, from_scratch=from_scratch, force=force))
 
+    def create_array(self, document: Document) -> Document:
+        return self.run(calls.create_array(document))
+
+    def get_array(self, array_id: int) -> Document:
+        return self.run(calls.get_array(array_id))
+
+    def list_arrays(self, *, project: str | None = None, name: str | None = None) -> list[Document]:
+        return self.run(calls.list_arrays(project=project, name=name))
+
+    def find_array(self, project: str | None, name: str) -> Document | None:
+        """The array named `name` in `project` (any project when None; the default
+        project's when several have one), or None."""
+        items = self.list_arrays(project=project, name=name)
+        if len(items) > 1:
+            default = [d for d in items if d["metadata"].get("project") == DEFAULT_PROJECT]
+            if default:
+                return default[0]
+            where = ", ".join(f"{d['metadata']['project']}/{name}" for d in items)
+            raise ApiError(409, f"{name!r} names several arrays ({where}); say PROJECT/NAME")
+        return items[0] if items else None
+
+    def cancel_array(self, array_id: int) -> Document:
+        """Cancel the members that have not ended; the array, with `cancelled` (ids)."""
+        return self.run(calls.cancel_array(array_id))
+
+    def delete_array(self, array_id: int) -> Document:
+        return self.run(calls.delete_array(array_id))
+
     def list_workers(self) -> list[Document]:
         return self.run(calls.list_workers())
 

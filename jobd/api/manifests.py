@@ -28,6 +28,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.resolver import VersionedResolver
 
+from jobd.api.arrays import JobArray
 from jobd.api.models import ADMISSION, API_VERSION, Job, Project, Resource, Worker
 
 __all__ = [
@@ -42,7 +43,12 @@ __all__ = [
     "parse_resource",
 ]
 
-_KINDS: dict[str, type[BaseModel]] = {"Job": Job, "Project": Project, "Worker": Worker}
+_KINDS: dict[str, type[BaseModel]] = {
+    "Job": Job,
+    "JobArray": JobArray,
+    "Project": Project,
+    "Worker": Worker,
+}
 _MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 # Limits on what a manifest may make its reader do (docs/cli.md): a file of 10,000 jobs
@@ -335,7 +341,7 @@ def _read(path: Path) -> str:
         raise ManifestError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def parse_resource(doc: Document) -> Resource:
+def parse_resource(doc: Document) -> Resource | JobArray:
     """Validate one document into its model; errors name file, line and field."""
     try:
         return _parse_resource(doc)
@@ -346,7 +352,7 @@ def parse_resource(doc: Document) -> Resource:
     return _parse_resource(load_documents(doc.text, doc.source)[doc.index])
 
 
-def _parse_resource(doc: Document) -> Resource:
+def _parse_resource(doc: Document) -> Resource | JobArray:
     data = doc.data
     if not isinstance(data, dict):
         raise ManifestError(f"{doc.source}:{doc.line}: a document must be a mapping")
@@ -361,8 +367,11 @@ def _parse_resource(doc: Document) -> Resource:
             f"{doc.source}:{_key_line(data, 'apiVersion', doc.line)}: apiVersion: "
             f"expected {API_VERSION!r}, got {data.get('apiVersion')!r}"
         )
+    plain = _plain(data)
+    if kind == "Job" and isinstance(plain.get("spec"), dict) and "array" in plain["spec"]:
+        kind, plain = "JobArray", {**plain, "kind": "JobArray"}  # a Job with `spec.array`
     try:
-        return _KINDS[kind].model_validate(_plain(data), context=ADMISSION)  # type: ignore[return-value]
+        return _KINDS[kind].model_validate(plain, context=ADMISSION)  # type: ignore[return-value]
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [p for p in err["loc"] if not isinstance(p, str) or not p.startswith("function-")]

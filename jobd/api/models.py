@@ -55,6 +55,7 @@ __all__ = [
     "RUN_LIMITS",
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
+    "ArrayRef",
     "Condition",
     "Effective",
     "Grace",
@@ -157,6 +158,14 @@ class Condition(Strict):
     last_transition_time: datetime = Field(default_factory=utcnow)
 
 
+class ArrayRef(Strict):
+    """The array a job is a member of (api/arrays.py), and its index there: the server's."""
+
+    id: int = Field(ge=1, le=MAX_ID)
+    name: str
+    index: int = Field(ge=0)
+
+
 class ObjectMeta(Strict):
     name: str | None = Field(default=None, json_schema_extra=_NAME_SCHEMA)
     project: str | None = Field(default=None, json_schema_extra=_NAME_SCHEMA)
@@ -167,6 +176,7 @@ class ObjectMeta(Strict):
     generation: int = Field(default=0, ge=0, le=MAX_INT)
     resource_version: int | None = Field(default=None, ge=0, le=MAX_INT)
     created_at: datetime | None = None
+    array: ArrayRef | None = None  # a job's, when it is a member of an array
 
     @field_validator("name", "project")
     @classmethod

@@ -12,6 +12,7 @@ import re
 
 __all__ = [
     "API_VERSION",
+    "ARRAY_INDEX",
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
     "MAX_GRACE_S",
@@ -21,6 +22,7 @@ __all__ = [
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
     "Phase",
+    "array_id_of",
     "check_name",
     "normalise_worker_name",
 ]
@@ -40,6 +42,20 @@ MAX_INT = 2**53 - 1
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 _NAME_RE = re.compile(NAME_PATTERN.removeprefix("^"))
+
+
+# The workload's variable holding a job array member's index (CONTRACT.md §6).
+ARRAY_INDEX = "JOBD_ARRAY_INDEX"
+# How a job array is named where a job id could be: `A12` (no job's name has a capital).
+_ARRAY_REF = re.compile(r"A([0-9]{1,10})")
+
+
+def array_id_of(ref: str) -> int | None:
+    """The id in `A12` (api/arrays.py), None for anything else."""
+    found = _ARRAY_REF.fullmatch(ref)
+    if found is None or not 1 <= int(found.group(1)) <= MAX_ID:
+        return None
+    return int(found.group(1))
 
 
 class Phase(enum.StrEnum):

@@ -21,7 +21,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from jobd.broker import routes_jobs, routes_system, routes_tokens, routes_workers, ui
+from jobd.broker import (
+    routes_arrays,
+    routes_jobs,
+    routes_system,
+    routes_tokens,
+    routes_workers,
+    ui,
+)
 from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
 from jobd.broker.bodylimit import BodyLimit
 from jobd.broker.fastpath import FastRoutes
@@ -129,7 +136,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         app.add_exception_handler(exc_type, _refused)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    fast = (*routes_jobs.FAST, *routes_workers.FAST, *routes_system.FAST)
+    fast = (*routes_jobs.FAST, *routes_arrays.FAST, *routes_workers.FAST, *routes_system.FAST)
     # The last added is the outermost: RequestTiming, TokenAuth, BodyLimit, the fast path.
     app.add_middleware(FastRoutes, state=state, routes=fast)
     app.add_middleware(BodyLimit)
@@ -138,6 +145,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     # Routes are matched in order: the busiest (creates, reports, watches) first.
     for router in (
         routes_jobs.router,
+        routes_arrays.router,
         routes_workers.router,
         routes_system.router,
         routes_tokens.router,

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
+from jobd.api.arrays import JobArray
 from jobd.api.manifests import Document, ManifestError, parse_resource
 from jobd.api.models import ADMISSION, Job, Project, Resource
 from jobd.api.selectors import parse_selector
@@ -22,7 +23,7 @@ from jobd.broker.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.broker.tokens import Principal
 from jobd.controllers.errors import AdmissionError, TransitionError
-from jobd.controllers.verbs import admission, preempt
+from jobd.controllers.verbs import admission, arrays, preempt
 from jobd.controllers.verbs.cancel import cancel
 from jobd.controllers.verbs.resume import resume_job
 from jobd.wire import routes
@@ -45,7 +46,7 @@ class _ApplyJobs(ApplyRequest):
     documents: list[Job] = Field(min_length=1)  # type: ignore[assignment]
 
 
-def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
+def _apply_body(raw: bytes) -> tuple[list[Resource | JobArray], bool]:
     """The documents of an apply and its dry_run flag.
 
     Jobs that each say `kind: Job` take the one-pass path; anything else (projects, a
@@ -68,10 +69,12 @@ def _apply_body(raw: bytes) -> tuple[list[Resource], bool]:
     return resources, body.dry_run
 
 
-def _document(data: dict[str, Any], source: str) -> Resource:
+def _document(data: dict[str, Any], source: str) -> Resource | JobArray:
     """One document, its errors named by manifests' reader, then its types checked strictly
     (the reader's own rules are a YAML file's, which may say `priority: "5"`)."""
     resource = parse_resource(Document(data, source, 1))
+    if isinstance(resource, JobArray):  # also a Job with `spec.array`
+        data = {**data, "kind": "JobArray"}
     try:
         parse_value(type(resource), data)
     except ValidationError as exc:
@@ -113,15 +116,20 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
     resources, dry_run = _apply_body(raw)
     projects = [r for r in resources if isinstance(r, Project)]
     jobs = [r for r in resources if isinstance(r, Job)]
-    if len(jobs) + len(projects) != len(resources):
+    job_arrays = [r for r in resources if isinstance(r, JobArray)]
+    if len(jobs) + len(projects) + len(job_arrays) != len(resources):
         raise AdmissionError("kind: Worker documents are written by workers only")
     if any(p.metadata.name is None for p in projects):
         raise AdmissionError("metadata.name: required to apply a Project")
-    _may_apply(who, projects, jobs)
-    if projects:  # refuse before writing anything: a bad job must not leave its projects
-        admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run=True)
+    _may_apply(who, projects, [*jobs, *job_arrays])
+    clock = state.ctx.clock
+    if projects or job_arrays:  # refuse before writing anything: a bad job must not
+        admission.apply_jobs(state.store, jobs, clock, dry_run=True)  # leave the others
+        for array in job_arrays:
+            arrays.apply_array(state.store, array, clock, dry_run=True)
     results = [admission.apply_project(state.store, p, dry_run) for p in projects]
-    results += admission.apply_jobs(state.store, jobs, state.ctx.clock, dry_run)
+    results += [arrays.apply_array(state.store, a, clock, dry_run) for a in job_arrays]
+    results += admission.apply_jobs(state.store, jobs, clock, dry_run)
     items = []
     for r in results:
         item: dict[str, Any] = {"kind": r.kind, "name": r.name, "action": r.action}
@@ -131,7 +139,7 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
     return encode_json({"results": items})
 
 
-def _may_apply(who: Principal, projects: list[Project], jobs: list[Job]) -> None:
+def _may_apply(who: Principal, projects: list[Project], jobs: list[Job | JobArray]) -> None:
     """Nothing of an apply is written unless its principal may write all of it."""
     if who.admin:
         return

@@ -14,9 +14,16 @@ from jobd.cli import render
 from jobd.cli.durations import Duration
 from jobd.cli.failure import Failure
 from jobd.cli.options import client, output_option, print_documents
-from jobd.cli.targets import Selection, job_targets, resolve
+from jobd.cli.targets import (
+    Selection,
+    find_array,
+    is_array_ref,
+    job_targets,
+    resolve,
+    strip_kind,
+)
 from jobd.cli.waiting import EXIT_TIMEOUT, exit_with, wait_all
-from jobd.http import Document, JobdClient
+from jobd.http import ApiError, Document, JobdClient
 
 __all__ = ["VERBS"]
 
@@ -63,13 +70,23 @@ def preempt(targets: Selection, output: str) -> None:
 @job_targets
 @output_option("text")
 def cancel(targets: Selection, output: str) -> None:
-    """Stop jobs, queued or running; each ends Cancelled."""
+    """Stop jobs, queued or running; each ends Cancelled.
+
+    A job array (A<id>) has every member cancelled that has not ended.
+    """
+    if _arrays_done(targets, output, _cancel_array):
+        return
     _act(
         targets,
         output,
         JobdClient.cancel_job,
         lambda job: f"job/{job['metadata']['id']} cancel requested ({render.phase_text(job)})",
     )
+
+
+def _cancel_array(broker: JobdClient, array_id: int) -> tuple[Document, str]:
+    done = broker.cancel_array(array_id)
+    return done, f"array/A{array_id} cancel requested ({_jobs(len(done['cancelled']))})"
 
 
 @click.command()
@@ -114,9 +131,55 @@ def _delete(broker: JobdClient, job_id: int) -> Document:
 def delete(targets: Selection, output: str) -> None:
     """Remove jobs that have ended (cancel a live one first), and their output.
 
+    A job array (A<id>) goes whole, with its members, once all of them have ended.
     -o json prints the documents of the jobs deleted, as they were.
     """
+    if _arrays_done(targets, output, _delete_array):
+        return
     _act(targets, output, _delete, lambda job: f"job/{job['metadata']['id']} deleted")
+
+
+def _delete_array(broker: JobdClient, array_id: int) -> tuple[Document, str]:
+    array = broker.get_array(array_id)
+    deleted = broker.delete_array(array_id)
+    return array, f"array/A{array_id} deleted ({_jobs(len(deleted['jobs']))})"
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job{'s' if n != 1 else ''}"
+
+
+def _arrays_done(
+    targets: Selection,
+    output: str,
+    verb: Callable[[JobdClient, int], tuple[Document, str]],
+) -> bool:
+    """`verb` on each job array named (A<id>, array/NAME), which then leave `targets`;
+    True when nothing else is left to act on (and the verb is over)."""
+    refs = [ref for ref in targets.refs if is_array_ref(ref)]
+    if not refs:
+        return False
+    targets.refs = tuple(ref for ref in targets.refs if ref not in refs)
+    done: list[Document] = []
+    with client() as broker:
+        for ref in refs:
+            try:
+                array = find_array(broker, ref)
+                if array is None:
+                    raise Failure(f"no array named {strip_kind(ref, 'array')!r}")
+                document, line = verb(broker, int(array["metadata"]["id"]))
+            except (ApiError, Failure) as exc:
+                targets.fail(exc.message)
+                continue
+            done.append(document)
+            if output == "text":
+                click.echo(line)
+    if targets.refs or targets.selector or targets.files:
+        return False
+    if output != "text":
+        print_documents(done, output, single=len(refs) == 1)
+    targets.exit_if_failed()
+    return True
 
 
 @click.command()
@@ -129,7 +192,7 @@ def delete(targets: Selection, output: str) -> None:
 )
 @output_option("text")
 def wait(targets: Selection, timeout: float | None, output: str) -> None:
-    """Block until jobs end; exit with what ended them.
+    """Block until jobs end (each member of an array A<id>); exit with what ended them.
 
     \b
     Exit codes (with several jobs: the first, in the order given, that is not 0):

@@ -266,11 +266,13 @@ def apply(settings: Settings, files: tuple[str, ...], dry_run: bool, output: str
 
 
 def printed_name(kind: str, name: str) -> str:
-    """`job/hello` in the default project, `job/PROJECT/NAME` elsewhere, `project/NAME`."""
+    """`job/hello` in the default project, `job/PROJECT/NAME` elsewhere, `project/NAME`;
+    an array as `array/NAME`, as a job is."""
     project, _, short = name.rpartition("/")
-    if kind == "Job" and project and project != DEFAULT_PROJECT:
-        return f"job/{project}/{short}"
-    return f"{kind.lower()}/{short}"
+    prefix = "array" if kind == "JobArray" else kind.lower()
+    if kind in ("Job", "JobArray") and project and project != DEFAULT_PROJECT:
+        return f"{prefix}/{project}/{short}"
+    return f"{prefix}/{short}"
 
 
 def _applied(result: ApplyResult) -> dict[str, Any]:
@@ -317,9 +319,10 @@ def _live(client: JobdClient, kind: str, name: str, action: str) -> Document | N
     """The stored object apply would change, or None when apply would create it."""
     if action == "created":
         return None
-    if kind == "Job":
-        project, _, job_name = name.rpartition("/")
-        return client.find_job(project or "default", job_name)
+    if kind in ("Job", "JobArray"):
+        project, _, short = name.rpartition("/")
+        find = client.find_job if kind == "Job" else client.find_array
+        return find(project or "default", short)
     lists = {"Project": client.list_projects, "Worker": client.list_workers}
     items = lists[kind]() if kind in lists else []
     return next((d for d in items if d.get("metadata", {}).get("name") == name), None)
@@ -391,6 +394,19 @@ _COMMAND_ARGS = {"allow_interspersed_args": False}
     "project's, else the broker's].",
 )
 @click.option("--resume-from", metavar="PATH", help="Set RESUME_FROM for the workload.")
+@click.option(
+    "--array",
+    "indices",
+    metavar="0-7|1,3,5|0-15:2",
+    help="A job array: a member per index, `{i}` in COMMAND replaced by it; prints A<id>.",
+)
+@click.option(
+    "--sweep",
+    multiple=True,
+    metavar="KEY=V1,V2",
+    help="A sweep: a member per combination of the values (repeatable: their product), "
+    "`{KEY}` in COMMAND replaced by the value as written; prints A<id>.",
+)
 @click.option("--wait", is_flag=True, help="Then wait for its end, and exit as `job wait` does.")
 @output_option("text")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -402,20 +418,33 @@ def submit(
 
     COMMAND is an argv, never run through a shell (--shell 'CMD' is, on purpose). Options
     end at `--` or at the command's first word: everything after it belongs to the command.
+    With --array or --sweep it makes a job array, one job per member, and prints A<id>
+    (`job get|wait|cancel|delete A<id>` act on all of them).
 
     \b
     Examples:
       job submit -p long-training --gpus 1 -- python train.py --lr 3e-4
       job submit --gpus 1 --gpu-memory 40GiB -- python finetune.py
       job submit --shell 'python prep.py | gzip > data.gz'
+      job submit --array 0-7 -- python train.py --fold {i}
+      job submit --sweep lr=1e-3,3e-4 --sweep seed=1,2,3 -- python train.py --lr {lr}
     """
-    from jobd.cli.submit import SubmitError, build_submit_job
+    from jobd.cli.submit import SubmitError, as_array, build_submit_job
     from jobd.cli.waiting import exit_with, wait_all
 
+    indices, sweep = options.pop("indices"), options.pop("sweep")
     try:
         document = build_submit_job(command, **options)
     except SubmitError as exc:
         raise Failure(str(exc)) from None
+    if indices is not None or sweep:
+        try:
+            document = as_array(document, indices, sweep)
+        except SubmitError as exc:  # a flag's value no array has: bad usage (exit 2)
+            raise click.UsageError(str(exc)) from None
+    if document["kind"] == "JobArray":
+        _submit_array(settings, document, wait, output)
+        return
     with settings.client() as client:
         created = client.create_job(document)
         job_id = int(created["metadata"]["id"])
@@ -427,6 +456,21 @@ def submit(
         if wait:
             sys.stdout.flush()  # the id is useful before the wait ends
             exit_with(wait_all(client, [job_id], None, show=output == "text"))
+
+
+def _submit_array(settings: Settings, document: Document, wait: bool, output: str) -> None:
+    """Create the array with all its members; print `A<id>`, then wait for every member."""
+    from jobd.cli.waiting import exit_with, wait_all
+
+    with settings.client() as client:
+        created = client.create_array(document)
+        if output == "text":
+            click.echo(f"A{created['metadata']['id']}")
+        else:
+            print_documents([created], output, single=True)
+        if wait:
+            sys.stdout.flush()
+            exit_with(wait_all(client, created["status"]["jobs"], None))
 
 
 def _warn_if_unschedulable(created: Document) -> None:

@@ -47,7 +47,8 @@ def load_manifests(paths: Sequence[str]) -> list[Document]:
     docs = [doc for path in paths for doc in _validated_file(path)]
     for doc in docs:
         spec = doc.get("spec", {})
-        if doc.get("kind") == "Job" and spec.get("cwd") and not os.path.isabs(spec["cwd"]):
+        relative = spec.get("cwd") and not os.path.isabs(spec["cwd"])
+        if doc.get("kind") in ("Job", "JobArray") and relative:
             spec["cwd"] = os.path.abspath(spec["cwd"])
     return docs
 

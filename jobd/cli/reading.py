@@ -13,11 +13,18 @@ from dataclasses import dataclass
 import click
 
 from jobd.api.selectors import parse_selector
-from jobd.api.vocabulary import BOUND_PHASES, Phase, normalise_worker_name
+from jobd.api.vocabulary import BOUND_PHASES, Phase, array_id_of, normalise_worker_name
 from jobd.cli import render
 from jobd.cli.failure import Failure, warn
 from jobd.cli.options import client, output_option, phase_option, print_documents
-from jobd.cli.targets import Selection, job_targets, resolve, strip_kind
+from jobd.cli.targets import (
+    Selection,
+    array_or_none,
+    find_array,
+    job_targets,
+    resolve,
+    strip_kind,
+)
 from jobd.http import ApiError, Document, JobdClient
 
 __all__ = ["VERBS"]
@@ -27,6 +34,8 @@ _BOUND = [p.value for p in BOUND_PHASES]
 # The words `job get` reads as a kind, and the kind each means.
 _KIND_WORDS = {
     "jobs": "job",
+    "arrays": "array",
+    "array": "array",
     "projects": "project",
     "project": "project",
     "workers": "worker",
@@ -47,14 +56,17 @@ def _parse_get(args: Sequence[str]) -> _Request:
     kinds, names = set(), []
     for arg in args:
         kind, slash, rest = arg.partition("/")
-        if slash and kind in ("job", *_KIND_WORDS):
+        if array_id_of(arg) is not None:  # A12
+            kinds.add("array")
+            names.append(arg)
+        elif slash and kind in ("job", *_KIND_WORDS):
             kinds.add(_KIND_WORDS.get(kind, "job"))
             names.append(arg if kind in ("job", "jobs") else rest)
         else:
             kinds.add("job")
             names.append(arg)
     if len(kinds) > 1:
-        raise click.UsageError("get one kind at a time: jobs, projects or workers")
+        raise click.UsageError("get one kind at a time: jobs, arrays, projects or workers")
     return _Request(kinds.pop() if kinds else "job", tuple(names))
 
 
@@ -80,7 +92,8 @@ def get(
       job get                          every job
       job get 7 long-training/resnet   two jobs
       job get -l team=vision --phase running
-      job get projects                 (also: project/NAME, workers, worker/NAME)
+      job get A12                      a job array: its members counted by phase
+      job get projects                 (also: project/NAME, workers, worker/NAME, arrays)
     """
     request = _parse_get(args)
     if selector is not None:
@@ -88,15 +101,32 @@ def get(
             parse_selector(selector)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="-l") from None
-    if request.kind != "job" and (watch or phase or project):
+    if request.kind != "job" and (watch or phase or (project and request.kind != "array")):
         raise click.UsageError(f"-w, --phase and -p are for jobs, not {request.kind}s")
     with client() as broker:
-        if request.kind == "project":
+        if _names_an_array(broker, request):
+            request = _Request("array", request.names)
+        if request.kind == "array":
+            _show_arrays(broker, request.names, project, output)
+        elif request.kind == "project":
             _show_projects(broker, request.names, selector, output)
         elif request.kind == "worker":
             _show_workers(broker, request.names, selector, output)
         else:
             _get_jobs(broker, request.names, output, project, phase, selector, watch)
+
+
+def _names_an_array(broker: JobdClient, request: _Request) -> bool:
+    """`job get NAME` of a NAME no job has, but an array has: that array is meant."""
+    if request.kind != "job" or len(request.names) != 1:
+        return False
+    name = request.names[0]
+    if name.isdigit() or strip_kind(name, "job") != name:
+        return False
+    project, _, short = name.rpartition("/")
+    if broker.find_job(project or None, short) is not None:
+        return False
+    return array_or_none(broker, name) is not None
 
 
 def _get_jobs(
@@ -183,6 +213,29 @@ def _show_projects(
         render.emit(render.make_console(), render.projects_table(found, wide=output == "wide"))
     else:
         warn("No projects found.")
+
+
+def _show_arrays(
+    broker: JobdClient, names: Sequence[str], project: str | None, output: str
+) -> None:
+    """Each array on a line, its members counted by phase; -o json: its document."""
+    if names:
+        found = [_array(broker, name) for name in names]
+    else:
+        found = broker.list_arrays(project=project)
+    if output in ("json", "yaml"):
+        print_documents(found, output, single=len(names) == 1)
+    elif found:
+        click.echo("".join(render.array_line(a) + "\n" for a in found), nl=False)
+    else:
+        warn("No arrays found.")
+
+
+def _array(broker: JobdClient, name: str) -> Document:
+    array = find_array(broker, name)
+    if array is None:
+        raise Failure(f"no array named {strip_kind(name, 'array')!r}")
+    return array
 
 
 def _show_workers(

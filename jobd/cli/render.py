@@ -24,6 +24,7 @@ from jobd.api.sizes import format_size
 from jobd.api.vocabulary import TERMINAL_PHASES, Phase
 
 __all__ = [
+    "array_line",
     "describe_job",
     "diff_text",
     "emit",
@@ -309,6 +310,37 @@ def _why(status: Document) -> str:
     if phase == "Pending" and status.get("dependencies_met") is False:
         return "waiting for dependencies"
     return status.get("reason") or _WAITING_FOR.get(phase, "")
+
+
+# The order phases are counted in on an array's line: finished first, as `squeue` would not.
+_PHASE_ORDER = (
+    "Succeeded",
+    "Failed",
+    "Cancelled",
+    "Preempted",
+    "Running",
+    "Preempting",
+    "Cancelling",
+    "Lost",
+    "Scheduled",
+    "Pending",
+)
+
+
+def array_line(array: Document) -> str:
+    """`A12 sweep-lr 6 jobs: 4 Succeeded, 2 Running` (the project's name before it
+    outside the default project)."""
+    meta, status = array.get("metadata") or {}, array.get("status") or {}
+    project = meta.get("project")
+    name = meta.get("name") if project in (None, "default") else f"{project}/{meta.get('name')}"
+    phases: dict[str, int] = status.get("phases") or {}
+    order = [p for p in _PHASE_ORDER if p in phases] + sorted(set(phases) - set(_PHASE_ORDER))
+    counts = ", ".join(f"{phases[p]} {p}" for p in order)
+    size = status.get("size", 0)
+    gone = size - sum(phases.values())
+    if gone:
+        counts += f"{', ' if counts else ''}{gone} deleted"
+    return f"A{meta.get('id')} {name} {size} job{'s' if size != 1 else ''}: {counts}"
 
 
 def victim_line(victim: Document) -> str:

@@ -14,9 +14,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from jobd.api.arrays import parse_indices, parse_sweep
 from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job
+from jobd.api.vocabulary import ARRAY_INDEX
 
-__all__ = ["MASKED_VALUE", "RERUNS_LABEL", "SubmitError", "build_rerun_job", "build_submit_job"]
+__all__ = [
+    "MASKED_VALUE",
+    "RERUNS_LABEL",
+    "SubmitError",
+    "as_array",
+    "build_rerun_job",
+    "build_submit_job",
+]
 
 Document = dict[str, Any]
 
@@ -125,6 +134,25 @@ def _resources(gpus: int | None, gpu_memory: str | None) -> dict[str, Any] | Non
     return {k: v for k, v in said.items() if v is not None} or None
 
 
+def as_array(document: Document, indices: str | None, sweep: Sequence[str]) -> Document:
+    """`job submit`'s Job made a JobArray by `--array` or `--sweep` (api/arrays.py): its
+    members' argv get `{i}` and each `{KEY}` replaced."""
+    if indices is not None and sweep:
+        raise SubmitError(
+            "--array and --sweep exclude each other (sweep an index as one more "
+            "parameter: --sweep fold=0,1,2)"
+        )
+    try:
+        if indices is not None:  # sent as the list the API takes
+            array: dict[str, Any] = {"indices": parse_indices(indices)}
+        else:
+            array = {"sweep": parse_sweep(sweep)}
+    except ValueError as exc:
+        raise SubmitError(f"{'--array' if indices is not None else '--sweep'}: {exc}") from None
+    spec = {**document["spec"], "array": array}
+    return {**document, "kind": "JobArray", "spec": spec}
+
+
 def _whole_seconds(seconds: float | None) -> int | None:
     """A duration as the spec holds it: whole seconds, a fraction rounded up."""
     return None if seconds is None else math.ceil(seconds)
@@ -182,7 +210,8 @@ def _validate_submit(document: Document) -> None:
 
 def build_rerun_job(job: Document, *, name: str | None = None, env: Sequence[str] = ()) -> Document:
     """A new Job with a finished job's spec: its project and labels (plus `jobd/reruns`),
-    without its dependencies (they ran); `env` sets or replaces variables.
+    without its dependencies (they ran); `env` sets or replaces variables. A member of a
+    job array is copied as a job of its own, its index in its env (JOBD_ARRAY_INDEX).
 
     A spec whose env holds masked values (secrets hidden on read, or scrubbed when the job
     ended) is refused unless `env` gives each of them again: a job must not start with
@@ -195,7 +224,9 @@ def build_rerun_job(job: Document, *, name: str | None = None, env: Sequence[str
             "ended (wait for it, or cancel it first)"
         )
     spec = {k: v for k, v in (job.get("spec") or {}).items() if k not in _NOT_RERUN}
-    spec["env"] = {**(spec.get("env") or {}), **_parse_env(env)}
+    member = meta.get("array") or {}  # a copy of a job array's member keeps its index
+    index = {ARRAY_INDEX: str(member["index"])} if "index" in member else {}
+    spec["env"] = {**(spec.get("env") or {}), **index, **_parse_env(env)}
     masked = sorted(k for k, v in spec["env"].items() if v == MASKED_VALUE)
     if masked:
         keys = ", ".join(masked)

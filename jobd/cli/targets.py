@@ -2,7 +2,8 @@
 
 Every name `job` prints can be given back: `7`, `job/7`, `PROJECT/NAME`, `job/NAME`,
 `job/PROJECT/NAME`, or a bare NAME (the one job of that name, or the default project's
-when several projects have one). Verbs that act on jobs take several of them, a label
+when several projects have one). A job array (`A12`, `array/NAME`, or a NAME no job has)
+stands for each of its members. Verbs that act on jobs take several of them, a label
 selector (`-l team=vision`, as kubectl) and the jobs a manifest names (`-f FILE`). As
 kubectl does, a verb goes on past a job it cannot act on, says why, and exits 1 at the end.
 """
@@ -18,11 +19,20 @@ from typing import Any, TypeVar
 import click
 
 from jobd.api.selectors import parse_selector
-from jobd.api.vocabulary import DEFAULT_PROJECT
+from jobd.api.vocabulary import DEFAULT_PROJECT, array_id_of
 from jobd.cli.failure import Failure, warn
-from jobd.http import ApiError, JobdClient
+from jobd.http import ApiError, Document, JobdClient
 
-__all__ = ["Selection", "job_targets", "resolve", "strip_kind"]
+__all__ = [
+    "Selection",
+    "array_or_none",
+    "find_array",
+    "is_array_ref",
+    "job_targets",
+    "resolve",
+    "resolve_all",
+    "strip_kind",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +58,47 @@ def resolve(client: JobdClient, ref: str) -> int:
     return int(job["metadata"]["id"])
 
 
+def is_array_ref(ref: str) -> bool:
+    """`A12`, `array/NAME` or `array/PROJECT/NAME`: a ref that names a job array."""
+    return array_id_of(ref) is not None or strip_kind(ref, "array") != ref
+
+
+def find_array(client: JobdClient, ref: str) -> Document | None:
+    """The array `ref` names (`A12`, `[array/][PROJECT/]NAME`), None when none has it."""
+    array_id = array_id_of(ref)
+    if array_id is not None:
+        return client.get_array(array_id)
+    project, _, name = strip_kind(ref, "array").rpartition("/")
+    return client.find_array(project or None, name)
+
+
+def array_or_none(client: JobdClient, ref: str) -> Document | None:
+    """The array of that name; None also from a broker that knows no arrays (older)."""
+    try:
+        return find_array(client, ref)
+    except ApiError:
+        return None
+
+
+def resolve_all(client: JobdClient, ref: str) -> list[int]:
+    """The ids `ref` names: a job's (as `resolve`), or each member of the array it names,
+    by `A12`, `array/NAME`, or a NAME no job has."""
+    if not is_array_ref(ref):
+        try:
+            return [resolve(client, ref)]
+        except Failure as not_a_job:
+            if ref.isdigit() or strip_kind(ref, "job") != ref:
+                raise
+            array = array_or_none(client, ref)
+            if array is None:
+                raise not_a_job from None
+    else:
+        array = find_array(client, ref)
+        if array is None:
+            raise Failure(f"no array named {strip_kind(ref, 'array')!r}")
+    return [int(m["id"]) for m in array["status"]["members"]]
+
+
 @dataclass
 class Selection:
     """The jobs a verb was pointed at, and whether acting on any of them failed."""
@@ -61,7 +112,8 @@ class Selection:
     @property
     def single(self) -> bool:
         """One job named by itself: `-o json` prints it as a document, not a list."""
-        return len(self.refs) == 1 and not self.selector and not self.files
+        single = len(self.refs) == 1 and not self.selector and not self.files
+        return single and not is_array_ref(self.refs[0])
 
     def ids(self, client: JobdClient) -> Iterator[int]:
         """Each job's id once, in the order given; a ref that fails is said and counted."""
@@ -115,16 +167,18 @@ class Selection:
         for doc in load_manifests(self.files):
             meta = doc.get("metadata") or {}
             kind, name = doc.get("kind"), meta.get("name")
-            if kind != "Job":
+            if kind not in ("Job", "JobArray"):
                 warn(f"note: {str(kind).lower()}/{name}: not a job, left alone")
             elif not name:
-                warn("note: a Job without metadata.name names no stored job, left alone")
+                warn(f"note: a {kind} without metadata.name names nothing stored, left alone")
             else:
-                yield _by_name(client, f"{meta.get('project') or DEFAULT_PROJECT}/{name}")
+                prefix = "array/" if kind == "JobArray" else ""
+                ref = f"{prefix}{meta.get('project') or DEFAULT_PROJECT}/{name}"
+                yield _by_name(client, ref)
 
 
 def _by_name(client: JobdClient, ref: str) -> Callable[[], list[int]]:
-    return lambda: [resolve(client, ref)]
+    return lambda: resolve_all(client, ref)
 
 
 def job_targets(f: F) -> F:

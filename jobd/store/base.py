@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic_core import to_json
 
+from jobd.api.arrays import JobArray
 from jobd.api.models import Job, Phase, Project, Worker
 
 __all__ = [
@@ -199,6 +200,29 @@ class Store(Protocol):
         self, job: Job, events: Iterable[EventRecord] = (), *, durable: bool = False
     ) -> Job: ...
     def delete_job(self, job: Job) -> None: ...
+    def create_array(
+        self,
+        array: JobArray,
+        members: Sequence[Job],
+        on_id: Callable[[int], None],
+        events_for: Callable[[Job], Iterable[EventRecord]] | None = None,
+    ) -> JobArray:
+        """Insert an array and its members in one transaction, all or nothing; `on_id`
+        names them once the array's id is known. Conflict when a name is taken."""
+        ...
+
+    def get_array(self, array_id: int) -> JobArray | None: ...
+    def get_array_by_name(self, project: str, name: str) -> JobArray | None: ...
+    def list_arrays(
+        self,
+        *,
+        project: str | None = None,
+        projects: Iterable[str] | None = None,  # any of these (a user token's scope)
+        name: str | None = None,
+    ) -> list[JobArray]: ...
+    def delete_array(self, array: JobArray) -> None: ...
+    def get_jobs(self, ids: Sequence[int]) -> list[Job]: ...
+    def phases_of(self, ids: Sequence[int]) -> dict[int, Phase]: ...
     def expire_job(self, job: Job, events: Iterable[EventRecord] = ()) -> None:
         """Delete a finished job and its events (Conflict if changed, NotFound if gone);
         `events` are appended in the same commit."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 __all__ = [
+    "arrays",
     "changes",
     "events",
     "job_deps",
@@ -55,6 +56,18 @@ jobs = sa.Table(
 # Few jobs are nominated at any time: a partial index finds them without a scan.
 _nominated = jobs.c.nominated_worker.is_not(None)
 sa.Index("ix_jobs_nominated", jobs.c.id, sqlite_where=_nominated, postgresql_where=_nominated)
+
+# Job arrays (api/arrays.py): the document, whose status names the member jobs. Ids come
+# from the `array_id` counter of jobd_meta, taken in the transaction that adds the members.
+arrays = sa.Table(
+    "arrays",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("project", sa.String(63), nullable=False),
+    sa.Column("name", sa.String(63), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.UniqueConstraint("project", "name", name="uq_arrays_project_name"),
+)
 
 job_deps = sa.Table(
     "job_deps",

@@ -47,17 +47,22 @@ __all__ = [
     "Call",
     "append_logs",
     "apply",
+    "cancel_array",
     "cancel_job",
     "cordon_worker",
+    "create_array",
     "create_job",
     "create_token",
+    "delete_array",
     "delete_job",
     "drain_worker",
+    "get_array",
     "get_job",
     "get_project",
     "get_worker",
     "heartbeat",
     "ingest_events",
+    "list_arrays",
     "list_events",
     "list_jobs",
     "list_projects",
@@ -267,6 +272,27 @@ def resume_job(job_id: int, *, from_scratch: bool = False, force: bool = False) 
     route = routes.RESUME_JOB
     params = {"from_scratch": _flag(from_scratch), "force": _flag(force)}
     return Call(route, route.url(job_id=job_id), _document, params=params)
+
+
+def create_array(document: Document) -> Call[Document]:
+    return Call(routes.CREATE_ARRAY, routes.CREATE_ARRAY.url(), _document, json=document)
+
+
+def list_arrays(*, project: str | None = None, name: str | None = None) -> Call[list[Document]]:
+    params = _params(project=project, name=name)
+    return Call(routes.LIST_ARRAYS, routes.LIST_ARRAYS.url(), _items, params=params)
+
+
+def get_array(array_id: int) -> Call[Document]:
+    return Call(routes.GET_ARRAY, routes.GET_ARRAY.url(array_id=array_id), _document)
+
+
+def cancel_array(array_id: int) -> Call[Document]:
+    return Call(routes.CANCEL_ARRAY, routes.CANCEL_ARRAY.url(array_id=array_id), _document)
+
+
+def delete_array(array_id: int) -> Call[Document]:
+    return Call(routes.DELETE_ARRAY, routes.DELETE_ARRAY.url(array_id=array_id), _document)
 
 
 def list_workers() -> Call[list[Document]]:

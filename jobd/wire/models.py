@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
+from jobd.api.arrays import JobArray
 from jobd.api.models import (
     GPU_INDEX_TEXT,
     MAX_GPU_INDEX,
@@ -48,6 +49,7 @@ __all__ = [
     "ApplyDocuments",
     "ApplyQuery",
     "ApplyRequest",
+    "ArraysQuery",
     "Attempt",
     "BatchedReport",
     "BlockersQuery",
@@ -57,6 +59,7 @@ __all__ = [
     "EventsQuery",
     "Health",
     "Heartbeat",
+    "JobArray",
     "JobsQuery",
     "LogsAppendQuery",
     "LogsQuery",
@@ -157,6 +160,11 @@ class JobsQuery(_Query):
         "`team=vision,tier!=batch,owner,!scratch`",
     )
     limit: StoreInt | None = Field(default=None, ge=1)
+
+
+class ArraysQuery(_Query):
+    project: str | None = None
+    name: str | None = None
 
 
 class BlockersQuery(_Query):

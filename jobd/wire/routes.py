@@ -20,18 +20,23 @@ if TYPE_CHECKING:
 __all__ = [
     "APPEND_LOGS",
     "APPLY",
+    "CANCEL_ARRAY",
     "CANCEL_JOB",
     "CORDON_WORKER",
+    "CREATE_ARRAY",
     "CREATE_JOB",
     "CREATE_TOKEN",
+    "DELETE_ARRAY",
     "DELETE_JOB",
     "DRAIN_WORKER",
+    "GET_ARRAY",
     "GET_JOB",
     "GET_PROJECT",
     "GET_WORKER",
     "HEALTHZ",
     "HEARTBEAT",
     "INGEST_EVENTS",
+    "LIST_ARRAYS",
     "LIST_EVENTS",
     "LIST_JOBS",
     "LIST_PROJECTS",
@@ -88,10 +93,16 @@ STATUS_REASONS: dict[int, str] = {
 }
 
 # The type of each path parameter, by its name in the templates below.
-PATH_PARAMS: dict[str, type[int] | type[str]] = {"job_id": int, "name": str, "label": str}
+PATH_PARAMS: dict[str, type[int] | type[str]] = {
+    "job_id": int,
+    "array_id": int,
+    "name": str,
+    "label": str,
+}
 # What parse_path_param takes, as JSON Schema for the OpenAPI document.
 PATH_PARAM_SCHEMAS: dict[str, dict[str, object]] = {
     "job_id": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+    "array_id": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
     "name": {"type": "string", "pattern": NAME_PATTERN},
     "label": {"type": "string", "pattern": NAME_PATTERN},
 }
@@ -106,7 +117,8 @@ def parse_path_param(name: str, text: str) -> int | str:
     """
     if PATH_PARAMS[name] is int:
         if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ID:
-            raise ValueError(f"{name}: {text!r} is not a job id (an integer, 1 to {MAX_ID})")
+            what = "an array id" if name == "array_id" else "a job id"
+            raise ValueError(f"{name}: {text!r} is not {what} (an integer, 1 to {MAX_ID})")
         return int(text)
     try:
         return check_name(text)
@@ -256,6 +268,31 @@ READ_LOGS = Route(
     "GET", "/jobs/{job_id}/logs", "The job's output from a byte offset", query_model="LogsQuery"
 )
 
+# -- job arrays: one spec, many member jobs (api/arrays.py)
+
+CREATE_ARRAY = Route(
+    "POST",
+    "/arrays",
+    "Create a job array and all its member jobs, in one transaction",
+    body_model="JobArray",
+    status=201,
+    max_body=8 * MiB,  # a sweep of 10,000 members, each with its values
+    refuses=(404, 409),  # 404: it depends on a job not stored; 409: a name is taken
+)
+LIST_ARRAYS = Route("GET", "/arrays", "List job arrays, filtered", query_model="ArraysQuery")
+GET_ARRAY = Route("GET", "/arrays/{array_id}", "One job array, its members and their phases")
+CANCEL_ARRAY = Route(
+    "POST",
+    "/arrays/{array_id}/cancel",
+    "Cancel every member of the array that has not ended",
+)
+DELETE_ARRAY = Route(
+    "DELETE",
+    "/arrays/{array_id}",
+    "Remove an array whose members have all ended, with those members",
+    refuses=(409,),
+)
+
 # -- what workers send
 
 REGISTER_WORKER = Route(
@@ -401,6 +438,11 @@ ROUTES: tuple[Route, ...] = (
     PREEMPT_BLOCKERS,
     RESUME_JOB,
     READ_LOGS,
+    CREATE_ARRAY,
+    LIST_ARRAYS,
+    GET_ARRAY,
+    CANCEL_ARRAY,
+    DELETE_ARRAY,
     REGISTER_WORKER,
     HEARTBEAT,
     LIST_WORKERS,

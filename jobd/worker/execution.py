@@ -25,6 +25,7 @@ import anyio.abc
 import anyio.to_thread
 
 from jobd.api.models import Job
+from jobd.api.vocabulary import ARRAY_INDEX
 from jobd.logconfig import get_logger
 from jobd.wire.models import Completion
 from jobd.worker.checkpoints import checkpoint_dir, ensure_checkpoint_dir, find_resume_target
@@ -108,6 +109,10 @@ def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in job.status.gpus),
         }
     )
+    if job.metadata.array is not None:  # a member of an array or sweep (api/arrays.py)
+        env[ARRAY_INDEX] = str(job.metadata.array.index)
+    elif ARRAY_INDEX not in job.spec.env:  # the spec's, as a resumed member's holds it
+        env.pop(ARRAY_INDEX, None)  # never the worker's own
     return env
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from jobd.api.arrays import JobArray, array_id_of
 from jobd.api.models import (
     RUN_LIMITS,
     Effective,
@@ -40,9 +41,12 @@ __all__ = [
     "apply_jobs",
     "apply_project",
     "create_jobs",
+    "created_events",
+    "judge_placement",
     "prepare_new_job",
     "refuse_masks",
     "resolve_effective",
+    "resolve_parents",
 ]
 
 Action = Literal["created", "configured", "unchanged"]
@@ -53,7 +57,7 @@ class ApplyResult:
     kind: str
     name: str
     action: Action
-    obj: Job | Project
+    obj: Job | Project | JobArray
 
 
 def resolve_effective(job: Job, project: Project | None) -> Effective:
@@ -92,15 +96,30 @@ def _run_limits(spec: JobSpec, defaults: ProjectDefaults | None) -> dict[str, in
     return limits
 
 
-def _find_parent(store: Store, project: str, ref: int | str) -> int | None:
+def _find_parents(store: Store, project: str, ref: int | str) -> list[int] | None:
+    """The job a ref names, or every member of the array it names (`A12`, or a name no
+    job of the project has); None when it names nothing stored."""
     if isinstance(ref, int) or ref.isdigit():
         found = store.get_job(int(ref))
     else:
+        array_id = array_id_of(ref)
+        if array_id is not None:
+            return _members(store, store.get_array(array_id))
         found = store.get_job_by_name(project, ref)
-    return found.id if found else None
+        if found is None:
+            return _members(store, store.get_array_by_name(project, ref))
+    return [found.id] if found else None
 
 
-def _resolve_parents(
+def _members(store: Store, array: JobArray | None) -> list[int] | None:
+    """The ids of the array's members still stored (a deleted one is no parent, as a
+    deleted job is none); None for no array, or one whose members are all gone."""
+    if array is None:
+        return None
+    return [job.id for job in store.get_jobs(array.status.jobs)] or None
+
+
+def resolve_parents(
     store: Store, job: Job, position: int, batch: dict[str, int]
 ) -> tuple[list[int], list[int]]:
     """Parents already stored (ids) and parents earlier in the same batch (positions)."""
@@ -117,13 +136,13 @@ def _resolve_parents(
                 )
             local.append(batch[key])
             continue
-        parent = _find_parent(store, job.project, ref)
-        if parent is None:
+        parents = _find_parents(store, job.project, ref)
+        if parents is None:
             raise MissingParent(
-                f"spec.depends_on: no job {ref!r} in project {job.project!r} "
+                f"spec.depends_on: no job or array {ref!r} in project {job.project!r} "
                 "(parents must exist before their children)"
             )
-        stored.append(parent)
+        stored.extend(parents)
     return sorted(set(stored)), local
 
 
@@ -148,6 +167,7 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
         resource_version=None,
         created_at=None,
         generation=1,
+        array=None,  # the server's to say (verbs/arrays.py), never a document's
     )
     if "status" in job.model_fields_set:  # a status the user sent is not the server's
         job.status = JobStatus()
@@ -194,29 +214,29 @@ def create_jobs(
         projects = {name: p for name in {j.project for j in jobs} if (p := store.get_project(name))}
     prepared, local_links = [], {}
     for i, job in enumerate(jobs):
-        stored, local = _resolve_parents(store, job, i, batch)
+        stored, local = resolve_parents(store, job, i, batch)
         marker = [-1] if local else []  # keeps dependencies_met False until linked
         prepared.append(prepare_new_job(job, projects.get(job.project), clock, stored + marker))
         if local:
             local_links[i] = local
-    _judge_placement(prepared, shapes_of(workers), clock)
+    judge_placement(prepared, shapes_of(workers), clock)
 
     def link(created: list[Job]) -> None:
         for i, positions in local_links.items():
             known = [p for p in created[i].status.parents if p >= 0]
             created[i].status.parents = sorted(set(known) | {created[p].id for p in positions})
 
-    return store.create_jobs(prepared, events_for=_created_event, on_ids=link)
+    return store.create_jobs(prepared, events_for=created_events, on_ids=link)
 
 
-def _judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
+def judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
     for job in jobs:
         message = unschedulable_message(job.spec.resources, shapes)
         if message is not None:
             set_condition(job.status, "Scheduled", False, UNSCHEDULABLE, message, now=clock.now())
 
 
-def _created_event(job: Job) -> list[EventRecord]:
+def created_events(job: Job) -> list[EventRecord]:
     events = [
         EventRecord(
             "job_created",
@@ -297,7 +317,7 @@ def _check_parents(store: Store, new: list[Job]) -> None:
     """Refuse before any write (and in a dry run) what create_jobs would refuse."""
     batch = _positions(new)
     for i, job in enumerate(new):
-        _resolve_parents(store, job, i, batch)
+        resolve_parents(store, job, i, batch)
 
 
 def _kept_secrets(spec: JobSpec, live: Job) -> JobSpec:

@@ -16,6 +16,7 @@ checkpoint directory anyway, for a workload that saved without printing the sent
 from __future__ import annotations
 
 from jobd.api.models import Job, JobSpec, ObjectMeta
+from jobd.api.vocabulary import ARRAY_INDEX
 from jobd.controllers import transitions
 from jobd.controllers.context import Context
 from jobd.controllers.errors import TransitionError
@@ -54,6 +55,8 @@ def _resumed_spec(job: Job, from_scratch: bool, force: bool) -> JobSpec:
     else:
         spec.env["RESUME_FROM"] = _resume_target(job, force)
     spec.depends_on = []  # its parents already ran
+    if job.metadata.array is not None:  # not a member itself: it keeps the member's index
+        spec.env[ARRAY_INDEX] = str(job.metadata.array.index)
     return spec
 
 
