@@ -699,11 +699,11 @@ def test_an_older_store_migrates_to_the_schema_of_a_new_one(
 def test_gpu_jobs_of_an_older_store_take_no_slot_once_migrated(
     store: SQLStore, store_url: str
 ) -> None:
-    """Before 0005 a job took a slot per GPU; the queue's read skips a job by its slots."""
+    """Before 0006 a job took a slot per GPU; the queue's read skips a job by its slots."""
     gpu_job = make_job("gpu")
     gpu_job.spec.resources = Resources(gpus=2)
     [gpu_job] = store.create_jobs([gpu_job])
-    _downgrade(store, "0004")
+    _downgrade(store, "0005")
     old = SQLStore(store_url)
     try:
         assert old.queue_head(10, (0, 2)) == [], "the old row asks for two slots"

@@ -4,15 +4,15 @@ Before, every job took a slot per GPU (and at least one), and the scheduler's re
 the queue (store/sql.py, `queue_head`) skips the jobs whose `slots` exceed the free
 slots: an old GPU job's row would keep it unread while CPU jobs fill the slots.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 
 _jobs = sa.table("jobs", sa.column("slots", sa.Integer), sa.column("gpus", sa.Integer))
 
