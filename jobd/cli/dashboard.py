@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from jobd.cli.options import client
+from jobd.cli.options import client, output_option, print_documents
 
 __all__ = ["VERBS"]
 
@@ -36,18 +36,23 @@ def _open(url: str) -> bool:
 
 @click.command()
 @click.option("--no-open", is_flag=True, help="Print the URL only; do not open a browser.")
-def ui(no_open: bool) -> None:
+@output_option("text")
+def ui(no_open: bool, output: str) -> None:
     """Print (and open) a login URL for the web dashboard at /ui.
 
     The URL works once, within a minute; the dashboard then shows what this token may
-    see, for 12 hours or until the token is revoked.
+    see, for 12 hours or until the token is revoked. With `-o json` it prints
+    `{"url": ..., "expires_in_s": ...}`.
     """
     with client() as broker:
         answer = broker.login_code()
         url = broker.server + answer["path"]
-    click.echo(url)
+    if output == "text":
+        click.echo(url)
+    else:  # for a script that opens it itself: the URL and how long it works
+        print_documents([{"url": url, "expires_in_s": answer["expires_in_s"]}], output, single=True)
     opened = not no_open and _browser_plausible() and _open(url)
-    if not opened:
+    if not opened and output == "text":
         click.echo(
             f"Open this URL in a browser within {answer['expires_in_s']:g} s; it works once.",
             err=True,

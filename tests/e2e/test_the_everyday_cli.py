@@ -192,6 +192,8 @@ def test_every_verb_that_prints_prints_json(jobd: Jobd, tmp_path: Path) -> None:
         assert as_json("cordon", "w1")["spec"]["cordoned"] is True
         assert as_json("drain", "w1", "--timeout", "30")["drained"] is True
         assert as_json("uncordon", "w1")["spec"]["cordoned"] is False
+        login = as_json("ui", "--no-open")
+        assert "/ui/login?code=" in login["url"] and login["expires_in_s"] > 0
         runs["config"] = [["view"]]  # a group: its -o follows the subverb
         assert json.loads(jobd.ok("config", "view", "-o", "json")) == {"contexts": {}}
     finally:
