@@ -4,8 +4,9 @@ The run reads the broker's own /openapi.json and sends what it generates from it
 (valid and invalid requests, then stateful sequences through the links it infers), and
 fails on any server error, any response whose status, content type or body the document
 does not state, any valid request refused and any invalid one accepted. `make test`
-runs 20 cases per operation with a fixed seed (reproducible, under a minute); `make soak` runs
-longer with a fresh seed each time.
+runs 20 cases per operation with a fixed seed (reproducible, about a minute), and the
+coverage phase's boundary cases for every route but the two that take manifests; `make soak`
+runs every phase on every route, longer, with a fresh seed each time.
 """
 
 from __future__ import annotations
@@ -48,11 +49,31 @@ def _assert_clean(result: subprocess.CompletedProcess[str], root: Path) -> None:
     assert result.returncode == 0, (found or result.stdout)[:20000] + result.stderr[-2000:]
 
 
+# The coverage phase's boundary cases of the manifest bodies (a Job, Project or JobArray
+# document, each field at its limits) take it minutes; `make soak` runs them.
+_MANIFEST_BODIES = "^/(apply|arrays)$"
+
+
 def test_a_bounded_run_finds_nothing(tmp_path: Path) -> None:
     with running_broker(tmp_path) as broker:
         _seed(broker)
-        result = _schemathesis(broker.url, tmp_path, "--max-examples", "20", "--seed", SEED)
-    _assert_clean(result, tmp_path)
+        generated = ("--max-examples", "20", "--seed", SEED)
+        runs = [
+            _schemathesis(
+                broker.url, tmp_path, *generated, "--phases", "examples,fuzzing,stateful"
+            ),
+            _schemathesis(
+                broker.url,
+                tmp_path,
+                *generated,
+                "--phases",
+                "coverage",
+                "--exclude-path-regex",
+                _MANIFEST_BODIES,
+            ),
+        ]
+    for result in runs:
+        _assert_clean(result, tmp_path)
 
 
 @pytest.mark.soak
