@@ -66,9 +66,11 @@ def unschedulable_message(needs: Resources, shapes: Collection[Shape]) -> str | 
         return f"no worker has {_count(needs.gpus, 'GPU')}; the largest has {most_gpus}"
     largest = max((m for _, memory in shapes for m in memory), default=0)
     known = f"the largest GPU has {format_size(largest)}" if largest else "no GPU's memory is known"
+    most = max(fitting)
+    have = f"at most {_count(most, 'GPU')} on one worker" if most else "no GPU"
     return (
         f"no worker has {_count(needs.gpus, 'GPU')} with {format_size(want)} each "
-        f"(the most on one worker is {max(fitting)}; {known})"
+        f"({have} with that much; {known})"
     )
 
 

@@ -79,10 +79,7 @@ def test_a_job_asking_more_memory_than_any_gpu_has_is_unschedulable(lab: Jobd) -
     submitted = lab.job("submit", "--gpus", "1", "--gpu-memory", "100GiB", "--", "true")
     assert submitted.returncode == 0, submitted.stderr
     job_id = int(submitted.stdout.strip())
-    said = (
-        "no worker has 1 GPU with 100GiB each "
-        "(the most on one worker is 0; the largest GPU has 80GiB)"
-    )
+    said = "no worker has 1 GPU with 100GiB each (no GPU with that much; the largest GPU has 80GiB)"
     assert said in submitted.stderr
     doc = lab.get(job_id)
     scheduled = next(c for c in doc["status"]["conditions"] if c["type"] == "Scheduled")

@@ -27,16 +27,15 @@ def test_gpu_memory_is_judged_per_gpu_on_one_worker() -> None:
     assert unschedulable_message(Resources(gpus=1, gpu_memory=80 * gib), shapes) is None
     assert unschedulable_message(Resources(gpus=2, gpu_memory=40 * gib), shapes) is None
     assert unschedulable_message(Resources(gpus=2, gpu_memory=48 * gib), shapes) == (
-        "no worker has 2 GPUs with 48GiB each (the most on one worker is 1; "
+        "no worker has 2 GPUs with 48GiB each (at most 1 GPU on one worker with that much; "
         "the largest GPU has 80GiB)"
     )
     assert unschedulable_message(Resources(gpus=1, gpu_memory="100GiB"), shapes) == (
-        "no worker has 1 GPU with 100GiB each (the most on one worker is 0; "
-        "the largest GPU has 80GiB)"
+        "no worker has 1 GPU with 100GiB each (no GPU with that much; the largest GPU has 80GiB)"
     )
     unknown = {(1, (0,))}
     assert unschedulable_message(Resources(gpus=1, gpu_memory=gib), unknown) == (
-        "no worker has 1 GPU with 1GiB each (the most on one worker is 0; no GPU's memory is known)"
+        "no worker has 1 GPU with 1GiB each (no GPU with that much; no GPU's memory is known)"
     )
 
 
