@@ -168,6 +168,7 @@ class Execution:
         self._sentinel_done: anyio.Event | None = None
         self._progress_lines = ProgressScanner()
         self._progress = ProgressSender(link, record.job_id, record.attempt)
+        self._progress_sending = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._save_lock = anyio.Lock()
 
@@ -272,7 +273,6 @@ class Execution:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(follower.run)
-            tg.start_soon(self._progress.run)
             self.launched.set()
             if self.record.stop_reason == "preempt" and not self.record.checkpoint_reported:
                 self._watch_sentinel()
@@ -295,8 +295,13 @@ class Execution:
 
     def _read_progress(self, chunk: bytes) -> None:
         sample = self._progress_lines.feed(chunk)
-        if sample is not None:
-            self._progress.offer(sample)
+        if sample is None:
+            return
+        if not self._progress_sending and self._tg is not None:
+            # Started by the first sample: most jobs report none, and pay for no task.
+            self._progress_sending = True
+            self._tg.start_soon(self._progress.run)
+        self._progress.offer(sample)
 
     async def _wait(self) -> ExitRecord:
         if self.supervised is None:
