@@ -12,12 +12,11 @@ import anyio
 import httpx
 import pytest
 
-from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.broker.tokens import Tokens
 from jobd.broker.ui.sessions import CODE_TTL_S, COOKIE, SESSION_TTL_S, Sessions
 from jobd.store.sql import open_store
-from tests.integration.conftest import bind, job_document
+from tests.integration.conftest import bind, broker_client, job_document
 
 pytestmark = pytest.mark.anyio
 
@@ -27,12 +26,8 @@ ADMIN = "an-admin-token-long-enough-for-the-dashboard-0123"
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=ADMIN)
-    app = create_app(config)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {ADMIN}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
+    async with broker_client(config) as c:
         yield c
-    app.state.broker.close()
 
 
 def _browser(api: httpx.AsyncClient) -> httpx.AsyncClient:

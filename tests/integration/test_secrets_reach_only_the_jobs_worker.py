@@ -20,11 +20,10 @@ import httpx
 import pytest
 
 from jobd.api.secrets import MASK
-from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.controllers import lifecycle
 from jobd.controllers.projects import ProjectsController
-from tests.integration.conftest import bind, broker_state, job_document
+from tests.integration.conftest import bind, broker_client, broker_state, job_document
 
 pytestmark = pytest.mark.anyio
 
@@ -43,13 +42,9 @@ PROJECT = {
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=ADMIN)
-    app = create_app(config)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {ADMIN}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
+    async with broker_client(config) as c:
         assert (await c.post("/apply", json={"documents": [PROJECT]})).status_code == 200
         yield c
-    app.state.broker.close()
 
 
 async def _token(api: httpx.AsyncClient, **request: Any) -> dict[str, str]:

@@ -17,10 +17,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from jobd.broker.access import ROLES
-from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.wire import routes
-from tests.integration.conftest import bind, job_document
+from tests.integration.conftest import bind, broker_client, job_document
 
 pytestmark = pytest.mark.anyio
 
@@ -30,12 +29,8 @@ ADMIN = "an-admin-token-long-enough-for-anything-0123"
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     config = BrokerConfig(data_dir=tmp_path / "data", log_dir=tmp_path / "logs", token=ADMIN)
-    app = create_app(config)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {ADMIN}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:
+    async with broker_client(config) as c:
         yield c
-    app.state.broker.close()
 
 
 async def _token(api: httpx.AsyncClient, **request: Any) -> dict[str, str]:
