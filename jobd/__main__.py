@@ -1,5 +1,5 @@
 """`python -m jobd` is `jobd`."""
 
-from jobd.cli.jobd_main import main
+from jobd.daemon.main import main
 
 main()

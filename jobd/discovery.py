@@ -1,7 +1,7 @@
 """Where a client finds its broker, and the token it offers it (CONTRACT.md §2 and §8).
 
 Plain standard library, so the `job` command can settle `--server` and `--token` before
-it knows whether a verb will talk to the broker at all (`jobd.http` re-exports these).
+it knows whether a verb will talk to the broker at all (`jobd.cli.broker_client` re-exports these).
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def run_bench(
 
 
 def _endpoint(server: str) -> Endpoint | None:
-    from jobd.http import default_token
+    from jobd.discovery import default_token
 
     token = default_token(server)
     return Endpoint(server.rstrip("/"), token) if token else None

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import click
 
 from jobd.cli import render
+from jobd.cli.broker_client import ApiError, Document, JobdClient
 from jobd.cli.durations import Duration
 from jobd.cli.failure import Failure
 from jobd.cli.options import client, output_option, print_documents
@@ -23,7 +24,6 @@ from jobd.cli.targets import (
     strip_kind,
 )
 from jobd.cli.waiting import EXIT_TIMEOUT, exit_with, wait_all
-from jobd.http import ApiError, Document, JobdClient
 
 __all__ = ["VERBS"]
 

@@ -19,8 +19,8 @@ import click
 
 from jobd.api.vocabulary import normalise_worker_name
 from jobd.cli import render
+from jobd.cli.broker_client import Document, DrainResult, JobdClient
 from jobd.cli.targets import strip_kind
-from jobd.http import Document, DrainResult, JobdClient
 
 __all__ = ["VERBS"]
 

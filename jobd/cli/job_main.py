@@ -1,7 +1,7 @@
 """`job`: the user's command line (CONTRACT.md §4).
 
 Thin on purpose: each verb parses its arguments, makes one or a few calls through
-`jobd.http.JobdClient`, and hands the documents to `jobd.cli.render`. Every failure a user
+`broker_client.JobdClient`, and hands the documents to `jobd.cli.render`. Every failure a user
 can cause or meet ends as one sentence on stderr, `error: ...`, and a non-zero exit code
 (failure.py): 1 for a refusal or something not found, 2 for bad usage (an unknown option
 included, on every verb); never a traceback. `job wait`'s codes are in waiting.py.
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import httpx
     from click.shell_completion import CompletionItem
 
-    from jobd.http import ApplyResult, Document, JobdClient
+    from jobd.cli.broker_client import ApplyResult, Document, JobdClient
 
 __all__ = ["VERB_MODULES", "Settings", "cli", "main", "printed_name"]
 
@@ -75,7 +75,7 @@ class Settings:
     transport: httpx.BaseTransport | None = None
 
     def client(self) -> JobdClient:
-        from jobd.http import JobdClient
+        from jobd.cli.broker_client import JobdClient
 
         return JobdClient(self.server, self.token, transport=self.transport)
 

@@ -54,7 +54,7 @@ def mcp(server: str, token: str | None, token_file: Path | None) -> None:
             raise
         click.echo(_NO_SDK, err=True)
         raise SystemExit(1) from None
-    from jobd.http import JobdClient, default_token
+    from jobd.cli.broker_client import JobdClient, default_token
 
     chosen = _token_from_file(token_file) if token_file else token
     with JobdClient(server, chosen or default_token(server)) as broker:

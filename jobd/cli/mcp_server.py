@@ -9,7 +9,7 @@ exactly as through `job`, and secrets come back masked as the broker sends them.
 Answers are JSON objects; a refusal (the broker's 4xx, a job not found, bad arguments)
 is a tool error carrying the broker's sentence, never a traceback. Output is bounded
 (`max_bytes`, `limit`) so a huge log cannot flood the agent's context.
-Next stage: `jobd.http.JobdClient`, then the broker's routes.
+Next stage: `jobd.cli.broker_client.JobdClient`, then the broker's routes.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from jobd.api.models import Phase
+from jobd.cli.broker_client import ApiError, BrokerUnreachable, JobdClient
 from jobd.cli.failure import Failure
 from jobd.cli.submit import SubmitError, build_submit_job
 from jobd.cli.targets import resolve
-from jobd.http import ApiError, BrokerUnreachable, JobdClient
 
 __all__ = ["JobTools", "build_server"]
 

@@ -14,7 +14,7 @@ import click
 from jobd.api.vocabulary import Phase
 
 if TYPE_CHECKING:
-    from jobd.http import JobdClient
+    from jobd.cli.broker_client import JobdClient
 
 __all__ = ["PHASES", "client", "output_option", "phase_option", "print_documents"]
 

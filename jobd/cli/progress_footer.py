@@ -15,7 +15,7 @@ import time
 from typing import TextIO
 
 from jobd.cli import render
-from jobd.http import JobdClient
+from jobd.cli.broker_client import JobdClient
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
 __all__ = ["ProgressFooter", "footer_for"]

@@ -15,6 +15,7 @@ import click
 from jobd.api.selectors import parse_selector
 from jobd.api.vocabulary import BOUND_PHASES, Phase, array_id_of, normalise_worker_name
 from jobd.cli import render
+from jobd.cli.broker_client import ApiError, Document, JobdClient
 from jobd.cli.failure import Failure, warn
 from jobd.cli.options import client, output_option, phase_option, print_documents
 from jobd.cli.targets import (
@@ -25,7 +26,6 @@ from jobd.cli.targets import (
     resolve,
     strip_kind,
 )
-from jobd.http import ApiError, Document, JobdClient
 
 __all__ = ["VERBS"]
 

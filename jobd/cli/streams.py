@@ -14,10 +14,10 @@ import sys
 import click
 
 from jobd.cli import render
+from jobd.cli.broker_client import Document, JobdClient
 from jobd.cli.durations import Duration
 from jobd.cli.options import client, output_option, print_documents
 from jobd.cli.targets import resolve
-from jobd.http import Document, JobdClient
 
 __all__ = ["VERBS"]
 

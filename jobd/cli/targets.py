@@ -20,8 +20,8 @@ import click
 
 from jobd.api.selectors import parse_selector
 from jobd.api.vocabulary import DEFAULT_PROJECT, array_id_of
+from jobd.cli.broker_client import ApiError, Document, JobdClient
 from jobd.cli.failure import Failure, warn
-from jobd.http import ApiError, Document, JobdClient
 
 __all__ = [
     "Selection",

@@ -31,8 +31,8 @@ from typing import Any, NoReturn
 
 from jobd.api.vocabulary import Phase
 from jobd.cli import render
+from jobd.cli.broker_client import Document, JobdClient
 from jobd.cli.failure import warn
-from jobd.http import Document, JobdClient
 
 __all__ = [
     "EXIT_CANCELLED",

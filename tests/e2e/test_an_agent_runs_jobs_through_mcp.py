@@ -190,7 +190,7 @@ def _token(jobd: Jobd, *args: str) -> str:
 
 def test_without_the_extra_jobd_mcp_says_what_to_install(tmp_path: Path) -> None:
     # The SDK marked absent, as in an environment where jobd[mcp] was not installed.
-    code = "import sys; sys.modules['mcp'] = None; from jobd.cli.jobd_main import main; main()"
+    code = "import sys; sys.modules['mcp'] = None; from jobd.daemon.main import main; main()"
     ran = subprocess.run(
         [sys.executable, "-c", code, "mcp"], capture_output=True, text=True, timeout=30
     )

@@ -1,4 +1,4 @@
-"""jobd.http against a scripted broker (httpx.MockTransport): errors, auth, config, watch."""
+"""broker_client against a scripted broker (httpx.MockTransport): errors, auth, config, watch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobd.http import (
+from jobd.cli.broker_client import (
     ApiError,
     BrokerUnreachable,
     JobdClient,

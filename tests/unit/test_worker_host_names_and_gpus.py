@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from jobd.api.models import normalise_worker_name
-from jobd.cli.worker_host import Detected, StartupError, check_gpus, detect_gpus, parse_gpus
+from jobd.daemon.worker_host import Detected, StartupError, check_gpus, detect_gpus, parse_gpus
 from jobd.worker.gpus import FOREIGN_ROUNDING, foreign_use, nvml_gpus, nvml_used
 
 

@@ -38,7 +38,7 @@ def test_jobd_worker_command_loads_no_store_no_server_and_no_rich(tmp_path: Path
     args = ["worker", "--server", "http://127.0.0.1:9", "--token", "t", "--gpus", "none"]
     args += ["--log-dir", str(tmp_path)]
     loaded = _modules_after(
-        "from jobd.cli import jobd_main\n"
+        "from jobd.daemon import main as jobd_main\n"
         "jobd_main._run = lambda main, uvloop=False: None\n"
         f"jobd_main.cli.main({args!r}, prog_name='jobd', standalone_mode=False)"
     )

@@ -97,14 +97,14 @@ class _Tokens:
             store.close()
 
     def _store(self) -> Any:
-        from jobd.http import data_dir
+        from jobd.discovery import data_dir
         from jobd.store.sql import open_store, sqlite_url
 
         url = self.kw["db"] or sqlite_url(self.kw["data_dir"] or data_dir())
         return open_store(url)
 
     def _api(self, run: Callable[[Any], Any]) -> Any:
-        from jobd.http import JobdClient
+        from jobd.cli.broker_client import JobdClient
 
         with JobdClient(self.kw["server"], self.kw["admin_token"]) as client:
             return run(client)

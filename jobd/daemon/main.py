@@ -20,13 +20,13 @@ import anyio
 import click
 
 from jobd.cli.mcp_command import mcp
-from jobd.cli.tokens import token
+from jobd.daemon.tokens import token
 
 if TYPE_CHECKING:
     import uvicorn
 
     from jobd.broker.state import BrokerConfig
-    from jobd.cli.worker_host import Gpus
+    from jobd.daemon.worker_host import Gpus
     from jobd.worker.agent import Agent
     from jobd.worker.execution import WorkerSettings
 
@@ -60,7 +60,7 @@ def _default_data_dir() -> Path:
 
 
 def _name_option(ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    from jobd.cli.worker_host import worker_name
+    from jobd.daemon.worker_host import worker_name
 
     name = worker_name(value)
     if name != value:
@@ -72,7 +72,7 @@ _NAME_GIVEN = "jobd.worker_name_given"
 
 
 def _gpus_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
-    from jobd.cli.worker_host import parse_gpus
+    from jobd.daemon.worker_host import parse_gpus
 
     return parse_gpus(value)
 
@@ -330,7 +330,7 @@ def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
 def _host_gpus(declared: Gpus | None) -> Gpus:
     """The GPUs to hand out, with their memory: declared or detected (NVML, nvidia-smi),
     checked against what the host has."""
-    from jobd.cli.worker_host import check_gpus, detect_gpus
+    from jobd.daemon.worker_host import check_gpus, detect_gpus
 
     gpus, warning = check_gpus(declared, detect_gpus())
     if warning:
@@ -473,7 +473,7 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
 def worker(server: str, token: str | None, token_file: Path | None, **kw: Any) -> None:
     """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
     _without_rich()
-    from jobd.http import default_token
+    from jobd.discovery import default_token
     from jobd.logconfig import configure_logging
     from jobd.worker.agent import Agent
 
@@ -550,7 +550,7 @@ def _refuse_weak_token(config: BrokerConfig, host: str) -> None:
 
 def _listen(host: str, port: int) -> socket.socket:
     """The bound socket the broker will serve on; a taken port ends jobd here, in a line."""
-    from jobd.cli.listening import ListenError, bind_listener
+    from jobd.daemon.listening import ListenError, bind_listener
 
     try:
         return bind_listener(host, port)
