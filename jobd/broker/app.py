@@ -21,19 +21,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from jobd.broker import (
-    routes_arrays,
-    routes_jobs,
-    routes_system,
-    routes_tokens,
-    routes_workers,
-    ui,
-)
-from jobd.broker.auth import PUBLIC_PATHS, TokenAuth
-from jobd.broker.bodylimit import BodyLimit
-from jobd.broker.fastpath import FastRoutes
-from jobd.broker.request_timing import RequestTiming
-from jobd.broker.responses import ERROR_STATUSES, status_for, validation_detail
+from jobd.broker import ui
+from jobd.broker.auth.middleware import PUBLIC_PATHS, TokenAuth
+from jobd.broker.http.bodylimit import BodyLimit
+from jobd.broker.http.fastpath import FastRoutes
+from jobd.broker.http.request_timing import RequestTiming
+from jobd.broker.http.responses import ERROR_STATUSES, status_for, validation_detail
+from jobd.broker.routes import arrays, jobs, system, tokens, workers
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import resync_forever
 from jobd.controllers.clock import Clock
@@ -136,7 +130,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         app.add_exception_handler(exc_type, _refused)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    fast = (*routes_jobs.FAST, *routes_arrays.FAST, *routes_workers.FAST, *routes_system.FAST)
+    fast = (*jobs.FAST, *arrays.FAST, *workers.FAST, *system.FAST)
     # The last added is the outermost: RequestTiming, TokenAuth, BodyLimit, the fast path.
     app.add_middleware(FastRoutes, state=state, routes=fast)
     app.add_middleware(BodyLimit)
@@ -144,14 +138,14 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_middleware(RequestTiming, registry=state.metrics)  # times all of the above
     # Routes are matched in order: the busiest (creates, reports, watches) first.
     for router in (
-        routes_jobs.router,
-        routes_arrays.router,
-        routes_workers.router,
-        routes_system.router,
-        routes_tokens.router,
+        jobs.router,
+        arrays.router,
+        workers.router,
+        system.router,
+        tokens.router,
     ):
         app.include_router(router)
-    app.include_router(routes_system.public)
+    app.include_router(system.public)
     ui.install(app, state)  # the dashboard at /ui, and the login-code route of `job ui`
 
     @app.get(wire_routes.OPENAPI.path, include_in_schema=False)

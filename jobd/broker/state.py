@@ -10,14 +10,14 @@ from pathlib import Path
 from starlette.requests import Request
 
 from jobd.api.models import Job
+from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
-from jobd.broker.event_metrics import EventMetrics
-from jobd.broker.eventlog import EventLog
-from jobd.broker.feed import ChangeFeed
-from jobd.broker.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
-from jobd.broker.metrics import build_registry
+from jobd.broker.metrics.events import EventMetrics
+from jobd.broker.metrics.registry import build_registry
 from jobd.broker.storage import StorageWatch
-from jobd.broker.tokens import Tokens
+from jobd.broker.streams.eventlog import EventLog
+from jobd.broker.streams.feed import ChangeFeed
+from jobd.broker.streams.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
 from jobd.broker.wiring import Wiring, broker_listeners
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.context import Context, Settings

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import anyio
 
-from jobd.broker.eventlog import EventLog
+from jobd.broker.streams.eventlog import EventLog
 from jobd.broker.wiring import Wiring
 from jobd.controllers.manager import Manager
 from jobd.logconfig import get_logger

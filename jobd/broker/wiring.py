@@ -9,7 +9,7 @@ commit to the broker's listeners in this order:
 4. `manager`: maps the changes to controller keys;
 5. `job_logs`: wakes `job logs -f` followers of jobs that changed, and removes the
    output files of jobs whose retention ran out (`job_expired`);
-6. `metrics`: counts the commit's events and times what they mark (event_metrics.py);
+6. `metrics`: counts the commit's events and times what they mark (metrics/events.py);
 7. `events_file`: appends the commit's events to events.jsonl.
 
 Caches first, then the manager: its `keys_for` reads the view (the lifecycle's parents),
@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from jobd.broker.event_metrics import EventMetrics
-from jobd.broker.eventlog import EventLog
-from jobd.broker.feed import ChangeFeed
-from jobd.broker.joblogs import JobLogs
+from jobd.broker.metrics.events import EventMetrics
+from jobd.broker.streams.eventlog import EventLog
+from jobd.broker.streams.feed import ChangeFeed
+from jobd.broker.streams.joblogs import JobLogs
 from jobd.controllers.context import Context
 from jobd.controllers.manager import Manager
 from jobd.logconfig import get_logger

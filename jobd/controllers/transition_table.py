@@ -21,12 +21,12 @@ __all__ = ["TABLE", "Rule", "Verb", "allowed", "preempt_refusal"]
 
 
 class Verb(enum.StrEnum):
-    # What users ask for (routes_jobs.py), and what the sweeper asks for them.
+    # What users ask for (broker/routes/jobs.py), and what the sweeper asks for them.
     CANCEL = "cancel"
     PREEMPT = "preempt"
     NOMINATE = "nominate"  # hold freed capacity for a queued job (preempt-blockers, sweeper)
     RESUME = "resume"
-    # What a worker reports (routes_workers.py); `started` also recovers a Lost job.
+    # What a worker reports (broker/routes/workers.py); `started` also recovers a Lost job.
     STARTED = "started"
     STOPPING = "stopping"
     COMPLETE = "complete"

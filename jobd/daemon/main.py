@@ -536,7 +536,7 @@ def dev(**kw: Any) -> None:
 
 def _refuse_weak_token(config: BrokerConfig, host: str) -> None:
     """Before anything is opened or bound: beyond loopback, a short admin token is refused."""
-    from jobd.broker.tokens import weak_token_refusal
+    from jobd.broker.auth.tokens import weak_token_refusal
 
     token = config.token
     path = config.data_dir / "admin.token"

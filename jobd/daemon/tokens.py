@@ -60,7 +60,7 @@ class _Tokens:
 
             created: TokenCreated = self._api(lambda c: c.run(calls.create_token(request)))
             return created
-        from jobd.broker.tokens import mint, token_info
+        from jobd.broker.auth.tokens import mint, token_info
         from jobd.wire.models import TokenCreated
 
         store = self._store()
@@ -76,7 +76,7 @@ class _Tokens:
 
             found: list[TokenInfo] = self._api(lambda c: c.run(calls.list_tokens()))
             return found
-        from jobd.broker.tokens import token_info
+        from jobd.broker.auth.tokens import token_info
 
         store = self._store()
         try:

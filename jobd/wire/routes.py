@@ -74,7 +74,7 @@ __all__ = [
 KiB, MiB = 1024, 1024 * 1024
 # The body cap of a route that takes no body, and of a path no route has: room for a
 # client that sends `{}` or a few headers' worth, never more. No route's cap is smaller
-# (broker/bodylimit.py relies on it to pass small bodies without a lookup).
+# (broker/http/bodylimit.py relies on it to pass small bodies without a lookup).
 SMALL_BODY = 64 * KiB
 ONE_DOCUMENT = 1 * MiB  # one job, registration, heartbeat or report, with room to spare
 
@@ -112,7 +112,7 @@ def parse_path_param(name: str, text: str) -> int | str:
     """A path parameter's value; ValueError, naming the parameter, for what no route takes.
 
     Every route's parameters are checked by this one function before a handler runs
-    (broker/fastpath.py), so a job id the store cannot hold (2^63 and up) or a name no
+    (broker/http/fastpath.py), so a job id the store cannot hold (2^63 and up) or a name no
     resource can have is a 422, never a handler's or the store's 500.
     """
     if PATH_PARAMS[name] is int:
@@ -138,7 +138,7 @@ class Route:
     status: int = 200  # the status of a success
     public: bool = False  # answered without a token (CONTRACT.md §8)
     # The largest body taken, in bytes: a larger one is refused (413) before it is read
-    # (broker/bodylimit.py). Routes without a body take SMALL_BODY.
+    # (broker/http/bodylimit.py). Routes without a body take SMALL_BODY.
     max_body: int = SMALL_BODY
     refuses: tuple[int, ...] = ()  # refusals of its own, beyond those `refusals` derives
 

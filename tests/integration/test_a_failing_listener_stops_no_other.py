@@ -17,8 +17,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from jobd.api.models import WorkerSpec
-from jobd.broker.feed import FeedEntry
 from jobd.broker.state import BrokerConfig, BrokerState
+from jobd.broker.streams.feed import FeedEntry
 from jobd.broker.wiring import Listener
 from jobd.controllers.queueing import WorkQueue
 from jobd.controllers.verbs.worker_lease import register_worker

@@ -12,8 +12,8 @@ import anyio
 import httpx
 import pytest
 
+from jobd.broker.auth.tokens import Tokens
 from jobd.broker.state import BrokerConfig
-from jobd.broker.tokens import Tokens
 from jobd.broker.ui.sessions import CODE_TTL_S, COOKIE, SESSION_TTL_S, Sessions
 from jobd.store.sql import open_store
 from tests.integration.conftest import bind, broker_client, job_document

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from jobd.broker.access import PRINCIPAL
 from jobd.broker.app import create_app
+from jobd.broker.auth.access import PRINCIPAL
 from jobd.broker.state import BrokerConfig
 from jobd.wire import routes
 from tests.integration.conftest import bind, job_document
@@ -82,7 +82,7 @@ async def test_creates_answer_alike_on_both_paths(
     assert typo.json() == {"detail": "spce: unknown field"}
     broken = await same(both, "POST", "/jobs", content=b"{not json")
     assert broken.status_code == 422
-    # Bodies are capped ahead of both paths (broker/bodylimit.py), not by either.
+    # Bodies are capped ahead of both paths (broker/http/bodylimit.py), not by either.
     huge = await fast.post("/jobs", content=b"{" + b" " * (2 * 1024 * 1024) + b"}")
     assert huge.status_code == 413
     assert huge.json() == {"detail": "body: larger than this route's cap of 1,048,576 bytes"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobd.broker.tokens import Tokens, digest, mint
+from jobd.broker.auth.tokens import Tokens, digest, mint
 from jobd.store import SQLStore
 from jobd.store.base import Conflict, NotFound, TokenRecord
 from jobd.wire.models import TokenRequest

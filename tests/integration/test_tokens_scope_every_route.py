@@ -16,7 +16,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from jobd.broker.access import ROLES
+from jobd.broker.auth.access import ROLES
 from jobd.broker.state import BrokerConfig
 from jobd.wire import routes
 from tests.integration.conftest import bind, broker_client, job_document

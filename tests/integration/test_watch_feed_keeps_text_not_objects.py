@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase
-from jobd.broker.feed import ChangeFeed, FeedEntry
+from jobd.broker.streams.feed import ChangeFeed, FeedEntry
 from jobd.store.sql import SQLStore, open_store
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobd.broker.logtimes import ArrivalTimes
-from jobd.broker.outputfile import OutputFile
+from jobd.broker.streams.logtimes import ArrivalTimes
+from jobd.broker.streams.outputfile import OutputFile
 
 
 def _output(tmp_path: Path, data: bytes, cap: int = 1 << 20) -> OutputFile:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobd.broker.outputfile import OutputConflict, OutputFile
+from jobd.broker.streams.outputfile import OutputConflict, OutputFile
 
 
 def _read_all(out: OutputFile) -> tuple[bytes, int]:

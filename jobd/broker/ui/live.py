@@ -21,10 +21,10 @@ import anyio
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from jobd.broker import access
-from jobd.broker.access import Forbidden, principal_of
-from jobd.broker.feed import FeedEntry
+from jobd.broker.auth import access
+from jobd.broker.auth.access import Forbidden, principal_of
 from jobd.broker.state import job_or_404, state_of
+from jobd.broker.streams.feed import FeedEntry
 from jobd.broker.ui.login import session_lasts, signed_in_router
 from jobd.broker.ui.pages import JobId, job_live, jobs_asked, jobs_rows
 from jobd.broker.ui.rendering import HEADERS

@@ -11,9 +11,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
-from jobd.broker.access import PRINCIPAL, principal_of
-from jobd.broker.responses import json_response
-from jobd.broker.routing import route
+from jobd.broker.auth.access import PRINCIPAL, principal_of
+from jobd.broker.http.responses import json_response
+from jobd.broker.http.routing import route
 from jobd.broker.ui.rendering import HEADERS, NoSession, PageRoute, page
 from jobd.broker.ui.sessions import CODE_TTL_S, COOKIE, SESSION_TTL_S, Sessions
 from jobd.wire import routes

@@ -18,12 +18,12 @@ from pydantic import ValidationError
 from jobd.api.manifests import dump_yaml
 from jobd.api.models import Job, Phase
 from jobd.api.vocabulary import MAX_ID
-from jobd.broker import access
-from jobd.broker.access import principal_of
-from jobd.broker.responses import doc, validation_detail
-from jobd.broker.routes_jobs import find_jobs
+from jobd.broker.auth import access
+from jobd.broker.auth.access import principal_of
+from jobd.broker.auth.tokens import Principal
+from jobd.broker.http.responses import doc, validation_detail
+from jobd.broker.routes.jobs import find_jobs
 from jobd.broker.state import BrokerState, job_or_404, state_of
-from jobd.broker.tokens import Principal
 from jobd.broker.ui.login import signed_in_router
 from jobd.broker.ui.rendering import fragment, page
 from jobd.broker.ui.timeline import preemptions

@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from jobd.api.sizes import format_size
-from jobd.broker.responses import status_for, validation_detail
+from jobd.broker.http.responses import status_for, validation_detail
 
 __all__ = ["HEADERS", "NoSession", "PageRoute", "duration", "fragment", "page"]
 

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobd.broker.access import Forbidden
-from jobd.broker.tokens import Principal, Tokens
+from jobd.broker.auth.access import Forbidden
+from jobd.broker.auth.tokens import Principal, Tokens
 
 __all__ = ["CODE_TTL_S", "COOKIE", "SESSION_TTL_S", "Sessions", "load_key"]
 

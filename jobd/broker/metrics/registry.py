@@ -7,7 +7,7 @@ Three sources, each read where it is cheapest and truest:
   job's progress and newest numeric metrics) are read at scrape time by
   `ClusterCollector`, from the store's counts and the broker's cluster view;
 - counters and latency histograms of what happened are fed by the events as they are
-  committed (event_metrics.py, a store listener in wiring.py);
+  committed (events.py, a store listener in wiring.py);
 - the latency of every HTTP request, by route template, by `RequestTiming`
   (request_timing.py), the outermost middleware.
 

@@ -7,15 +7,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from jobd.broker import access
-from jobd.broker.access import principal_of
-from jobd.broker.fastpath import FastRoute, PathArgs, declare
-from jobd.broker.feed import FeedEntry
-from jobd.broker.metrics import exposition
-from jobd.broker.responses import RawJSON, doc, encode_json, json_response
-from jobd.broker.routing import route
+from jobd.broker.auth import access
+from jobd.broker.auth.access import principal_of
+from jobd.broker.auth.tokens import Principal
+from jobd.broker.http.fastpath import FastRoute, PathArgs, declare
+from jobd.broker.http.responses import RawJSON, doc, encode_json, json_response
+from jobd.broker.http.routing import route
+from jobd.broker.metrics.registry import exposition
 from jobd.broker.state import BrokerState, job_or_404, state_of
-from jobd.broker.tokens import Principal
+from jobd.broker.streams.feed import FeedEntry
 from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import EventsQuery, Health, WatchQuery

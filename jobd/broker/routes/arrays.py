@@ -13,13 +13,13 @@ from fastapi import APIRouter, Query, Request, Response
 
 from jobd.api.arrays import JobArray
 from jobd.api.models import Job
-from jobd.broker import access
-from jobd.broker.access import principal_of
-from jobd.broker.fastpath import FastRoute, PathArgs, declare
-from jobd.broker.responses import encode_json, json_response
-from jobd.broker.routing import route
+from jobd.broker.auth import access
+from jobd.broker.auth.access import principal_of
+from jobd.broker.auth.tokens import Principal
+from jobd.broker.http.fastpath import FastRoute, PathArgs, declare
+from jobd.broker.http.responses import encode_json, json_response
+from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, state_of
-from jobd.broker.tokens import Principal
 from jobd.controllers.verbs import arrays
 from jobd.store.base import NotFound
 from jobd.wire import routes

@@ -14,8 +14,8 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from jobd.broker.access import PRINCIPAL, refusal
-from jobd.broker.tokens import Tokens
+from jobd.broker.auth.access import PRINCIPAL, refusal
+from jobd.broker.auth.tokens import Tokens
 from jobd.wire.routes import PUBLIC_PATHS, find_route, is_ui_path
 
 __all__ = ["PUBLIC_PATHS", "TokenAuth"]

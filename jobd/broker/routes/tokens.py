@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from jobd.broker.responses import json_response
-from jobd.broker.routing import route
+from jobd.broker.auth.tokens import token_info
+from jobd.broker.http.responses import json_response
+from jobd.broker.http.routing import route
 from jobd.broker.state import state_of
-from jobd.broker.tokens import token_info
 from jobd.logconfig import get_logger
 from jobd.wire import routes
 from jobd.wire.models import TokenCreated, TokenRequest

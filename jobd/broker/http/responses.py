@@ -17,7 +17,7 @@ from pydantic_core import to_json
 from jobd.api.manifests import ManifestError
 from jobd.api.models import Job
 from jobd.api.secrets import mask_job
-from jobd.broker.access import Forbidden
+from jobd.broker.auth.access import Forbidden
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.store.base import Conflict, Gone, NotFound, StorageFull, StoreUnavailable
 

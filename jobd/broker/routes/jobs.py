@@ -15,13 +15,13 @@ from jobd.api.arrays import JobArray
 from jobd.api.manifests import Document, ManifestError, parse_resource
 from jobd.api.models import ADMISSION, Job, Project, Resource
 from jobd.api.selectors import parse_selector
-from jobd.broker import access
-from jobd.broker.access import Forbidden, principal_of
-from jobd.broker.fastpath import FastRoute, PathArgs, declare, parse_value
-from jobd.broker.responses import doc, encode_json, json_response, validation_detail
-from jobd.broker.routing import route
+from jobd.broker.auth import access
+from jobd.broker.auth.access import Forbidden, principal_of
+from jobd.broker.auth.tokens import Principal
+from jobd.broker.http.fastpath import FastRoute, PathArgs, declare, parse_value
+from jobd.broker.http.responses import doc, encode_json, json_response, validation_detail
+from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
-from jobd.broker.tokens import Principal
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.verbs import admission, arrays, preempt
 from jobd.controllers.verbs.cancel import cancel

@@ -21,9 +21,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from jobd.api.models import Job, Phase
-from jobd.broker.feed import Notifier
-from jobd.broker.logtimes import ArrivalTimes
-from jobd.broker.outputfile import OutputConflict, OutputFile, Read
+from jobd.broker.streams.feed import Notifier
+from jobd.broker.streams.logtimes import ArrivalTimes
+from jobd.broker.streams.outputfile import OutputConflict, OutputFile, Read
 from jobd.controllers.errors import TransitionError
 from jobd.logconfig import get_logger
 from jobd.store.base import Change, EventRecord

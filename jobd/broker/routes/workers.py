@@ -9,13 +9,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from jobd.api.models import Job, Worker
-from jobd.broker import access
-from jobd.broker.access import principal_of
-from jobd.broker.fastpath import FastRoute, PathArgs, declare
-from jobd.broker.responses import RawJSON, doc, encode_json, json_response, status_for
-from jobd.broker.routing import route
+from jobd.broker.auth import access
+from jobd.broker.auth.access import principal_of
+from jobd.broker.auth.tokens import Principal
+from jobd.broker.http.fastpath import FastRoute, PathArgs, declare
+from jobd.broker.http.responses import RawJSON, doc, encode_json, json_response, status_for
+from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
-from jobd.broker.tokens import Principal
 from jobd.controllers import workers
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.verbs import drain, reports, worker_lease

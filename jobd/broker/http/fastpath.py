@@ -27,11 +27,11 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobd.api.models import ADMISSION
-from jobd.broker.access import PRINCIPAL
-from jobd.broker.responses import status_for, validation_detail
-from jobd.broker.routing import error_responses
+from jobd.broker.auth.access import PRINCIPAL
+from jobd.broker.auth.tokens import Principal
+from jobd.broker.http.responses import status_for, validation_detail
+from jobd.broker.http.routing import error_responses
 from jobd.broker.state import BrokerState, state_of
-from jobd.broker.tokens import Principal
 from jobd.wire.routes import PATH_PARAMS, ROUTES, Route, find_route, parse_path_param
 
 __all__ = [
@@ -69,7 +69,7 @@ async def answer(
 ) -> tuple[int, bytes]:
     """The status and JSON body of a fast route's answer.
 
-    The body was capped on its way in (broker/bodylimit.py)."""
+    The body was capped on its way in (broker/http/bodylimit.py)."""
     route = fast.route
     try:
         if route.body is not None:
@@ -240,7 +240,7 @@ def _annotated(model: type[BaseModel], marker: Any) -> Any:
 
 
 async def _read_body(receive: Receive) -> bytes:
-    """The whole request body (capped by broker/bodylimit.py, ahead of this)."""
+    """The whole request body (capped by broker/http/bodylimit.py, ahead of this)."""
     chunks: list[bytes] = []
     while True:
         message: Message = await receive()

@@ -23,7 +23,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from jobd.api.models import Job
-from jobd.broker.tokens import ADMIN, USER, WORKER, Principal
+from jobd.broker.auth.tokens import ADMIN, USER, WORKER, Principal
 from jobd.wire import routes as r
 from jobd.wire.routes import Route
 

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import anyio
 
 from jobd.api.secrets import mask_job
-from jobd.broker.responses import doc
+from jobd.broker.http.responses import doc
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ChangeFeed", "FeedEntry", "Notifier"]

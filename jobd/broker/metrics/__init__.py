@@ -1,0 +1,1 @@
+"""`GET /metrics`: the registry Prometheus scrapes and the counters the events feed."""
