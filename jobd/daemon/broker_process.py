@@ -1,0 +1,121 @@
+"""The broker's process, assembled: its config from the settings, its checks before
+anything is opened, its socket and its HTTP server.
+
+Imported by `jobd broker` and `jobd dev` only, when they run: `jobd worker` loads no
+broker (tests/unit/test_worker_loads_no_broker.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import uvicorn
+
+from jobd.api.sizes import format_size
+from jobd.broker.auth.tokens import weak_token_refusal
+from jobd.broker.state import BrokerConfig
+from jobd.controllers.context import Settings
+from jobd.daemon.listening import ListenError, bind_listener
+from jobd.daemon.settings import BrokerOptions, OutputOptions, default_data_dir
+from jobd.logconfig import redact_url
+
+if TYPE_CHECKING:
+    from jobd.worker.execution import WorkerSettings
+
+__all__ = ["broker_config", "http_server", "listen", "refuse_weak_token", "say_where"]
+
+
+def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
+    """What the broker is built from: the settings, with the defaults that depend on others."""
+    return BrokerConfig(
+        data_dir=broker.data_dir or default_data_dir(),
+        log_dir=broker.log_dir or Path.home() / "jobd" / "logs",
+        db_url=broker.db,
+        token=broker.token or None,
+        projects_file=broker.projects,
+        max_log_bytes=output.max_log_bytes,
+        settings=Settings(
+            auto_preempt_queued_s=broker.auto_preempt_queued,
+            auto_preempt_min_runtime_s=broker.auto_preempt_min_runtime,
+            sweep_interval_s=broker.sweep_interval,
+            lost_timeout_s=broker.lost_timeout,
+            finished_job_ttl_s=broker.finished_job_ttl,
+        ),
+    )
+
+
+def refuse_weak_token(config: BrokerConfig, host: str) -> None:
+    """Before anything is opened or bound: beyond loopback, a short admin token is refused."""
+    token = config.token
+    path = config.data_dir / "admin.token"
+    if token is None and path.is_file():
+        token = path.read_text().strip()
+    refusal = weak_token_refusal(host, token)
+    if refusal is not None:
+        click.echo(refusal, err=True)
+        raise SystemExit(2)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The bound socket the broker will serve on; a taken port ends jobd here, in a line."""
+    try:
+        return bind_listener(host, port)
+    except ListenError as exc:
+        click.echo(f"jobd: {exc}", err=True)
+        raise SystemExit(1) from None
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handling: `jobd dev` stops in order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def http_server(app: Any, host: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,  # long-polls (watch, logs -f) must not hold a stop
+        # Longer than any client's idle gap (heartbeats every lease/3): a connection the
+        # server closes just as a worker reuses it fails that request.
+        timeout_keep_alive=75,
+        backlog=4096,
+        proxy_headers=False,  # no client address is logged or trusted: nothing to rewrite
+        server_header=False,
+        log_config=None,  # uvicorn's own records go through configure_logging's JSON
+    )
+    return _QuietServer(config)
+
+
+def _gpu_label(index: int, memory: dict[int, int]) -> str:
+    """`0:24GiB`, or `0` where the GPU's memory is not known."""
+    return f"{index}:{format_size(memory[index])}" if index in memory else str(index)
+
+
+def say_where(
+    config: BrokerConfig, host: str, port: int, worker: WorkerSettings | None = None
+) -> None:
+    lines = [
+        f"jobd listening on http://{host}:{port}",
+        f"  store:  {redact_url(config.store_url)}",
+        f"  token:  {'$JOBD_TOKEN' if config.token else config.data_dir / 'admin.token'}",
+        f"  events: {config.log_dir / 'events.jsonl'}",
+    ]
+    if worker is not None:
+        gpus = ",".join(_gpu_label(g, worker.gpu_memory) for g in worker.gpus) or "none"
+        slots = f"{worker.slots} slot{'s' if worker.slots != 1 else ''}"
+        lines.append(f"  worker: {worker.name} ({slots}, GPUs {gpus})")
+    lines.append("Press Ctrl-C to stop.")
+    # stdout: stderr carries only the structured log, one JSON object a line.
+    click.echo("\n".join(lines))

@@ -1,0 +1,299 @@
+"""Every setting of `jobd broker`, `jobd worker` and `jobd dev`, each declared once.
+
+A setting is one dataclass field whose metadata carries its flag, environment variable,
+help and click type; its default is the field's. From these declarations come the
+command's click options (click reads the flag, then the environment variable, then the
+default: CONTRACT.md §2) and the typed object the command receives, so adding a setting
+is one field here and its use in `assembly.py`. `jobd dev` takes the broker's and the
+worker's settings together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from jobd.cli.durations import Duration
+from jobd.daemon.worker_host import Gpus, parse_gpus, worker_name
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = [
+    "NAME_GIVEN",
+    "AgentConnection",
+    "BrokerOptions",
+    "OutputOptions",
+    "WorkerOptions",
+    "default_data_dir",
+    "options",
+    "read",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S", bound="DataclassInstance")
+_FLAG = "jobd.setting"
+NAME_GIVEN = "jobd.worker_name_given"  # ctx.meta: the --name as given, when it changed
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """How one setting is given: its flag, environment variable, help and click type."""
+
+    flag: str
+    env: str
+    help: str
+    type: Any = None
+    is_flag: bool = False
+    callback: Callable[[click.Context, click.Parameter, Any], Any] | None = None
+
+
+def setting(
+    flag: str,
+    env: str,
+    help: str,
+    default: Any = None,
+    **how: Any,
+) -> Any:
+    """A settings field: its default, and how the command line and environment give it."""
+    return dataclasses.field(default=default, metadata={_FLAG: _Flag(flag, env, help, **how)})
+
+
+def _option(field: dataclasses.Field[Any]) -> Callable[[F], F]:
+    how: _Flag = field.metadata[_FLAG]
+    default = None if field.default is dataclasses.MISSING else field.default
+    return click.option(
+        how.flag,
+        field.name,
+        envvar=how.env,
+        type=how.type,
+        default=default,
+        is_flag=how.is_flag,
+        callback=how.callback,
+        show_default=default is not None and not callable(default) and not how.is_flag,
+        help=how.help,
+    )
+
+
+def options(*groups: type[DataclassInstance]) -> Callable[[F], F]:
+    """The click options of these settings groups, in their declared order."""
+
+    def decorate(f: F) -> F:
+        for group in reversed(groups):
+            for field in reversed(dataclasses.fields(group)):
+                f = _option(field)(f)
+        return f
+
+    return decorate
+
+
+def read(group: type[S], given: Mapping[str, Any]) -> S:
+    """The settings object of `group` from the keywords its options gave the command."""
+    return group(**{f.name: given[f.name] for f in dataclasses.fields(group)})
+
+
+def default_data_dir() -> Path:
+    """Where the broker's state goes, and the worker's under it, when no --data-dir says."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return Path(xdg) / "jobd" if xdg else Path.home() / ".local" / "share" / "jobd"
+
+
+def _name_option(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    name = worker_name(value)
+    if name != value:
+        ctx.meta[NAME_GIVEN] = value  # logged once logging is set up
+    return name
+
+
+def _gpus_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Gpus | None:
+    return parse_gpus(value)
+
+
+_A_PATH = click.Path(path_type=Path)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """The one setting the broker and the worker share (`jobd dev` takes it once)."""
+
+    max_log_bytes: int = setting(
+        "--max-log-bytes",
+        "JOBD_MAX_LOG_BYTES",
+        "Output kept per job (its head and newest bytes): by the broker, and by the "
+        "worker per output file.",
+        default=1 << 30,
+        type=click.IntRange(min=4096),
+    )
+
+
+@dataclass(frozen=True)
+class BrokerOptions:
+    """`jobd broker`'s settings (and `jobd dev`'s broker)."""
+
+    host: str = setting("--host", "JOBD_HOST", "Address to bind.", default="127.0.0.1")
+    port: int = setting("--port", "JOBD_PORT", "Port to bind.", default=8765, type=int)
+    data_dir: Path | None = setting(
+        "--data-dir",
+        "JOBD_DATA_DIR",
+        "Broker state: SQLite file, admin token. "
+        "[default: $XDG_DATA_HOME/jobd or ~/.local/share/jobd]",
+        type=_A_PATH,
+    )
+    token: str | None = setting(
+        "--token",
+        "JOBD_TOKEN",
+        "The admin bearer token. [default: <data-dir>/admin.token, made on first start]",
+    )
+    db: str | None = setting(
+        "--db",
+        "JOBD_DB",
+        "Store URL: sqlite:///PATH or postgresql://... [default: sqlite:///<data-dir>/jobd.db]",
+    )
+    log_dir: Path | None = setting(
+        "--log-dir",
+        "JOBD_LOG_DIR",
+        "Where events.jsonl and job logs go. [default: ~/jobd/logs]",
+        type=_A_PATH,
+    )
+    projects: Path | None = setting(
+        "--projects", "JOBD_PROJECTS", "A projects.yaml to load and keep applied.", type=_A_PATH
+    )
+    auto_preempt_queued: float = setting(
+        "--auto-preempt-queued",
+        "JOBD_AUTO_PREEMPT_QUEUED_SECONDS",
+        "Seconds a job must wait for capacity before the sweeper preempts for it.",
+        default=300,
+        type=float,
+    )
+    auto_preempt_min_runtime: float = setting(
+        "--auto-preempt-min-runtime",
+        "JOBD_AUTO_PREEMPT_MIN_RUNTIME_SECONDS",
+        "Seconds a job must have run before the sweeper may preempt it.",
+        default=300,
+        type=float,
+    )
+    sweep_interval: float = setting(
+        "--sweep-interval",
+        "JOBD_SWEEP_INTERVAL_SECONDS",
+        "Full resync period (timers do not wait for it).",
+        default=300,
+        type=float,
+    )
+    lost_timeout: float = setting(
+        "--lost-timeout",
+        "JOBD_LOST_TIMEOUT_SECONDS",
+        "Seconds a job may stay Lost before it is Failed.",
+        default=300,
+        type=float,
+    )
+    finished_job_ttl: float | None = setting(
+        "--finished-job-ttl",
+        "JOBD_FINISHED_JOB_TTL_S",
+        "Remove a finished job, its logs and its events this long after it ended "
+        "(90, 10m, 2h, 30d), unless the job or its project says "
+        "ttl_after_finished_s. [default: keep for ever]",
+        type=Duration(),
+    )
+
+
+@dataclass(frozen=True)
+class AgentConnection:
+    """How `jobd worker` reaches its broker (`jobd dev`'s agent is handed both)."""
+
+    server: str = setting(
+        "--server", "JOBD_URL", "The broker's URL.", default="http://127.0.0.1:8765"
+    )
+    token: str | None = setting(
+        "--token", "JOBD_TOKEN", "Bearer token. [default: <data-dir>/admin.token]"
+    )
+    token_file: Path | None = setting(
+        "--token-file",
+        "JOBD_TOKEN_FILE",
+        "Read the token from this file, mode 0600 (a systemd credential works): "
+        "preferred to --token, which the agent's environment would show.",
+        type=_A_PATH,
+    )
+    log_dir: Path | None = setting(
+        "--log-dir",
+        "JOBD_LOG_DIR",
+        "Not used by the worker: job output lives in its --state-dir. [default: ~/jobd/logs]",
+        type=_A_PATH,
+    )
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """`jobd worker`'s settings (and `jobd dev`'s worker)."""
+
+    name: str = setting(
+        "--name",
+        "JOBD_WORKER_NAME",
+        "Worker identity, lower-cased (GPU-Box.lab is gpu-box.lab). [default: hostname]",
+        default=socket.gethostname,
+        callback=_name_option,
+    )
+    slots: int | None = setting(
+        "--slots",
+        "JOBD_WORKER_SLOTS",
+        "Concurrent CPU-only jobs (a GPU job takes its GPUs, no slot). "
+        "[default: number of GPUs, else 1]",
+        type=click.IntRange(min=1),
+    )
+    gpus: Gpus | None = setting(
+        "--gpus",
+        "JOBD_WORKER_GPUS",
+        "GPU indices to hand out, e.g. 0,1, or with each one's memory, "
+        "0:24GiB,1:80GiB, or 'none'; checked against NVML or nvidia-smi where they "
+        "answer. [default: from NVML, else nvidia-smi]",
+        callback=_gpus_option,
+    )
+    checkpoint_root: str | None = setting(
+        "--checkpoint-root",
+        "JOBD_WORKER_CHECKPOINT_ROOT",
+        "Checkpoint root. [default: $XDG_DATA_HOME/jobd/checkpoints "
+        "or ~/.local/share/jobd/checkpoints]",
+    )
+    default_grace: float = setting(
+        "--default-grace",
+        "JOBD_WORKER_DEFAULT_GRACE_S",
+        "Grace for jobs whose spec and project say none.",
+        default=60,
+        type=click.FloatRange(0, 300),
+    )
+    checkpoint_ttl_days: float | None = setting(
+        "--remove-checkpoints-after-days",
+        "JOBD_WORKER_CHECKPOINT_TTL_DAYS",
+        "Remove checkpoint directories of jobs that ended more than this many days "
+        "ago and that no unfinished job resumes from. [default: keep everything]",
+        type=click.FloatRange(min=0),
+    )
+    state_dir: Path | None = setting(
+        "--state-dir",
+        "JOBD_WORKER_STATE_DIR",
+        "The worker's own state: a directory per job attempt (its supervisor's files, "
+        "output, exit status) under jobs/. [default: <data-dir>/worker/<name>]",
+        type=_A_PATH,
+    )
+    keep_job_files: bool = setting(
+        "--keep-job-files",
+        "JOBD_WORKER_KEEP_JOB_FILES",
+        "Keep a job's state directory (and output) once it is over and shipped.",
+        default=False,
+        is_flag=True,
+    )
+    # The broker's bounds (api.models MIN_LEASE_S, MAX_LEASE_S; not imported here, to
+    # keep pydantic out of `jobd --help`): refused at start, not at registration.
+    lease_s: float = setting(
+        "--lease",
+        "JOBD_WORKER_LEASE_SECONDS",
+        "Lease duration, 1 to 3600 s; renewed every third of it.",
+        default=15,
+        type=click.FloatRange(min=1, max=3600),
+    )

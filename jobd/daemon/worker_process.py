@@ -1,0 +1,89 @@
+"""The agent's process, assembled: its token, its host's GPUs, its settings from the
+daemon's, and what it says when it stops.
+
+Imported by `jobd worker` and `jobd dev` when they run, after `jobd worker` has kept rich
+out (main._without_rich): it loads the worker, never the broker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from jobd.cli.credentials import TokenFileError, read_token_file
+from jobd.daemon.settings import NAME_GIVEN, OutputOptions, WorkerOptions, default_data_dir
+from jobd.daemon.worker_host import Gpus, check_gpus, detect_gpus
+from jobd.logconfig import get_logger
+from jobd.worker.agent import Agent
+from jobd.worker.checkpoints import checkpoint_root
+from jobd.worker.execution import WorkerSettings
+
+__all__ = ["forget_token", "say_jobs_run_on", "worker_settings", "worker_token"]
+
+
+def worker_settings(
+    worker: WorkerOptions, output: OutputOptions, data_dir: Path | None = None
+) -> WorkerSettings:
+    """What the agent runs with: the settings, with the host's GPUs and the derived defaults."""
+    given = click.get_current_context().meta.get(NAME_GIVEN)
+    if given is not None:
+        get_logger().info("worker_name_normalised", worker=worker.name, given=given)
+    gpus = _host_gpus(worker.gpus)
+    env = dict(os.environ)
+    if worker.checkpoint_root:
+        env["JOBD_WORKER_CHECKPOINT_ROOT"] = worker.checkpoint_root
+    state_dir = worker.state_dir or (data_dir or default_data_dir()) / "worker" / worker.name
+    return WorkerSettings(
+        name=worker.name,
+        slots=worker.slots or max(1, len(gpus)),
+        gpus=sorted(gpus),
+        gpu_memory={g: m for g, m in gpus.items() if m is not None},
+        checkpoint_root=checkpoint_root(env),
+        default_grace_s=worker.default_grace,
+        state_dir=state_dir,
+        checkpoint_ttl_days=worker.checkpoint_ttl_days,
+        max_log_bytes=output.max_log_bytes,
+        keep_job_files=worker.keep_job_files,
+    )
+
+
+def _host_gpus(declared: Gpus | None) -> Gpus:
+    """The GPUs to hand out, with their memory: declared or detected (NVML, nvidia-smi),
+    checked against what the host has."""
+    gpus, warning = check_gpus(declared, detect_gpus())
+    if warning:
+        get_logger().warning("gpu_detection_failed", message=warning)
+    return gpus
+
+
+def worker_token(token: str | None, token_file: Path | None) -> str | None:
+    """The token file's token when one is given (refused unless mode 0600), else --token."""
+    if token_file is None:
+        return token
+    try:
+        return read_token_file(token_file.expanduser())
+    except TokenFileError as exc:
+        click.echo(f"jobd worker: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+def forget_token() -> None:
+    """No child of this process inherits the token (nor the file's name).
+
+    Popping it from os.environ also unsets it in the C environment every child is
+    started with. The kernel still shows the environment this process *started* with in
+    /proc/PID/environ, which is why a worker should be given --token-file instead.
+    """
+    for name in ("JOBD_TOKEN", "JOBD_TOKEN_FILE"):
+        os.environ.pop(name, None)
+
+
+def say_jobs_run_on(agent: Agent) -> None:
+    """Stopping jobd stops no job: say how many run on, to be re-adopted at the next start."""
+    running = agent.running_jobs()
+    get_logger().info("jobs_keep_running", jobs=running, state_dir=str(agent.settings.state_dir))
+    if running:
+        noun = "job keeps" if running == 1 else "jobs keep"
+        click.echo(f"{running} {noun} running; the next start re-adopts them.", err=True)
