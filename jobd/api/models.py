@@ -34,6 +34,7 @@ from jobd.api.vocabulary import (
     SCRUBBED_PHASES,
     TERMINAL_PHASES,
     Phase,
+    WorkerPhase,
     check_name,
     normalise_worker_name,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "StoreInt",
     "Strict",
     "Worker",
+    "WorkerPhase",
     "WorkerSpec",
     "WorkerStatus",
     "admitting",
@@ -590,7 +592,7 @@ class WorkerSpec(Strict):
 
 
 class WorkerStatus(Strict):
-    phase: Literal["Ready", "Lost"] = "Ready"
+    phase: WorkerPhase = WorkerPhase.READY
     last_renewal: datetime = Field(default_factory=utcnow)
     jobs: list[int] = Field(default_factory=list)
     hostname: str | None = None

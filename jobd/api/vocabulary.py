@@ -22,6 +22,7 @@ __all__ = [
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
     "Phase",
+    "WorkerPhase",
     "array_id_of",
     "check_name",
     "normalise_worker_name",
@@ -73,6 +74,14 @@ class Phase(enum.StrEnum):
     @property
     def terminal(self) -> bool:
         return self in TERMINAL_PHASES
+
+
+class WorkerPhase(enum.StrEnum):
+    """A worker's own phase: Ready while its lease is renewed, Lost once it ran out
+    (controllers/worker_phases.py says which verb moves it where)."""
+
+    READY = "Ready"
+    LOST = "Lost"
 
 
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.PREEMPTED, Phase.CANCELLED})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
-from jobd.api.models import Job, Resources, Worker
+from jobd.api.models import Job, Resources, Worker, WorkerPhase
 from jobd.controllers.view import ClusterView
 
 __all__ = [
@@ -112,7 +112,7 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     caps = {
         w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus), _memory_free(w))
         for w in workers
-        if w.status.phase == "Ready" and not w.spec.cordoned
+        if w.status.phase == WorkerPhase.READY and not w.spec.cordoned
     }
     for job in bound:
         cap = caps.get(job.status.worker or "")

@@ -55,6 +55,9 @@ __all__ = [
     "placeable",
     "process_vanished",
     "progress",
+    "record_checkpoint_dir",
+    "record_checkpoint_latest",
+    "release_nomination",
     "request_preemption",
     "scrub_secrets",
     "start",
@@ -179,6 +182,34 @@ def nominate(job: Job, worker: str, now: datetime) -> tuple[Job, Events]:
     job.status.nominated_worker = worker
     message = f"capacity on {worker} held"
     set_condition(job.status, "Nominated", True, "CapacityFreed", message, now=now)
+    return job, []
+
+
+def release_nomination(job: Job) -> tuple[Job, Events]:
+    """The capacity held for this queued job is no more (its worker cordoned or lost)."""
+    if job.status.nominated_worker is None:
+        return job, []
+    job = job.evolve()
+    job.status.nominated_worker = None
+    return job, []
+
+
+def record_checkpoint_dir(job: Job, path: str | None) -> tuple[Job, Events]:
+    """Where the worker put this run's checkpoints, as its `started` report says."""
+    if not path or job.status.checkpoint_dir == path:
+        return job, []
+    job = job.evolve()
+    job.status.checkpoint_dir = path
+    return job, []
+
+
+def record_checkpoint_latest(job: Job, path: str | None) -> tuple[Job, Events]:
+    """The newest checkpoint the workload wrote, as its `complete` report says; a finished
+    job's is kept as it ended."""
+    if not path or job.status.phase.terminal:
+        return job, []
+    job = job.evolve()
+    job.status.checkpoint_latest = path
     return job, []
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from jobd.api.models import BOUND_PHASES, Phase, Worker
-from jobd.controllers import transitions
+from jobd.api.models import BOUND_PHASES, Phase, Worker, WorkerPhase
+from jobd.controllers import transitions, worker_phases
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
+from jobd.controllers.worker_phases import WorkerVerb
 from jobd.store.base import Change, Conflict, EventRecord
 
 __all__ = ["WorkersController", "await_known_workers", "last_renewal"]
@@ -32,7 +33,7 @@ def await_known_workers(ctx: Context) -> list[str]:
     """
     now, events = ctx.clock.now(), []
     for worker in ctx.store.list_workers():
-        if worker.status.phase != "Ready" or worker.name in ctx.leases.heard:
+        if worker.status.phase != WorkerPhase.READY or worker.name in ctx.leases.heard:
             continue
         ctx.leases[worker.name] = now  # a full lease from now, whatever the store says
         deadline = now + timedelta(seconds=worker.spec.lease_duration_s)
@@ -77,7 +78,7 @@ class WorkersController:
         worker = self.ctx.store.get_worker(key)
         if worker is None:
             return DONE
-        if worker.status.phase == "Ready":
+        if worker.status.phase == WorkerPhase.READY:
             age = self.ctx.observed.elapsed_since(last_renewal(self.ctx, worker))
             remaining = worker.spec.lease_duration_s - age
             if remaining > 0:
@@ -92,9 +93,8 @@ class WorkersController:
 
     def _expire(self, worker: Worker) -> None:
         store, now = self.ctx.store, self.ctx.clock.now()
-        if worker.status.phase != "Lost":
-            lost = worker.model_copy(deep=True)
-            lost.status.phase = "Lost"
+        lost = worker.model_copy(deep=True)
+        if worker_phases.move(lost, WorkerVerb.EXPIRE):
             store.put_worker(lost, [EventRecord("worker_lost", worker=worker.name)])
         for job in store.list_jobs(worker=worker.name, phases=BOUND_PHASES):
             if job.status.phase == Phase.SCHEDULED:
@@ -104,6 +104,4 @@ class WorkersController:
                 store.update_job(*transitions.lose(job, now))
         for job in store.list_jobs(nominated=True):
             if job.status.nominated_worker == worker.name and job.status.phase == Phase.PENDING:
-                job = job.evolve()
-                job.status.nominated_worker = None
-                store.update_job(job)
+                store.update_job(*transitions.release_nomination(job))

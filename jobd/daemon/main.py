@@ -33,7 +33,7 @@ from jobd.discovery import default_token
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["main"]
+__all__ = ["cli", "main"]
 
 
 def _log() -> Any:

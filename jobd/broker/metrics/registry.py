@@ -31,13 +31,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from jobd.api.models import Job, Phase
+from jobd.api.models import Job, Phase, WorkerPhase
 from jobd.controllers.view import ClusterView
 from jobd.store.base import Store
 
 __all__ = ["ClusterCollector", "build_registry", "exposition"]
 
-WORKER_STATUSES = ("Ready", "Lost")
+WORKER_STATUSES = tuple(p.value for p in WorkerPhase)
 # Whose progress is exported: jobs whose workload runs. A finished job's series ends, so
 # the number of series stays bounded by the running jobs (and api/progress.MAX_METRICS).
 PROGRESS_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)

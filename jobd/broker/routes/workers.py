@@ -16,7 +16,7 @@ from jobd.broker.http.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.http.responses import RawJSON, doc, encode_json, json_response, status_for
 from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
-from jobd.controllers import workers
+from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.verbs import drain, reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
@@ -131,9 +131,7 @@ async def drain_worker(
 
 
 def _started(state: BrokerState, job: Job, body: Started) -> Job:
-    if body.checkpoint_dir and job.status.checkpoint_dir != body.checkpoint_dir:
-        job = job.evolve()
-        job.status.checkpoint_dir = body.checkpoint_dir
+    job, _ = transitions.record_checkpoint_dir(job, body.checkpoint_dir)
     return reports.report_started(state.ctx, job, body.worker, body.attempt)
 
 
@@ -142,9 +140,7 @@ def _stopping(state: BrokerState, job: Job, body: Report) -> Job:
 
 
 def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
-    if body.checkpoint_latest and not job.status.phase.terminal:
-        job = job.evolve()
-        job.status.checkpoint_latest = body.checkpoint_latest
+    job, _ = transitions.record_checkpoint_latest(job, body.checkpoint_latest)
     failure = None if body.reason is None else (body.reason, body.message or "")
     return reports.report_complete(
         state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobd.api.models import Job, Phase, Worker
+from jobd.controllers import transitions
 from jobd.controllers.context import Context
 from jobd.controllers.verbs.preempt import request_preemption
 from jobd.controllers.victims import on_the_way
@@ -103,6 +104,4 @@ def _release_nominations(ctx: Context, name: str) -> None:
     """Queued jobs waiting for room on a cordoned worker would wait for ever: free them."""
     for job in list(ctx.view.nominated.values()):
         if job.status.nominated_worker == name:
-            released = job.evolve()
-            released.status.nominated_worker = None
-            ctx.store.update_job(released)
+            ctx.store.update_job(*transitions.release_nomination(job))

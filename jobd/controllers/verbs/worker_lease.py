@@ -14,11 +14,12 @@ import contextlib
 from collections.abc import Mapping
 from datetime import timedelta
 
-from jobd.api.models import Job, ObjectMeta, Phase, Worker, WorkerSpec
-from jobd.controllers import transitions
+from jobd.api.models import Job, ObjectMeta, Phase, Worker, WorkerPhase, WorkerSpec
+from jobd.controllers import transitions, worker_phases
 from jobd.controllers.context import Context
 from jobd.controllers.scheduler import QUEUE_KEY
 from jobd.controllers.verbs.reports import report_started
+from jobd.controllers.worker_phases import WorkerVerb
 from jobd.store.base import Conflict, EventRecord
 
 __all__ = ["heartbeat", "register_worker"]
@@ -39,14 +40,14 @@ def register_worker(
     live = ctx.store.get_worker(name)
     worker = live.model_copy(deep=True) if live else Worker(metadata=ObjectMeta(name=name))
     worker.spec = spec.model_copy(update={"cordoned": bool(live and live.spec.cordoned)})
-    worker.status.phase = "Ready"
+    worker_phases.move(worker, WorkerVerb.REGISTER)
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
     worker.status.gpu_memory_foreign = {}  # the new agent measures anew, if it can
     ctx.leases.heard_from(name, worker.status.last_renewal)
     events = (
         []
-        if live and live.status.phase == "Ready"
+        if live and live.status.phase == WorkerPhase.READY
         else [
             EventRecord(
                 "worker_registered",
@@ -87,14 +88,14 @@ def heartbeat(
     if ctx.leases.heard_from(name, now):
         ctx.enqueue("scheduler", QUEUE_KEY)
     worker = live.model_copy(deep=True)
-    came_back = worker.status.phase == "Lost"
+    came_back = worker.status.phase == WorkerPhase.LOST
     foreign = worker.status.gpu_memory_foreign if gpu_memory_foreign is None else gpu_memory_foreign
     if (
         came_back
         or worker.status.jobs != sorted(running)
         or worker.status.gpu_memory_foreign != foreign
     ):
-        worker.status.phase = "Ready"
+        worker_phases.move(worker, WorkerVerb.RENEW)
         worker.status.last_renewal = now
         worker.status.jobs = sorted(running)
         worker.status.gpu_memory_foreign = foreign
