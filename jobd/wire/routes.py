@@ -26,6 +26,7 @@ __all__ = [
     "CREATE_ARRAY",
     "CREATE_JOB",
     "CREATE_TOKEN",
+    "DASHBOARD",
     "DELETE_ARRAY",
     "DELETE_JOB",
     "DRAIN_WORKER",
@@ -63,6 +64,7 @@ __all__ = [
     "UI_PREFIX",
     "UNCORDON_WORKER",
     "WATCH",
+    "DashboardPaths",
     "Route",
     "allowed_methods",
     "body_cap",
@@ -413,6 +415,31 @@ LOGIN_CODE = Route(
     "A one-time code for the web dashboard's login URL, `/ui/login?code=...` (job ui)",
     status=201,
 )
+
+
+@dataclass(frozen=True)
+class DashboardPaths:
+    """The dashboard's pages, streams and files: HTML and server-sent events for a browser,
+    not API routes (so not in ROUTES nor the OpenAPI document). The broker's ui package
+    declares its routes from these and hands them to its templates as `ui`."""
+
+    jobs: str = UI_PREFIX
+    job: str = UI_PREFIX + "/jobs/{job_id}"
+    job_stream: str = UI_PREFIX + "/jobs/{job_id}/stream"
+    job_log_stream: str = UI_PREFIX + "/jobs/{job_id}/log-stream"
+    jobs_stream: str = UI_PREFIX + "/stream/jobs"
+    workers: str = UI_PREFIX + "/workers"
+    timeline: str = UI_PREFIX + "/timeline"
+    login: str = UI_PREFIX + "/login"
+    logout: str = UI_PREFIX + "/logout"
+    static: str = UI_PREFIX + "/static"
+
+    def of_job(self, template: str, job_id: object) -> str:
+        """`template` (one of the job's paths) for this job."""
+        return template.replace("{job_id}", str(job_id))
+
+
+DASHBOARD = DashboardPaths()
 
 
 def is_ui_path(path: str) -> bool:

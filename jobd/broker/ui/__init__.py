@@ -14,6 +14,7 @@ from starlette.staticfiles import StaticFiles
 from jobd.broker.state import BrokerState
 from jobd.broker.ui import live, login, pages
 from jobd.broker.ui.sessions import Sessions, load_key
+from jobd.wire.routes import DASHBOARD
 
 __all__ = ["install"]
 
@@ -24,6 +25,6 @@ def install(app: FastAPI, state: BrokerState) -> None:
     app.state.ui_sessions = Sessions(state.tokens, load_key(state.config.data_dir))
     app.include_router(login.api)
     app.include_router(login.public)
-    app.mount("/ui/static", StaticFiles(packages=[("jobd.broker.ui", "static")]), "ui-static")
+    app.mount(DASHBOARD.static, StaticFiles(packages=[("jobd.broker.ui", "static")]), "ui-static")
     app.include_router(pages.router)
     app.include_router(live.router)

@@ -29,6 +29,7 @@ from jobd.broker.ui.login import session_lasts, signed_in_router
 from jobd.broker.ui.pages import JobId, job_live, jobs_asked, jobs_rows
 from jobd.broker.ui.rendering import HEADERS
 from jobd.store.base import NotFound
+from jobd.wire.routes import DASHBOARD
 
 __all__ = ["router"]
 
@@ -58,7 +59,7 @@ def _ending(request: Request) -> bool:
     return state_of(request).feed.changed.closed or not session_lasts(request)
 
 
-@router.get("/ui/jobs/{job_id}/log-stream")
+@router.get(DASHBOARD.job_log_stream)
 async def log_stream(request: Request, job_id: JobId) -> StreamingResponse:
     state = state_of(request)
     access.job(principal_of(request), job_or_404(state, job_id))
@@ -94,7 +95,7 @@ async def _output(request: Request, job_id: int, offset: int) -> AsyncIterator[s
             yield ": keepalive\n\n"
 
 
-@router.get("/ui/jobs/{job_id}/stream")
+@router.get(DASHBOARD.job_stream)
 async def job_stream(request: Request, job_id: JobId) -> StreamingResponse:
     state, who = state_of(request), principal_of(request)
     job = access.job(who, job_or_404(state, job_id))
@@ -109,7 +110,7 @@ async def job_stream(request: Request, job_id: JobId) -> StreamingResponse:
     return _stream(_renders(request, render, _jobs_of(frozenset({project}))))
 
 
-@router.get("/ui/stream/jobs")
+@router.get(DASHBOARD.jobs_stream)
 async def jobs_stream(request: Request) -> StreamingResponse:
     state, who = state_of(request), principal_of(request)
     query = jobs_asked(request)  # refused as the page is

@@ -17,6 +17,7 @@ from jobd.broker.http.routing import route
 from jobd.broker.ui.rendering import HEADERS, NoSession, PageRoute, page
 from jobd.broker.ui.sessions import CODE_TTL_S, COOKIE, SESSION_TTL_S, Sessions
 from jobd.wire import routes
+from jobd.wire.routes import DASHBOARD
 
 __all__ = ["api", "public", "session_lasts", "sessions_of", "signed_in", "signed_in_router"]
 
@@ -53,21 +54,21 @@ def signed_in_router() -> APIRouter:
 @route(api, routes.LOGIN_CODE)
 async def login_code(request: Request) -> Response:
     code = sessions_of(request).mint_code(principal_of(request))
-    answer = {"code": code, "path": f"/ui/login?code={code}", "expires_in_s": CODE_TTL_S}
+    answer = {"code": code, "path": f"{DASHBOARD.login}?code={code}", "expires_in_s": CODE_TTL_S}
     return json_response(answer, status_code=201)
 
 
-@public.get("/ui/login")
+@public.get(DASHBOARD.login)
 async def login(request: Request, code: Annotated[str, Query(max_length=256)] = "") -> Response:
     cookie = sessions_of(request).redeem(code)
     if cookie is None:
         return page("login_failed.html", 400, who=None)
-    done = RedirectResponse("/ui", status_code=303, headers=HEADERS)
+    done = RedirectResponse(DASHBOARD.jobs, status_code=303, headers=HEADERS)
     done.set_cookie(
         COOKIE,
         cookie,
         max_age=int(SESSION_TTL_S),
-        path="/ui",
+        path=routes.UI_PREFIX,
         secure=request.url.scheme == "https",
         httponly=True,
         samesite="strict",
@@ -75,8 +76,8 @@ async def login(request: Request, code: Annotated[str, Query(max_length=256)] = 
     return done
 
 
-@public.post("/ui/logout")
+@public.post(DASHBOARD.logout)
 async def logout(_request: Request) -> Response:
     gone = page("login_needed.html", 200, who=None, signed_out=True)
-    gone.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+    gone.delete_cookie(COOKIE, path=routes.UI_PREFIX, httponly=True, samesite="strict")
     return gone

@@ -31,6 +31,7 @@ from jobd.controllers import workers as worker_leases
 from jobd.controllers.errors import AdmissionError
 from jobd.store.base import EventRecord, Store
 from jobd.wire.models import JobsQuery
+from jobd.wire.routes import DASHBOARD
 
 __all__ = ["JobId", "job_live", "jobs_asked", "jobs_rows", "router"]
 
@@ -75,7 +76,7 @@ def jobs_rows(state: BrokerState, who: Principal, query: JobsQuery) -> str:
     return fragment("_jobs_rows.html", jobs=newest, more=max(0, len(found) - SHOWN_JOBS))
 
 
-@router.get("/ui")
+@router.get(DASHBOARD.jobs)
 async def jobs(request: Request) -> Response:
     state, who = state_of(request), principal_of(request)
     query = jobs_asked(request)
@@ -103,7 +104,7 @@ def job_live(state: BrokerState, who: Principal, job_id: int) -> str:
     return fragment("_job_live.html", job=_document(job), events=[e.as_json() for e in events])
 
 
-@router.get("/ui/jobs/{job_id}")
+@router.get(DASHBOARD.job)
 async def job_page(request: Request, job_id: JobId) -> Response:
     state, who = state_of(request), principal_of(request)
     job = _document(access.job(who, job_or_404(state, job_id)))
@@ -114,7 +115,7 @@ async def job_page(request: Request, job_id: JobId) -> Response:
 # -- workers
 
 
-@router.get("/ui/workers")
+@router.get(DASHBOARD.workers)
 async def workers(request: Request) -> Response:
     state, who = state_of(request), principal_of(request)
     seen = access.projects(who)
@@ -150,7 +151,7 @@ def _events(store: Store, event: str, seen: frozenset[str] | None) -> list[Event
     return found
 
 
-@router.get("/ui/timeline")
+@router.get(DASHBOARD.timeline)
 async def timeline(request: Request) -> Response:
     state, who = state_of(request), principal_of(request)
     seen = access.projects(who)

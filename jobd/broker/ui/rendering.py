@@ -20,6 +20,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from jobd.api.sizes import format_size
 from jobd.broker.http.responses import status_for, validation_detail
+from jobd.wire.routes import DASHBOARD
 
 __all__ = ["HEADERS", "NoSession", "PageRoute", "duration", "fragment", "page"]
 
@@ -81,6 +82,7 @@ _ENV = Environment(
 _ENV.filters.update(
     age=age, timestamp=timestamp, duration=duration, labels=labels, size=format_size
 )
+_ENV.globals["ui"] = DASHBOARD  # the dashboard's own paths, from the route table
 
 
 def fragment(template: str, **context: Any) -> str:
