@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from jobd.cli.credentials import TokenFileError, read_token_file
+
 __all__ = ["mcp"]
 
 _NO_SDK = "jobd mcp: the MCP server needs the optional extra: pip install 'jobd[mcp]'"
@@ -62,8 +64,6 @@ def mcp(server: str, token: str | None, token_file: Path | None) -> None:
 
 
 def _token_from_file(path: Path) -> str:
-    from jobd.cli.credentials import TokenFileError, read_token_file
-
     try:
         return read_token_file(path.expanduser())
     except TokenFileError as exc:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:  # jobd.wire loads httpx: not at import, which `jobd worker` shares
-    from jobd.wire.models import TokenCreated, TokenInfo, TokenRequest
+    from jobd.wire.models import TokenCreated, TokenInfo
 
 __all__ = ["token"]
 
@@ -48,90 +48,6 @@ def _where(f: F) -> F:
     return f
 
 
-class _Tokens:
-    """The same three operations on the store or through the API."""
-
-    def __init__(self, kw: dict[str, Any]) -> None:
-        self.kw = kw
-
-    def create(self, request: TokenRequest) -> TokenCreated:
-        if self.kw["server"]:
-            from jobd.wire import calls
-
-            created: TokenCreated = self._api(lambda c: c.run(calls.create_token(request)))
-            return created
-        from jobd.broker.auth.tokens import mint, token_info
-        from jobd.wire.models import TokenCreated
-
-        store = self._store()
-        try:
-            token, record = mint(store, request)
-        finally:
-            store.close()
-        return TokenCreated(token=token, **token_info(record).model_dump())
-
-    def list(self) -> list[TokenInfo]:
-        if self.kw["server"]:
-            from jobd.wire import calls
-
-            found: list[TokenInfo] = self._api(lambda c: c.run(calls.list_tokens()))
-            return found
-        from jobd.broker.auth.tokens import token_info
-
-        store = self._store()
-        try:
-            return [token_info(r) for r in store.list_tokens()]
-        finally:
-            store.close()
-
-    def revoke(self, label: str) -> None:
-        if self.kw["server"]:
-            from jobd.wire import calls
-
-            self._api(lambda c: c.run(calls.revoke_token(label)))
-            return
-        store = self._store()
-        try:
-            store.delete_token(label)
-        finally:
-            store.close()
-
-    def _store(self) -> Any:
-        from jobd.discovery import data_dir
-        from jobd.store.sql import open_store, sqlite_url
-
-        url = self.kw["db"] or sqlite_url(self.kw["data_dir"] or data_dir())
-        return open_store(url)
-
-    def _api(self, run: Callable[[Any], Any]) -> Any:
-        from jobd.cli.broker_client import JobdClient
-
-        with JobdClient(self.kw["server"], self.kw["admin_token"]) as client:
-            return run(client)
-
-
-def _fail(message: str) -> None:
-    click.echo(f"jobd: {message}", err=True)
-    raise SystemExit(1)
-
-
-def _guarded(run: Callable[[], Any]) -> Any:
-    """Errors as one sentence on stderr, exit 1: the API's, the store's, a bad request's."""
-    from pydantic import ValidationError
-
-    from jobd.store.base import Conflict, NotFound, StoreUnavailable
-    from jobd.wire.client import ApiError, BrokerUnreachable
-
-    try:
-        return run()
-    except ValidationError as exc:
-        _fail(str(exc.errors()[0]["msg"]).removeprefix("Value error, "))
-    except (ApiError, BrokerUnreachable) as exc:
-        _fail(exc.message)
-    except (Conflict, NotFound, StoreUnavailable) as exc:
-        _fail(str(exc))
-
-
 @click.group()
 def token() -> None:
     """Tokens with roles: admin, user (of projects), worker (of one worker)."""
@@ -150,14 +66,13 @@ def create(
 ) -> None:
     """Make a token and print it, once: nothing keeps it but its SHA-256 digest."""
 
+    from jobd.daemon import token_admin  # the store and the wire: when the command runs
+
     def make() -> TokenCreated:
-        from jobd.wire.models import TokenRequest
-
         fields = {"role": role, "projects": list(projects), "worker": worker, "name": name}
-        request = TokenRequest.model_validate(fields)
-        return _Tokens(kw).create(request)
+        return token_admin.Tokens(kw).create(token_admin.request_of(fields))
 
-    created: TokenCreated = _guarded(make)
+    created: TokenCreated = token_admin.guarded(make)
     scope = _scope(created)
     click.echo(f"token {created.label} ({created.role}{scope}): shown once, keep it safe", err=True)
     click.echo(created.token)
@@ -168,7 +83,9 @@ def create(
 @_where
 def list_(output: str, **kw: Any) -> None:
     """The tokens: label, role, scope, created, last used (never a token)."""
-    found: list[TokenInfo] = _guarded(lambda: _Tokens(kw).list())
+    from jobd.daemon import token_admin
+
+    found: list[TokenInfo] = token_admin.guarded(lambda: token_admin.Tokens(kw).list())
     if output == "json":
         click.echo(json.dumps([t.model_dump() for t in found], indent=2))
         return
@@ -186,7 +103,9 @@ def list_(output: str, **kw: Any) -> None:
 @_where
 def revoke(label: str, **kw: Any) -> None:
     """Revoke a token: refused from the next request (a broker elsewhere: within a second)."""
-    _guarded(lambda: _Tokens(kw).revoke(label))
+    from jobd.daemon import token_admin
+
+    token_admin.guarded(lambda: token_admin.Tokens(kw).revoke(label))
     click.echo(f"token {label} revoked")
 
 

@@ -26,6 +26,8 @@ from typing import IO, Any
 
 import click
 
+from jobd.api.sizes import parse_size
+
 __all__ = [
     "Detected",
     "Gpus",
@@ -65,8 +67,6 @@ def worker_name(raw: str) -> str:
 def parse_gpus(value: str | None) -> Gpus | None:
     """The GPUs `--gpus` declares, with memory where given; None: not given (detect
     them); {} for none."""
-    from jobd.api.sizes import parse_size
-
     if value is None:
         return None
     if value.strip().lower() in ("", "none"):
