@@ -2,7 +2,7 @@
 
 One event a line, with `ts`, `level`, `event` and `component` (schema in docs/events.md).
 This module imports nothing of jobd's, so the worker and the CLI can log without loading
-the store; the broker's record of events (events.jsonl) is `broker/eventlog.py`.
+the store; the broker's record of events (events.jsonl) is `broker/streams/eventlog.py`.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ class Context:
     # passes False, and its wiring (broker/wiring.py) registers the caches in its order.
     follow_store: bool = True
     # When a job's output last reached the broker (None: never, or not known): the
-    # broker's job logs say (broker/joblogs.py); the idle guard asks (guards.py).
+    # broker's job logs say (broker/streams/joblogs.py); the idle guard asks (guards.py).
     last_output: Callable[[int], datetime | None] = lambda _job_id: None
     view: ClusterView = field(init=False)
     observed: ObservedTime = field(init=False)

@@ -6,7 +6,7 @@ into `status.effective` while the job is unfinished), else the broker's
 `ttlSecondsAfterFinished`, the same idea). Per-job key; a pass returns `requeue_after`
 until `finished_at + ttl` (a timer, never a poll), then deletes the job's row and its
 events in one commit (`store.expire_job`) that appends `job_expired`. The broker removes
-the job's output files when it hears that commit (broker/joblogs.py). events.jsonl keeps
+the job's output files when it hears that commit (broker/streams/joblogs.py). events.jsonl keeps
 its lines: it is an append-only record, and the expiry is one more line in it.
 
 A finished job some queued job still waits on (its `depends_on`, not yet judged) is kept

@@ -1,4 +1,4 @@
-"""The worker's start-up checks of its name and GPUs (cli/worker_host.py), as pure functions."""
+"""The worker's start-up checks of its name and GPUs (daemon/worker_host.py), as pure functions."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Every request but the monitors' and the dashboard's (whose pages answer to a session
 cookie, broker/ui/sessions.py) needs a token. The middleware resolves it to a
-`Principal` (one SHA-256 and one dict hit: broker/tokens.py) before any routing runs,
+`Principal` (one SHA-256 and one dict hit: broker/auth/tokens.py) before any routing runs,
 refuses what is not a valid token (401), refuses a route the principal's role may not
 call at all (403, access.ROLES), and leaves the principal in the ASGI scope, where the
 handlers (FastAPI's and the fast path's alike) find it for what else they check.

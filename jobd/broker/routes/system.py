@@ -59,7 +59,7 @@ async def readyz(request: Request) -> Response:
 
 @route(public, routes.METRICS, responses={200: _TEXT})
 async def metrics(request: Request) -> Response:
-    """Prometheus' scrape (broker/metrics.py): OpenMetrics when the Accept header asks."""
+    """Prometheus' scrape (broker/metrics/registry.py): OpenMetrics when the Accept header asks."""
     body, content_type = exposition(state_of(request).metrics, request.headers.get("accept"))
     return Response(body, media_type=content_type)
 

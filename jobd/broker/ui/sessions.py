@@ -8,7 +8,7 @@ seconds; codes live in the broker's memory (a restart voids the outstanding ones
 The cookie names the token it was made from (its label), a fingerprint of that token's
 digest and its expiry, under an HMAC keyed by `<data-dir>/ui-session.key`: without the
 key nobody forges or extends one. Every request checks it against the broker's token
-table (broker/tokens.py), so revoking the token, or making another under its label,
+table (broker/auth/tokens.py), so revoking the token, or making another under its label,
 ends its sessions at once; and the session's principal is the token's own, so a user
 token's session sees only its projects, as the token does.
 """
