@@ -147,9 +147,9 @@ def worker(**given: Any) -> None:
     token = token or default_token(connection.server)
     assemble.forget_token()
     configure_logging("worker")
-    options_ = read(WorkerOptions, given)
-    settings = assemble.worker_settings(options_, read(OutputOptions, given))
-    agent = Agent(connection.server, token, settings, lease_duration_s=options_.lease_s)
+    worker_options = read(WorkerOptions, given)
+    settings = assemble.worker_settings(worker_options, read(OutputOptions, given))
+    agent = Agent(connection.server, token, settings, lease_duration_s=worker_options.lease_s)
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:
