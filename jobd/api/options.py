@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
