@@ -46,6 +46,9 @@ class Option:
     help: str
     kind: Kind = "text"
     metavar: str | None = None
+    # The MCP parameter's name where the field's own would be ambiguous (a nested field's,
+    # `retry.limit`, as `retry_limit`); the field's name otherwise.
+    parameter: str | None = None
 
     @property
     def keyword(self) -> str:
@@ -55,7 +58,8 @@ class Option:
 
 @dataclass(frozen=True)
 class NoOption:
-    """A spec field said another way (or only in a manifest); `reason` says which."""
+    """A spec field said another way (or only in a manifest); `reason` says which. On a
+    nested model, it stands for all of its fields."""
 
     reason: str
 
@@ -71,7 +75,7 @@ class SpecOption:
     @property
     def parameter(self) -> str:
         """The MCP parameter's name: the field's own (`checkpoint_grace_s`, `gpus`)."""
-        return self.path[-1]
+        return self.option.parameter or self.path[-1]
 
     @property
     def help(self) -> str:

@@ -80,7 +80,8 @@ def test_every_spec_field_is_a_submit_option_and_an_mcp_parameter_or_says_why_no
             assert said.reason.strip(), f"{field}: a NoOption says why"
             continue
         assert said.flag in flags, f"{field}: no `job submit {said.flag}`"
-        assert field.rpartition(".")[2] in parameters, f"{field}: no MCP parameter"
+        parameter = said.parameter or field.rpartition(".")[2]
+        assert parameter in parameters, f"{field}: no MCP parameter {parameter}"
 
 
 def test_options_and_parameters_are_named_once() -> None:
