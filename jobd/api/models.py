@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from jobd.api.options import NoOption, Option
+from jobd.api.field_options import NoOption, Option
 from jobd.api.secrets import MAX_PATTERN_LENGTH, MAX_PATTERNS, check_patterns
 from jobd.api.sizes import MAX_SIZE, SIZE_PATTERN, parse_size
 from jobd.api.vocabulary import (
@@ -320,8 +320,8 @@ class Resources(Strict):
         return memory
 
 
-# Each field says how `job submit` and the MCP tool take it (api/options.py): one edit adds
-# a field to the document, the command line and the MCP tool alike.
+# Each field says how `job submit` and the MCP tool take it (api/field_options.py): one
+# edit adds a field to the document, the command line and the MCP tool alike.
 class JobSpec(Strict):
     command: Annotated[
         list[str],

@@ -28,7 +28,7 @@ import click
 from jobd.api.vocabulary import DEFAULT_PROJECT
 from jobd.cli.failure import DiffFailure, Failure
 from jobd.cli.options import output_option, print_documents
-from jobd.cli.spec_options import SpecCommand
+from jobd.cli.submit_options import SpecCommand
 from jobd.discovery import DEFAULT_SERVER, config_path, default_server, default_token
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
@@ -340,7 +340,7 @@ _COMMAND_ARGS = {"allow_interspersed_args": False}
 @click.option("-p", "--project", default="default", show_default=True, help="The job's project.")
 @click.option("--cwd", default=".", show_default=True, help="Working directory (made absolute).")
 @click.option("--name", help="Name, unique in the project [default: the broker picks one].")
-# Here, after --name: an option for each field of the job spec (api/options.py).
+# Here, after --name: an option for each field of the job spec (api/field_options.py).
 @click.option(
     "--export",
     multiple=True,

@@ -1,8 +1,9 @@
 """The MCP tool `submit_job`'s parameters for the job spec's fields, built from their Options.
 
-Each JobSpec field that `job submit` takes (api/options.py) is a parameter here too, named
-as the field, described by the same help, and published with the field's own JSON Schema
-(its bounds included: `checkpoint_grace_s` says `maximum: 300` because the model does).
+Each JobSpec field that `job submit` takes (api/field_options.py) is a parameter here
+too, named as the field, described by the same help, and published with the field's own
+JSON Schema (its bounds included: `checkpoint_grace_s` says `maximum: 300` because the
+model does).
 The MCP SDK reads a tool's input schema from the function's signature, so the tool is
 given one (`with_spec_parameters`). The values are not validated on the way in: the Job
 they make is (cli/submit.py `job_document`), and its refusal names the parameter.
@@ -16,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, WithJsonSchema
 
-from jobd.api.options import Kind, SpecOption
+from jobd.api.field_options import Kind, SpecOption
 from jobd.cli.submit import SPEC_OPTIONS, FieldPath, SubmitError, spec_value
 
 __all__ = ["said_by_parameters", "with_spec_parameters"]
@@ -43,7 +44,8 @@ def with_spec_parameters(submit: Callable[..., Document]) -> Callable[..., Docum
     tool.__doc__ = submit.__doc__
     annotations = {p.name: p.annotation for p in parameters}
     tool.__annotations__ = {**annotations, "return": Document}
-    setattr(tool, "__signature__", inspect.Signature(parameters, return_annotation=Document))  # noqa: B010
+    signature = inspect.Signature(parameters, return_annotation=Document)
+    tool.__signature__ = signature  # type: ignore[attr-defined]  # what inspect reads first
     return tool
 
 

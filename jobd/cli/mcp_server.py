@@ -108,6 +108,7 @@ class JobTools:
         cwd: Annotated[
             str | None, Field(description="Working directory; the MCP server's when omitted.")
         ] = None,
+        # The spec's fields, a parameter each in the tool's signature (with_spec_parameters).
         **fields: Any,
     ) -> Document:
         """Submit a job (as `job submit`); returns its document, with its id."""

@@ -3,7 +3,7 @@
 Only what the user said goes into the document, so every default (priority, preemptible,
 grace) stays the server's to resolve from the project. What the broker would refuse is
 refused here already, in the user's terms: the flag, not the field. The spec's options
-are its fields' Options (api/options.py); the MCP tool builds its Job here too
+are its fields' Options (api/field_options.py); the MCP tool builds its Job here too
 (`job_document`), naming its parameters instead of flags.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from jobd.api.arrays import parse_indices, parse_sweep
+from jobd.api.field_options import Option, spec_options
 from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job, JobSpec
-from jobd.api.options import Option, spec_options
 from jobd.api.vocabulary import ARRAY_INDEX
 
 __all__ = [

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel
 
+from jobd.api.field_options import NoOption, Option, marker, spec_options
 from jobd.api.models import MAX_GRACE_S, JobSpec, Resources
-from jobd.api.options import NoOption, Option, marker, spec_options
 from jobd.cli.job_main import cli
 from jobd.cli.submit import build_submit_job
 
@@ -75,7 +75,7 @@ def test_every_spec_field_is_a_submit_option_and_an_mcp_parameter_or_says_why_no
     fields = dict(leaves(JobSpec))
     assert {"resources.gpus", "resources.gpu_memory", "checkpoint_grace_s"} <= fields.keys()
     for field, said in fields.items():
-        assert said is not None, f"{field}: declare its Option or NoOption (api/options.py)"
+        assert said is not None, f"{field}: declare its Option or NoOption (api/field_options.py)"
         if isinstance(said, NoOption):
             assert said.reason.strip(), f"{field}: a NoOption says why"
             continue

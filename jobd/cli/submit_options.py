@@ -1,7 +1,7 @@
 """`job submit`'s options for the job spec's fields, built from the fields' Options.
 
-Each JobSpec field says its flag, help and kind (api/options.py); here each becomes a
-click option of the same name and type, so a field added to the spec is on the command
+Each JobSpec field says its flag, help and kind (api/field_options.py); here each becomes
+a click option of the same name and type, so a field added to the spec is on the command
 line without an edit here. Building them reads the models (pydantic), which `job get`
 and `job --help` must not pay for: `SpecCommand` builds them when the verb is run or its
 own help is shown, not when the group lists it.
@@ -16,7 +16,7 @@ import click
 from jobd.cli.durations import Duration
 
 if TYPE_CHECKING:
-    from jobd.api.options import Kind, SpecOption
+    from jobd.api.field_options import Kind, SpecOption
 
 __all__ = ["SpecCommand", "spec_click_option"]
 

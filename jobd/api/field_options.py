@@ -4,9 +4,9 @@ parameter, or neither, and why.
 A JobSpec field carries an `Option` (or a `NoOption` with its reason) as `Annotated`
 metadata, next to its type and limits. From these, and from the field's own JSON Schema
 (its bounds: `le=MAX_GRACE_S` becomes `maximum: 300`), the CLI builds `job submit`'s
-options and the refusals that name a flag (cli/spec_options.py, cli/submit.py) and the
-MCP server the parameters of `submit_job` (cli/mcp_server.py). So a new spec field is one
-edit, in models.py. pydantic keeps metadata it does not know out of validation and out of
+options and the refusals that name a flag (cli/submit_options.py, cli/submit.py) and the
+MCP server the parameters of `submit_job` (cli/mcp_parameters.py). So a new spec field
+is one edit, in models.py. pydantic keeps metadata it does not know out of validation and out of
 the JSON Schema, so the OpenAPI document is the same with or without these.
 """
 
@@ -110,7 +110,7 @@ def _walk(
         elif said is None and nested is not None:
             yield from _walk(nested, _definition(field_schema, root), root, where)
         elif said is None:
-            raise TypeError(f"{'.'.join(where)}: say its Option or NoOption (api/options.py)")
+            raise TypeError(f"{'.'.join(where)}: declare its Option or NoOption (api/models.py)")
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:
