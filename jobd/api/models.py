@@ -292,8 +292,8 @@ class Resources(Strict):
         Option(
             "--gpus",
             "GPUs the job takes, {minimum} to {maximum} (then no CPU slot).",
-            "integer",
-            "N",
+            kind="integer",
+            metavar="N",
         ),
     ] = Field(default=0, ge=0, le=64)
     # The least memory each of its GPUs must have free.
@@ -302,8 +302,8 @@ class Resources(Strict):
         Option(
             "--gpu-memory",
             "Memory each of its GPUs must have free: 40GiB, 80G, 40960MiB.",
-            "size",
-            "SIZE",
+            kind="size",
+            metavar="SIZE",
         ),
     ] = None
 
@@ -340,7 +340,7 @@ class JobSpec(Strict):
     ] = Field(default=None, json_schema_extra={"pattern": _NO_NUL})
     env: Annotated[
         dict[str, str],
-        Option("--env", "Environment variables of the job.", "pairs", "K=V"),
+        Option("--env", "Environment variables of the job.", kind="pairs", metavar="K=V"),
     ] = Field(
         default_factory=dict,
         json_schema_extra={
@@ -350,14 +350,16 @@ class JobSpec(Strict):
     )
     priority: Annotated[
         int | None,
-        Option("--priority", "Priority, higher runs first [default: the project's].", "integer"),
+        Option(
+            "--priority", "Priority, higher runs first [default: the project's].", kind="integer"
+        ),
     ] = Field(default=None, ge=0, le=1_000_000)
     preemptible: Annotated[
         bool | None,
         Option(
             "--preemptible",
             "Whether higher priority work may preempt it [default: the project's].",
-            "switch",
+            kind="switch",
         ),
     ] = None
     checkpoint_grace_s: Annotated[
@@ -365,8 +367,8 @@ class JobSpec(Strict):
         Option(
             "--checkpoint-grace",
             "Seconds from SIGTERM to SIGKILL on preemption, at most {maximum}.",
-            "number",
-            "S",
+            kind="number",
+            metavar="S",
         ),
     ] = None
     resources: Resources = Field(default_factory=Resources)
@@ -376,7 +378,7 @@ class JobSpec(Strict):
         Option(
             "--max-runtime",
             "Fail the job (SIGTERM, its grace) once it has run this long.",
-            "duration",
+            kind="duration",
         ),
     ] = None
     idle_timeout_s: Annotated[
@@ -384,12 +386,12 @@ class JobSpec(Strict):
         Option(
             "--idle-timeout",
             "Fail the job (SIGTERM, its grace) once it has printed nothing for this long.",
-            "duration",
+            kind="duration",
         ),
     ] = None
     max_pending_s: Annotated[
         GuardSeconds | None,
-        Option("--max-pending", "Fail the job if queued this long.", "duration"),
+        Option("--max-pending", "Fail the job if queued this long.", kind="duration"),
     ] = None
     ttl_after_finished_s: Annotated[
         GuardSeconds | None,
@@ -397,7 +399,7 @@ class JobSpec(Strict):
             "--ttl-after-finished",
             "Remove the job, its logs and events this long after it ends [default: the "
             "project's, else the broker's].",
-            "duration",
+            kind="duration",
         ),
     ] = None
     depends_on: Annotated[
@@ -405,8 +407,8 @@ class JobSpec(Strict):
         Option(
             "--depends-on",
             "Start only after these jobs (ids, or names in the project) succeed.",
-            "refs",
-            "ID",
+            kind="refs",
+            metavar="ID",
         ),
     ] = Field(
         default_factory=list,
@@ -418,7 +420,7 @@ class JobSpec(Strict):
     )
     depends_on_any_exit: Annotated[
         bool,
-        Option("--depends-on-any-exit", "Start once the dependencies end, however.", "flag"),
+        Option("--depends-on-any-exit", "Start once the dependencies end, however.", kind="flag"),
     ] = False
     # Beyond the seed, opt-in: resubmit automatically after a preemption whose checkpoint
     # completed (see docs/preemption.md).
@@ -427,7 +429,7 @@ class JobSpec(Strict):
         Option(
             "--auto-resume",
             "Resubmit it once after a preemption whose checkpoint completed.",
-            "flag",
+            kind="flag",
         ),
     ] = False
 
