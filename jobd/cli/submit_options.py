@@ -26,7 +26,18 @@ _NOTES: dict[Kind, str] = {
     "pairs": " Repeatable.",
     "refs": " Repeatable.",
 }
-_TYPES: dict[Kind, Any] = {"integer": int, "number": float}
+# How click takes each kind of value (api/field_options.py `Kind`).
+_CLICK: dict[Kind, dict[str, Any]] = {
+    "text": {"type": str},
+    "size": {"type": str},  # the model reads it
+    "integer": {"type": int},
+    "number": {"type": float},
+    "duration": {"type": Duration()},
+    "switch": {"default": None},  # unsaid unless given: the project's default applies
+    "flag": {"is_flag": True},
+    "pairs": {"multiple": True},
+    "refs": {"multiple": True},
+}
 
 
 class SpecCommand(click.Command):
@@ -59,19 +70,11 @@ class SpecCommand(click.Command):
 def spec_click_option(spec: SpecOption) -> click.Option:
     """The click option of one spec field: its flag, metavar, help and type."""
     option = spec.option
-    said: dict[str, Any] = {"help": spec.help + _NOTES.get(option.kind, "")}
+    flag = option.flag
+    if option.kind == "switch":
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
+    said = dict(_CLICK[option.kind])
     if option.metavar is not None:
         said["metavar"] = option.metavar
-    declared = [option.keyword, option.flag]
-    if option.kind == "switch":  # unsaid unless given: the project's default applies
-        declared[1] = f"{option.flag}/--no-{option.flag.removeprefix('--')}"
-        said["default"] = None
-    elif option.kind == "flag":
-        said["is_flag"] = True
-    elif option.kind in ("pairs", "refs"):
-        said["multiple"] = True
-    elif option.kind == "duration":
-        said["type"] = Duration()
-    else:
-        said["type"] = _TYPES.get(option.kind, str)
-    return click.Option(declared, **said)
+    help_ = spec.help + _NOTES.get(option.kind, "")
+    return click.Option([option.keyword, flag], help=help_, **said)
