@@ -21,6 +21,7 @@ from pydantic import (
     field_validator,
 )
 
+from jobd.api.field_options import NoOption, Option
 from jobd.api.secrets import MAX_PATTERN_LENGTH, MAX_PATTERNS, check_patterns
 from jobd.api.sizes import MAX_SIZE, SIZE_PATTERN, parse_size
 from jobd.api.vocabulary import (
@@ -288,8 +289,25 @@ class Resources(Strict):
     """
 
     model_config = ConfigDict(json_schema_extra=_memory_only_with_gpus)
-    gpus: int = Field(default=0, ge=0, le=64)
-    gpu_memory: Size | None = None  # the least memory each of its GPUs must have free
+    gpus: Annotated[
+        int,
+        Option(
+            "--gpus",
+            "GPUs the job takes, {minimum} to {maximum} (then no CPU slot).",
+            kind="integer",
+            metavar="N",
+        ),
+    ] = Field(default=0, ge=0, le=64)
+    # The least memory each of its GPUs must have free.
+    gpu_memory: Annotated[
+        Size | None,
+        Option(
+            "--gpu-memory",
+            "Memory each of its GPUs must have free: 40GiB, 80G, 40960MiB.",
+            kind="size",
+            metavar="SIZE",
+        ),
+    ] = None
 
     @property
     def slots(self) -> int:
@@ -304,8 +322,13 @@ class Resources(Strict):
         return memory
 
 
+# Each field says how `job submit` and the MCP tool take it (api/field_options.py): one
+# edit adds a field to the document, the command line and the MCP tool alike.
 class JobSpec(Strict):
-    command: list[str] = Field(
+    command: Annotated[
+        list[str],
+        NoOption("the verb's own argument: COMMAND after --, or --shell; the MCP `command`"),
+    ] = Field(
         min_length=1,
         json_schema_extra={
             "items": {"type": "string", "pattern": _NO_NUL},
@@ -313,24 +336,83 @@ class JobSpec(Strict):
             "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}],
         },
     )
-    cwd: str | None = Field(default=None, json_schema_extra={"pattern": _NO_NUL})
-    env: dict[str, str] = Field(
+    cwd: Annotated[
+        str | None,
+        NoOption("made absolute from where it is said: --cwd (default .), the MCP `cwd`"),
+    ] = Field(default=None, json_schema_extra={"pattern": _NO_NUL})
+    env: Annotated[
+        dict[str, str],
+        Option("--env", "Environment variables of the job.", kind="pairs", metavar="K=V"),
+    ] = Field(
         default_factory=dict,
         json_schema_extra={
             "propertyNames": {"pattern": r"^[^=\x00]+$"},
             "additionalProperties": {"type": "string", "pattern": _NO_NUL},
         },
     )
-    priority: int | None = Field(default=None, ge=0, le=1_000_000)
-    preemptible: bool | None = None
-    checkpoint_grace_s: Grace | None = None
+    priority: Annotated[
+        int | None,
+        Option(
+            "--priority", "Priority, higher runs first [default: the project's].", kind="integer"
+        ),
+    ] = Field(default=None, ge=0, le=1_000_000)
+    preemptible: Annotated[
+        bool | None,
+        Option(
+            "--preemptible",
+            "Whether higher priority work may preempt it [default: the project's].",
+            kind="switch",
+        ),
+    ] = None
+    checkpoint_grace_s: Annotated[
+        Grace | None,
+        Option(
+            "--checkpoint-grace",
+            "Seconds from SIGTERM to SIGKILL on preemption, at most {maximum}.",
+            kind="number",
+            metavar="S",
+        ),
+    ] = None
     resources: Resources = Field(default_factory=Resources)
     # The run limits (RunLimits, declared here again to keep the document's order).
-    max_runtime_s: GuardSeconds | None = None
-    idle_timeout_s: GuardSeconds | None = None
-    max_pending_s: GuardSeconds | None = None
-    ttl_after_finished_s: GuardSeconds | None = None
-    depends_on: list[int | str] = Field(
+    max_runtime_s: Annotated[
+        GuardSeconds | None,
+        Option(
+            "--max-runtime",
+            "Fail the job (SIGTERM, its grace) once it has run this long.",
+            kind="duration",
+        ),
+    ] = None
+    idle_timeout_s: Annotated[
+        GuardSeconds | None,
+        Option(
+            "--idle-timeout",
+            "Fail the job (SIGTERM, its grace) once it has printed nothing for this long.",
+            kind="duration",
+        ),
+    ] = None
+    max_pending_s: Annotated[
+        GuardSeconds | None,
+        Option("--max-pending", "Fail the job if queued this long.", kind="duration"),
+    ] = None
+    ttl_after_finished_s: Annotated[
+        GuardSeconds | None,
+        Option(
+            "--ttl-after-finished",
+            "Remove the job, its logs and events this long after it ends [default: the "
+            "project's, else the broker's].",
+            kind="duration",
+        ),
+    ] = None
+    depends_on: Annotated[
+        list[int | str],
+        Option(
+            "--depends-on",
+            "Start only after these jobs (ids, or names in the project) succeed.",
+            kind="refs",
+            metavar="ID",
+        ),
+    ] = Field(
         default_factory=list,
         json_schema_extra={
             "items": {
@@ -338,10 +420,20 @@ class JobSpec(Strict):
             }
         },
     )
-    depends_on_any_exit: bool = False
+    depends_on_any_exit: Annotated[
+        bool,
+        Option("--depends-on-any-exit", "Start once the dependencies end, however.", kind="flag"),
+    ] = False
     # Beyond the seed, opt-in: resubmit automatically after a preemption whose checkpoint
     # completed (see docs/preemption.md).
-    auto_resume: bool = False
+    auto_resume: Annotated[
+        bool,
+        Option(
+            "--auto-resume",
+            "Resubmit it once after a preemption whose checkpoint completed.",
+            kind="flag",
+        ),
+    ] = False
 
     # What no OS can execute is refused here, at admission, rather than crash the agent
     # that tries: argv, cwd and the environment are C strings (no NUL), and an

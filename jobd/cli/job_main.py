@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from jobd.api.vocabulary import DEFAULT_PROJECT, MAX_GRACE_S
-from jobd.cli.durations import Duration
+from jobd.api.vocabulary import DEFAULT_PROJECT
 from jobd.cli.failure import DiffFailure, Failure
 from jobd.cli.options import output_option, print_documents
+from jobd.cli.submit_options import SpecCommand
 from jobd.discovery import DEFAULT_SERVER, config_path, default_server, default_token
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
@@ -336,38 +336,11 @@ def _live(client: JobdClient, kind: str, name: str, action: str) -> Document | N
 _COMMAND_ARGS = {"allow_interspersed_args": False}
 
 
-@cli.command(context_settings=_COMMAND_ARGS)
+@cli.command(cls=SpecCommand, spec_after="name", context_settings=_COMMAND_ARGS)
 @click.option("-p", "--project", default="default", show_default=True, help="The job's project.")
 @click.option("--cwd", default=".", show_default=True, help="Working directory (made absolute).")
 @click.option("--name", help="Name, unique in the project [default: the broker picks one].")
-@click.option("--priority", type=int, help="Priority [default: the project's].")
-@click.option(
-    "--preemptible/--no-preemptible",
-    default=None,
-    help="Whether higher priority work may preempt it [default: the project's].",
-)
-@click.option(
-    "--checkpoint-grace",
-    type=float,
-    metavar="S",
-    help=f"Seconds from SIGTERM to SIGKILL on preemption, at most {MAX_GRACE_S}.",
-)
-@click.option("--gpus", type=int, metavar="N", help="GPUs the job takes (then no CPU slot).")
-@click.option(
-    "--gpu-memory",
-    metavar="SIZE",
-    help="Memory each of its GPUs must have free: 40GiB, 80G, 40960MiB.",
-)
-@click.option(
-    "--depends-on",
-    multiple=True,
-    metavar="ID",
-    help="Start only after this job (id, or name in the project) succeeds; repeatable.",
-)
-@click.option(
-    "--depends-on-any-exit", is_flag=True, help="Start once the dependencies end, however."
-)
-@click.option("--env", multiple=True, metavar="K=V", help="Environment variable; repeatable.")
+# Here, after --name: an option for each field of the job spec (api/field_options.py).
 @click.option(
     "--export",
     multiple=True,
@@ -376,23 +349,6 @@ _COMMAND_ARGS = {"allow_interspersed_args": False}
     "into the job's env, as sbatch --export [default: none].",
 )
 @click.option("--shell", metavar="'CMD'", help="Run CMD through `sh -c` (pipes, globs, &&).")
-@click.option(
-    "--max-runtime",
-    type=Duration(),
-    help="Fail the job (SIGTERM, its grace) once it has run this long: 90, 10m, 2h, 1d.",
-)
-@click.option(
-    "--idle-timeout",
-    type=Duration(),
-    help="Fail the job (SIGTERM, its grace) once it has printed nothing for this long.",
-)
-@click.option("--max-pending", type=Duration(), help="Fail the job if queued this long.")
-@click.option(
-    "--ttl-after-finished",
-    type=Duration(),
-    help="Remove the job, its logs and events this long after it ends [default: the "
-    "project's, else the broker's].",
-)
 @click.option("--resume-from", metavar="PATH", help="Set RESUME_FROM for the workload.")
 @click.option(
     "--array",
@@ -419,7 +375,8 @@ def submit(
     COMMAND is an argv, never run through a shell (--shell 'CMD' is, on purpose). Options
     end at `--` or at the command's first word: everything after it belongs to the command.
     With --array or --sweep it makes a job array, one job per member, and prints A<id>
-    (`job get|wait|cancel|delete A<id>` act on all of them).
+    (`job get|wait|cancel|delete A<id>` act on all of them). A DURATION is 90, 45s, 10m,
+    2h, 1d or 1h30m; a SIZE 40GiB, 80G or 40960MiB.
 
     \b
     Examples:

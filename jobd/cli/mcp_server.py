@@ -29,7 +29,8 @@ from pydantic import Field
 from jobd.api.models import Phase
 from jobd.cli.broker_client import ApiError, BrokerUnreachable, JobdClient
 from jobd.cli.failure import Failure
-from jobd.cli.submit import SubmitError, build_submit_job
+from jobd.cli.mcp_parameters import said_by_parameters, with_spec_parameters
+from jobd.cli.submit import SPEC_OPTIONS, FieldPath, SubmitError, job_document
 from jobd.cli.targets import resolve
 
 __all__ = ["JobTools", "build_server"]
@@ -56,27 +57,17 @@ def _as_tool_errors() -> Iterator[None]:
     except (ApiError, BrokerUnreachable, Failure) as exc:
         raise ToolError(exc.message) from None
     except SubmitError as exc:
-        raise ToolError(_in_parameter_terms(str(exc))) from None
+        raise ToolError(str(exc)) from None
 
 
-# build_submit_job names the CLI's flags; here the same fields are parameters.
-_PARAMETERS = {
-    "--checkpoint-grace": "checkpoint_grace_s",
-    "--env/--export": "env",
-    "--depends-on": "depends_on",
-    "--name": "name",
-    "--project": "project",
-    "--priority": "priority",
-    "--gpu-memory": "gpu_memory",
-    "--gpus": "gpus",
+# What each field of a submitted Job is called here, so a refusal names the parameter.
+_PARAMETERS: dict[FieldPath, str] = {
+    ("metadata", "name"): "name",
+    ("metadata", "project"): "project",
+    ("spec", "command"): "command",
+    ("spec", "cwd"): "cwd",
+    **{("spec", *spec.path): spec.parameter for spec in SPEC_OPTIONS},
 }
-
-
-def _in_parameter_terms(message: str) -> str:
-    for flag, parameter in _PARAMETERS.items():
-        if message.startswith((f"{flag}:", f"{flag} ")):
-            return parameter + message[len(flag) :]
-    return message
 
 
 def job_summary(job: Document) -> Document:
@@ -117,55 +108,14 @@ class JobTools:
         cwd: Annotated[
             str | None, Field(description="Working directory; the MCP server's when omitted.")
         ] = None,
-        gpus: Annotated[int | None, Field(description="GPUs the job needs.", ge=0)] = None,
-        gpu_memory: Annotated[
-            str | None, Field(description="Memory each GPU must have free, e.g. 40GiB.")
-        ] = None,
-        priority: Annotated[
-            int | None, Field(description="Higher runs first; the project's when omitted.")
-        ] = None,
-        preemptible: Annotated[
-            bool | None,
-            Field(description="May be stopped for a higher priority; the project's when omitted."),
-        ] = None,
-        checkpoint_grace_s: Annotated[
-            float | None, Field(description="Seconds between SIGTERM and SIGKILL (<= 300).")
-        ] = None,
-        env: Annotated[
-            dict[str, str] | None, Field(description="Environment variables of the job.")
-        ] = None,
-        depends_on: Annotated[
-            list[str] | None, Field(description="Jobs (ids or names) that must succeed first.")
-        ] = None,
-        max_runtime_s: Annotated[
-            float | None, Field(description="End the job (Failed) after this long running.", gt=0)
-        ] = None,
-        idle_timeout_s: Annotated[
-            float | None, Field(description="End the job after this long with no output.", gt=0)
-        ] = None,
-        max_pending_s: Annotated[
-            float | None, Field(description="End the job if it waits this long to start.", gt=0)
-        ] = None,
+        # The spec's fields, a parameter each in the tool's signature (with_spec_parameters).
+        **fields: Any,
     ) -> Document:
         """Submit a job (as `job submit`); returns its document, with its id."""
         with _as_tool_errors():
-            document = build_submit_job(
-                command,
-                environ={},
-                project=project,
-                cwd=cwd or os.getcwd(),
-                name=name,
-                priority=priority,
-                preemptible=preemptible,
-                checkpoint_grace=checkpoint_grace_s,
-                gpus=gpus,
-                gpu_memory=gpu_memory,
-                depends_on=depends_on or (),
-                env=[f"{k}={v}" for k, v in (env or {}).items()],
-                max_runtime=max_runtime_s,
-                idle_timeout=idle_timeout_s,
-                max_pending=max_pending_s,
-            )
+            said = said_by_parameters(fields)
+            where = os.path.abspath(os.path.expanduser(cwd or os.getcwd()))
+            document = job_document(command, where, project, name, said, _PARAMETERS)
             return self.broker.create_job(document)
 
     def get_job(self, job: JobRef) -> Document:
@@ -331,7 +281,7 @@ def build_server(broker: JobdClient) -> MCPServer:
     )
     tools = JobTools(broker)
     hinted: list[tuple[Callable[..., Document], ToolAnnotations]] = [
-        (tools.submit_job, _MAKES),
+        (with_spec_parameters(tools.submit_job), _MAKES),
         (tools.get_job, _READ),
         (tools.list_jobs, _READ),
         (tools.job_logs, _READ),

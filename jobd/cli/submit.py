@@ -2,7 +2,9 @@
 
 Only what the user said goes into the document, so every default (priority, preemptible,
 grace) stays the server's to resolve from the project. What the broker would refuse is
-refused here already, in the user's terms: the flag, not the field.
+refused here already, in the user's terms: the flag, not the field. The spec's options
+are its fields' Options (api/field_options.py); the MCP tool builds its Job here too
+(`job_document`), naming its parameters instead of flags.
 """
 
 from __future__ import annotations
@@ -15,19 +17,26 @@ from typing import Any
 from pydantic import ValidationError
 
 from jobd.api.arrays import parse_indices, parse_sweep
-from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job
+from jobd.api.field_options import Option, spec_options
+from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job, JobSpec
 from jobd.api.vocabulary import ARRAY_INDEX
 
 __all__ = [
     "MASKED_VALUE",
     "RERUNS_LABEL",
+    "SPEC_OPTIONS",
+    "FieldPath",
     "SubmitError",
     "as_array",
     "build_rerun_job",
     "build_submit_job",
+    "job_document",
+    "spec_value",
 ]
 
 Document = dict[str, Any]
+FieldPath = tuple[str, ...]
+"""Where a field sits: in the spec (`("resources", "gpus")`), or in the Job for a refusal."""
 
 
 # What a read shows in place of a secret env value (and what a finished job's spec keeps
@@ -47,21 +56,18 @@ class SubmitError(ValueError):
 # Never copied by `--export ALL` nor named by it: a job never holds jobd's token (CONTRACT §6).
 _NEVER_EXPORTED = frozenset({"JOBD_TOKEN", "JOBD_TOKEN_FILE"})
 
+# The spec's fields that `job submit` and the MCP tool take, from their Options.
+SPEC_OPTIONS = spec_options(JobSpec)
+_BY_KEYWORD = {spec.option.keyword: spec for spec in SPEC_OPTIONS}
+
 # Which flag set each field, so a refusal talks in the user's terms.
-_FLAGS = {
+_FLAGS: dict[FieldPath, str] = {
     ("metadata", "name"): "--name",
     ("metadata", "project"): "--project",
-    ("spec", "priority"): "--priority",
-    ("spec", "checkpoint_grace_s"): "--checkpoint-grace",
-    ("spec", "resources", "gpu_memory"): "--gpu-memory",
-    ("spec", "resources"): "--gpus",
-    ("spec", "env"): "--env/--export",
-    ("spec", "depends_on"): "--depends-on",
     ("spec", "command"): "the command",
-    ("spec", "max_runtime_s"): "--max-runtime",
-    ("spec", "idle_timeout_s"): "--idle-timeout",
-    ("spec", "max_pending_s"): "--max-pending",
-    ("spec", "ttl_after_finished_s"): "--ttl-after-finished",
+    ("spec", "cwd"): "--cwd",
+    **{("spec", *spec.path): spec.option.flag for spec in SPEC_OPTIONS},
+    ("spec", "env"): "--env/--export",  # both fill it
 }
 
 
@@ -74,64 +80,94 @@ def build_submit_job(
     project: str = "default",
     cwd: str = ".",
     name: str | None = None,
-    priority: int | None = None,
-    preemptible: bool | None = None,
-    checkpoint_grace: float | None = None,
-    gpus: int | None = None,
-    gpu_memory: str | None = None,
-    depends_on: Sequence[str] = (),
-    depends_on_any_exit: bool = False,
-    env: Sequence[str] = (),
     resume_from: str | None = None,
-    max_runtime: float | None = None,
-    idle_timeout: float | None = None,
-    max_pending: float | None = None,
-    ttl_after_finished: float | None = None,
+    **options: Any,
 ) -> Document:
     """The Job `job submit` sends: only what was said, so every default stays the server's.
 
-    `shell` runs through `sh -c` (on purpose: pipes, globs); `export` names variables of
-    `environ` (the submitter's environment) to copy into the spec, or `ALL` of them, as
-    `sbatch --export`; `--env` wins over an exported value.
+    `options` are the spec's options (SPEC_OPTIONS) by their Python names, as click gives
+    them: `checkpoint_grace=300`, `env=("K=V",)`, `max_runtime=7200.0`. `shell` runs
+    through `sh -c` (on purpose: pipes, globs); `export` names variables of `environ` (the
+    submitter's environment) to copy into the spec, or `ALL` of them, as `sbatch
+    --export`; `--env` wins over an exported value.
     """
-    if checkpoint_grace is not None and checkpoint_grace > MAX_GRACE_S:
-        raise SubmitError(
-            f"--checkpoint-grace {checkpoint_grace:g} s is over the {MAX_GRACE_S} s cap "
-            "on checkpoint grace"
-        )
+    said = _said_by_flags(options)
+    _check_grace(said, _FLAGS)
     command = _command(command, shell)
     environment = _exported(export, os.environ if environ is None else environ)
-    environment.update(_parse_env(env))
+    environment.update(said.pop(("env",), {}))
     if resume_from is not None:
         environment["RESUME_FROM"] = resume_from
-    said = {
-        "env": environment or None,
-        "priority": priority,
-        "preemptible": preemptible,
-        "checkpoint_grace_s": checkpoint_grace,
-        "resources": _resources(gpus, gpu_memory),
-        "depends_on": [int(d) if d.isdigit() else d for d in depends_on] or None,
-        "depends_on_any_exit": depends_on_any_exit or None,
-        "max_runtime_s": _whole_seconds(max_runtime),
-        "idle_timeout_s": _whole_seconds(idle_timeout),
-        "max_pending_s": _whole_seconds(max_pending),
-        "ttl_after_finished_s": _whole_seconds(ttl_after_finished),
-    }
-    spec: dict[str, Any] = {
-        "command": command,
-        "cwd": os.path.abspath(os.path.expanduser(cwd)),
-    }
-    spec.update({k: v for k, v in said.items() if v is not None})
+    if environment:
+        said[("env",)] = environment
+    absolute = os.path.abspath(os.path.expanduser(cwd))
+    return job_document(command, absolute, project, name, said, _FLAGS)
+
+
+def job_document(
+    command: list[str],
+    cwd: str,
+    project: str,
+    name: str | None,
+    said: Mapping[FieldPath, Any],
+    names: Mapping[FieldPath, str],
+) -> Document:
+    """A Job of `command` in `cwd` with the spec's fields `said` (by path in the spec),
+    refused here as the broker would refuse it, naming the field as the caller said it
+    (`names`, by path in the Job: a flag, an MCP parameter)."""
+    _check_grace(said, names)
+    spec: Document = {"command": command, "cwd": cwd}
+    for path, value in said.items():
+        *parents, field = path
+        place = spec
+        for parent in parents:
+            place = place.setdefault(parent, {})
+        place[field] = value
     metadata = {"project": project, **({"name": name} if name else {})}
     document = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
-    _validate_submit(document)
+    _validate_submit(document, names)
     return document
 
 
-def _resources(gpus: int | None, gpu_memory: str | None) -> dict[str, Any] | None:
-    """`--gpus` and `--gpu-memory` as the spec says them; the size is the broker's to read."""
-    said = {"gpus": gpus, "gpu_memory": gpu_memory}
-    return {k: v for k, v in said.items() if v is not None} or None
+def spec_value(option: Option, value: Any, name: str) -> Any:
+    """An option's value as the spec holds it, None when it says nothing: a duration in
+    whole seconds (a fraction rounded up), digits among job refs as ids, `K=V` words as
+    an object. `name` is the option's, for a refusal."""
+    if value is None or (option.kind == "flag" and not value):
+        return None
+    if isinstance(value, list | tuple | dict) and not value:
+        return None
+    if option.kind == "duration" and isinstance(value, int | float):
+        return math.ceil(value)
+    if option.kind == "refs":
+        return [int(r) if isinstance(r, str) and r.isdigit() else r for r in value]
+    if option.kind == "pairs" and not isinstance(value, Mapping):
+        return _parse_env(value, name)
+    return value
+
+
+def _said_by_flags(options: Mapping[str, Any]) -> dict[FieldPath, Any]:
+    """The spec's options as click gives them, as fields by path (what was said only)."""
+    unknown = sorted(options.keys() - _BY_KEYWORD.keys())
+    if unknown:
+        raise TypeError(f"job submit has no option {unknown[0]!r}")
+    said = {}
+    for keyword, given in options.items():
+        spec = _BY_KEYWORD[keyword]
+        value = spec_value(spec.option, given, spec.option.flag)
+        if value is not None:
+            said[spec.path] = value
+    return said
+
+
+def _check_grace(said: Mapping[FieldPath, Any], names: Mapping[FieldPath, str]) -> None:
+    """Grace past the cap, refused in the caller's words before the model says it its way."""
+    grace = said.get(("checkpoint_grace_s",))
+    if isinstance(grace, int | float) and not isinstance(grace, bool) and grace > MAX_GRACE_S:
+        raise SubmitError(
+            f"{names[('spec', 'checkpoint_grace_s')]} {grace:g} s is over the {MAX_GRACE_S} s "
+            "cap on checkpoint grace"
+        )
 
 
 def as_array(document: Document, indices: str | None, sweep: Sequence[str]) -> Document:
@@ -151,11 +187,6 @@ def as_array(document: Document, indices: str | None, sweep: Sequence[str]) -> D
         raise SubmitError(f"{'--array' if indices is not None else '--sweep'}: {exc}") from None
     spec = {**document["spec"], "array": array}
     return {**document, "kind": "JobArray", "spec": spec}
-
-
-def _whole_seconds(seconds: float | None) -> int | None:
-    """A duration as the spec holds it: whole seconds, a fraction rounded up."""
-    return None if seconds is None else math.ceil(seconds)
 
 
 def _command(command: Sequence[str], shell: str | None) -> list[str]:
@@ -187,24 +218,24 @@ def _exported(names: Sequence[str], environ: Mapping[str, str]) -> dict[str, str
     return found
 
 
-def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
+def _parse_env(pairs: Sequence[str], flag: str = "--env") -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SubmitError(f"--env expects KEY=VALUE, got {pair!r}")
+            raise SubmitError(f"{flag} expects KEY=VALUE, got {pair!r}")
         env[key] = value
     return env
 
 
-def _validate_submit(document: Document) -> None:
+def _validate_submit(document: Document, names: Mapping[FieldPath, str] = _FLAGS) -> None:
     """Refuse here what the broker would refuse, naming the flag rather than the field."""
     try:
         Job.model_validate(document, context=ADMISSION)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(str(p) for p in err["loc"])
-        flag = next((f for k, f in _FLAGS.items() if loc[: len(k)] == k), ".".join(loc))
+        flag = next((f for k, f in names.items() if loc[: len(k)] == k), ".".join(loc))
         raise SubmitError(f"{flag}: {err['msg'].removeprefix('Value error, ')}") from None
 
 

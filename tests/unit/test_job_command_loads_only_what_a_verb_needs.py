@@ -3,7 +3,8 @@
 Checked in fresh interpreters, by what lands in sys.modules (structure, not timing):
 importing the command loads none of pydantic, rich, httpx or ruamel.yaml; `job get`,
 run to the end against a broker that is not there, loads neither pydantic nor
-ruamel.yaml; `jobd`'s entry point loads none of the broker's or worker's libraries.
+ruamel.yaml; `job --help` lists every verb without loading pydantic; `jobd`'s entry point
+loads none of the broker's or worker's libraries.
 """
 
 from __future__ import annotations
@@ -57,6 +58,18 @@ def test_job_get_loads_neither_pydantic_nor_ruamel_yaml() -> None:
     assert {"jobd.cli.reading", "httpx"} <= loaded  # it ran, and reached for the broker
     assert _heavy(loaded) <= {"httpx", "rich"}
     assert "httpx._main" not in loaded  # httpx's own command line: pygments and more
+
+
+def test_job_help_lists_submit_without_building_its_spec_options() -> None:
+    # submit's options for the spec's fields are built from the models (pydantic), late.
+    setup = (
+        "from jobd.cli.job_main import main\n"
+        "sys.argv = ['job', '--help']\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+    )
+    loaded = _loaded(setup)
+    assert "pydantic" not in _heavy(loaded)
+    assert not {"jobd.api.models", "jobd.cli.submit"} & loaded
 
 
 def test_the_jobd_entry_point_loads_no_heavy_library() -> None:
