@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from jobd.broker.state import BrokerConfig
     from jobd.cli.worker_host import Gpus
     from jobd.worker.agent import Agent
-    from jobd.worker.execution import WorkerSettings
+    from jobd.worker.settings import WorkerSettings
 
 __all__ = ["main"]
 
@@ -302,7 +302,7 @@ def _broker_config(kw: dict[str, Any]) -> BrokerConfig:
 
 def _worker_settings(kw: dict[str, Any]) -> WorkerSettings:
     from jobd.worker.checkpoints import checkpoint_root
-    from jobd.worker.execution import WorkerSettings
+    from jobd.worker.settings import WorkerSettings
 
     given = click.get_current_context().meta.get(_NAME_GIVEN)
     if given is not None:
@@ -372,7 +372,7 @@ def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
 
     uvloop serves HTTP faster. The programs that run workloads (worker, dev) stay on
     asyncio's loop: workloads once started several times slower under uvloop. They now
-    start with a plain Popen (runner/base.py), so that reason is worth measuring again.
+    start with posix_spawn (worker/shim/lifecycle.py), so that reason is worth measuring again.
     """
     if uvloop:
         try:

@@ -24,9 +24,10 @@ from jobd.api.models import Job
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.wire.client import AsyncClient
-from jobd.worker.execution import Execution, WorkerSettings
+from jobd.worker.execution import Execution, Host
 from jobd.worker.reporting import BrokerLink
-from jobd.worker.runner.procgroup import ProcessGroupRunner
+from jobd.worker.settings import WorkerSettings
+from jobd.worker.shim.containment import ProcessGroup
 from tests.integration.conftest import bind, job_document
 
 pytestmark = pytest.mark.anyio
@@ -261,7 +262,7 @@ async def test_a_job_that_ended_is_not_signalled_when_the_broker_says_it_is_over
         default_grace_s=5,
         state_dir=tmp_path / "state",
     )
-    execution = Execution(job, settings, ProcessGroupRunner(), broker.link)
+    execution = Execution.new(job, Host(settings, ProcessGroup(), broker.link))
     with anyio.fail_after(10):
         await execution.run()
         assert await phase(api, job_id) == "Succeeded"
