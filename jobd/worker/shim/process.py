@@ -32,7 +32,7 @@ from jobd.worker.shim.protocol import LOG_FILE, SHIM_MODULE, Ended, LaunchReques
 from jobd.worker.shim.signals import Wakeups, become_subreaper, no_children_left
 from jobd.worker.shim.statedir import open_append
 
-__all__ = ["Launch", "PoolLink", "main", "parse_launch", "serve"]
+__all__ = ["Launch", "PoolLink", "main", "parse_launch", "serve", "write_all"]
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
