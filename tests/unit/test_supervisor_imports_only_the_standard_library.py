@@ -2,7 +2,7 @@
 
 It runs under the agent's interpreter yet must start fast and keep working whatever the
 agent's dependencies do; checked in a fresh interpreter, where nothing is imported yet,
-for the shim process, the pool, and every other module of jobd.worker.shim but client.py
+for the shim process, the pool, and every other module of jobd.worker.shim but its client
 (the agent's side).
 """
 
@@ -27,7 +27,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 SHIM_MODULES = sorted(
     f"jobd.worker.shim.{info.name}"
     for info in pkgutil.iter_modules(jobd.worker.shim.__path__)
-    if info.name != "client"
+    if info.name != "client"  # the agent's side
 )
 
 

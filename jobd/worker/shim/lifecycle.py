@@ -47,7 +47,7 @@ from jobd.worker.shim.signals import (
 )
 from jobd.worker.shim.statedir import open_append, read_json, take_lock, write_json_atomic
 
-__all__ = ["EXIT_ALREADY_SUPERVISED", "run_job"]
+__all__ = ["EXIT_ALREADY_SERVED", "run_job"]
 
 # A stop request whose wake-up signal was lost (or never sent) is still seen this soon.
 STOP_FILE_POLL_S = 0.5
@@ -55,7 +55,7 @@ STOP_FILE_POLL_S = 0.5
 LEFTOVERS_TIMEOUT_S = 3.0
 # What a shell reports for a command it could not run.
 SPAWN_FAILED_EXIT = 127
-EXIT_ALREADY_SUPERVISED = 3
+EXIT_ALREADY_SERVED = 3
 
 
 def run_job(
@@ -75,10 +75,10 @@ def run_job(
     serving(state_dir.name)
     lock = take_lock(state_dir)
     if lock is None or (state_dir / STATUS_FILE).exists():
-        log_event(f"{state_dir} has a live supervisor or a finished job already")
+        log_event(f"{state_dir} has a live shim or a finished job already")
         if lock is not None:
             os.close(lock)
-        return EXIT_ALREADY_SUPERVISED
+        return EXIT_ALREADY_SERVED
     status = _JobRun(state_dir, wakeups, on_started, pokes_only).run(spec)
     write_json_atomic(state_dir / STATUS_FILE, status.to_dict())
     os.close(lock)  # after status.json: a released lock and no status means a lost job

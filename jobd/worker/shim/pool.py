@@ -138,7 +138,7 @@ class _Pool:
             serve(parse_launch(line), link)
             code = 0
         except BaseException as exc:  # a forked child must never unwind into the pool
-            log_event(f"supervisor failed: {type(exc).__name__}: {exc}")
+            log_event(f"shim failed: {type(exc).__name__}: {exc}")
         finally:
             os._exit(code)
 
