@@ -9,7 +9,7 @@ lifecycle   one job's life inside a shim: spawn, stop with grace, reap, status.j
 process     the shim process: set-up and the one serve loop, `python -m jobd.worker.shim.process`
 pool        the pool process, forking shims that serve job after job (`-m jobd.worker.shim.pool`)
 containment how a job's processes are held together (a process group, a systemd scope)
-client      the agent's side: launch, adopt, scan, stop, read the end (the only module here
+client/     the agent's side: launch, adopt, scan, stop, read the end (the only part here
             that may import more than the standard library)
 
 This file imports nothing: `python -m jobd.worker.shim.process` loads only what it needs.

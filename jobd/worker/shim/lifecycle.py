@@ -292,5 +292,6 @@ class _JobRun:
         return self._finished(returncode=SPAWN_FAILED_EXIT, error=message.strip())
 
     def _finished(self, returncode: int | None = None, error: str | None = None) -> ExitStatus:
-        started = (self.started_at, self.pid if self.started_at else None)
-        return ExitStatus.of(returncode, error, started, self.stop, self.spec)
+        started = self.started_at
+        workload = None if started is None or self.pid is None else (started, self.pid)
+        return ExitStatus.of(returncode, error, workload, self.stop, self.spec)

@@ -219,19 +219,20 @@ class ExitStatus:
         cls,
         returncode: int | None,
         error: str | None,
-        started: tuple[str | None, int | None],
+        workload: tuple[str, int] | None,
         stop: StopRecord | None,
         spec: LaunchSpec | None,
     ) -> ExitStatus:
-        """The end of a run: returncode as waitstatus_to_exitcode gives it (or None)."""
+        """The end of a run: returncode as waitstatus_to_exitcode gives it (None: the
+        workload never ran), workload its start time and pid if it started."""
         sig = -returncode if returncode is not None and returncode < 0 else None
         return cls(
             exit_code=returncode if sig is None else None,
             signal=sig,
             signal_name=None if sig is None else signal.Signals(sig).name,
-            started_at=started[0],
+            started_at=None if workload is None else workload[0],
             finished_at=utc_now(),
-            workload_pid=started[1],
+            workload_pid=None if workload is None else workload[1],
             stop=stop,
             error=error,
             job_id=None if spec is None else spec.job_id,
