@@ -75,12 +75,13 @@ class Execution:
         self._save_lock = anyio.Lock()
 
     @classmethod
-    def new(cls, job: Job, host: Host) -> Execution:
-        """The attempt the broker bound here, still to be launched."""
+    def new(cls, job: Job, host: Host, hooks: Sequence[Hook] | None = None) -> Execution:
+        """The attempt the broker bound here, still to be launched (hooks: default_hooks())."""
         attempt = attempt_of(job)
         record = JobRecord(job.id, attempt, boot_id(), phase=AttemptPhase.PREPARING)
         state_dir = job_dir(host.settings.state_dir / "jobs", job.id, attempt)
-        return cls(host, record, state_dir, effective_grace(job, host.settings), job=job)
+        grace_s = effective_grace(job, host.settings)
+        return cls(host, record, state_dir, grace_s, job=job, hooks=hooks)
 
     @classmethod
     def readopted(
