@@ -25,7 +25,7 @@ from jobd.daemon.settings import BrokerOptions, OutputOptions, default_data_dir
 from jobd.logconfig import redact_url
 
 if TYPE_CHECKING:
-    from jobd.worker.execution import WorkerSettings
+    from jobd.worker.settings import WorkerSettings
 
 __all__ = ["broker_config", "http_server", "listen", "refuse_weak_token", "say_where"]
 

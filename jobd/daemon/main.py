@@ -60,7 +60,7 @@ def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
 
     uvloop serves HTTP faster. The programs that run workloads (worker, dev) stay on
     asyncio's loop: workloads once started several times slower under uvloop. They now
-    start with a plain Popen (runner/base.py), so that reason is worth measuring again.
+    start with posix_spawn (worker/shim/lifecycle.py), so that reason is worth measuring again.
     """
     if uvloop:
         try:

@@ -18,7 +18,7 @@ from jobd.daemon.worker_host import Gpus, check_gpus, detect_gpus
 from jobd.logconfig import get_logger
 from jobd.worker.agent import Agent
 from jobd.worker.checkpoints import checkpoint_root
-from jobd.worker.execution import WorkerSettings
+from jobd.worker.settings import WorkerSettings
 
 __all__ = ["forget_token", "say_jobs_run_on", "worker_settings", "worker_token"]
 

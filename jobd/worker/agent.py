@@ -5,10 +5,10 @@ bound to it, so a job starts milliseconds after it is scheduled. Each change is
 reconciled against the local processes: a Scheduled job with no process is started; a
 job whose `signal` is set is stopped (SIGTERM, grace, SIGKILL); a job the broker no
 longer binds here is stopped. The heartbeat carries the jobs it runs, so the broker can
-reconcile the other direction. Each job runs under a supervisor that outlives the agent:
-at start the agent re-adopts every job an earlier agent left running (or ended meanwhile)
-before it says anything to the broker, and on its way out it stops none. Next stage:
-Execution, one per job attempt.
+reconcile the other direction. Each job runs under a shim (jobd.worker.shim) that
+outlives the agent: at start the agent re-adopts every job an earlier agent left running
+(or ended meanwhile) before it says anything to the broker, and on its way out it stops
+none. Next stage: Execution, one per job attempt.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from jobd.wire import calls
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
-from jobd.worker.execution import Execution, WorkerSettings, attempt_of
+from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_used
 from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
-from jobd.worker.runner import Runner, detect_runner
-from jobd.worker.supervision import Launcher, adopt, kill_orphaned_workload
+from jobd.worker.settings import WorkerSettings, attempt_of
+from jobd.worker.shim.client import ShimPool, adopt, kill_orphaned_workload
+from jobd.worker.shim.containment import Containment, choose_containment
 
 __all__ = ["Agent"]
 
@@ -46,15 +47,15 @@ class Agent:
         server: str,
         token: str | None,
         settings: WorkerSettings,
-        runner: Runner | None = None,
+        containment: Containment | None = None,
         lease_duration_s: float = 15.0,
     ) -> None:
         self.server, self.token, self.settings = server, token, settings
-        self.runner = runner or detect_runner()
+        self.containment = containment or choose_containment()
         self.lease_duration_s = lease_duration_s
         self.executions: dict[int, Execution] = {}
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
-        self.launcher = Launcher()
+        self.pool = ShimPool()
         self.revision = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
@@ -75,8 +76,8 @@ class Agent:
                     await self._register()
                     await self._serve(tg)
             finally:
-                # Jobs run on under their supervisors; the launcher exits with its pipe.
-                await self.launcher.aclose()
+                # Jobs run on under their shims; the pool exits with its pipe.
+                await self.pool.aclose()
 
     async def _serve(self, tg: anyio.abc.TaskGroup) -> None:
         assert self.link is not None
@@ -96,14 +97,15 @@ class Agent:
             gpu_memory=self.settings.gpu_memory,
             lease_duration_s=self.lease_duration_s,
         )
-        body = Registration(spec=spec, hostname=socket.gethostname(), runner=self.runner.name)
+        runner = self.containment.name
+        body = Registration(spec=spec, hostname=socket.gethostname(), runner=runner)
         registered = await self.link.call(calls.register_worker(self.settings.name, body))
         if registered is None:
             raise RuntimeError(f"the broker refused to register worker {self.settings.name}")
         log.info(
             "worker_registered",
             worker=self.settings.name,
-            runner=self.runner.name,
+            runner=runner,
             slots=spec.slots,
         )
 
@@ -158,13 +160,11 @@ class Agent:
         record = JobRecord.load(state_dir)
         if record is None or record.drained:
             return  # a stranger, or over and shipped (kept by --keep-job-files)
-        supervised = adopt(state_dir)
-        if supervised is None:  # gone without a word: end what it left running
+        shim = adopt(state_dir)
+        if shim is None:  # gone without a word: end what it left running
             kill_orphaned_workload(state_dir)
-        execution = Execution.adopting(
-            state_dir, record, supervised, self.settings, self.runner, self.link
-        )
-        ended = supervised is None or supervised.status() is not None
+        execution = Execution.readopted(state_dir, record, shim, self._host())
+        ended = shim is None or shim.status() is not None
         self.link.event(
             "job_readopted",
             record.job_id,
@@ -197,7 +197,11 @@ class Agent:
 
     def _start(self, job: Job) -> None:
         assert self.link is not None
-        self._supervise(Execution(job, self.settings, self.runner, self.link, self.launcher))
+        self._supervise(Execution.new(job, self._host()))
+
+    def _host(self) -> Host:
+        assert self.link is not None
+        return Host(self.settings, self.containment, self.link, self.pool)
 
     def _supervise(self, execution: Execution) -> None:
         assert self._tg is not None
@@ -205,7 +209,7 @@ class Agent:
 
         async def supervise() -> None:
             # On shutdown (cancelled) nothing is killed and the job stays counted: its
-            # supervisor carries on alone, and the next agent re-adopts it.
+            # shim carries on alone, and the next agent re-adopts it.
             try:
                 await execution.run()
             except Exception:  # run() turns a job's errors into its failure; belt and braces

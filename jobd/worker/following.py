@@ -1,9 +1,9 @@
-"""The agent follows a supervised job's output files: ships them, caps them, scans for the sentinel.
+"""The agent follows a job's output files: ships them, caps them, scans for the sentinel.
 
 Each chunk of stdout shipped is also handed to `on_stdout` (the job's progress lines are
 read there, worker/progress.py), so the output is read once for both.
 
-The supervisor writes the workload's stdout and stderr straight to files; the agent reads
+The shim writes the workload's stdout and stderr straight to files; the agent reads
 them by offset in bounded chunks, so it holds no more than one chunk of any job's output
 however much the job writes, and a restarted agent resumes from the offsets its record
 kept. The broker keeps one log per job: chunks of the two files are appended to it in the

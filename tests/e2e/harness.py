@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from jobd.worker.supervision import adopt
+from jobd.worker.shim.client import adopt
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

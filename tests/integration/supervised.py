@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from jobd.worker.supervision import SupervisedJob, SupervisedSpec, SupervisorRecord, adopt
-from jobd.worker.supervisor import lock_is_held
+from jobd.worker.shim.client import Shim, adopt, read_record
+from jobd.worker.shim.protocol import LaunchSpec
+from jobd.worker.shim.statedir import lock_is_held
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -31,9 +32,10 @@ LAUNCHER = """
 import json, sys, time
 from pathlib import Path
 import anyio
-from jobd.worker.supervisor import lock_is_held
-from jobd.worker.supervision import SupervisedSpec, launch
-job = launch(Path(sys.argv[1]), SupervisedSpec(**json.loads(sys.argv[2])))
+from jobd.worker.shim.statedir import lock_is_held
+from jobd.worker.shim.client import launch
+from jobd.worker.shim.protocol import LaunchSpec
+job = launch(Path(sys.argv[1]), LaunchSpec(**json.loads(sys.argv[2])))
 anyio.run(job.started)
 stop = json.loads(sys.argv[3])
 if stop:
@@ -67,8 +69,8 @@ time.sleep(60)
 """
 
 
-def python_spec(code: str, *args: str, grace_s: float = 5.0) -> SupervisedSpec:
-    return SupervisedSpec(
+def python_spec(code: str, *args: str, grace_s: float = 5.0) -> LaunchSpec:
+    return LaunchSpec(
         argv=[sys.executable, "-c", code, *args],
         cwd="/",
         env={"PATH": "/usr/bin:/bin"},
@@ -79,7 +81,7 @@ def python_spec(code: str, *args: str, grace_s: float = 5.0) -> SupervisedSpec:
 
 
 def start_launcher(
-    state_dir: Path, spec: SupervisedSpec, stop: dict[str, object] | None = None
+    state_dir: Path, spec: LaunchSpec, stop: dict[str, object] | None = None
 ) -> subprocess.Popen[bytes]:
     """A launcher process, once its supervisor has started the workload (and asked a stop)."""
     launcher = subprocess.Popen(
@@ -112,7 +114,7 @@ def wait_for(condition: Callable[[], object], within_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def wait_ready(job: SupervisedJob) -> None:
+def wait_ready(job: Shim) -> None:
     wait_for(lambda: job.stdout_path.exists() and b"ready" in job.stdout_path.read_bytes())
 
 
@@ -141,14 +143,14 @@ def state_root(tmp_path: Path, child_subreaper: None) -> Iterator[Path]:
     root.mkdir()
     yield root
     for entry in root.iterdir():
-        record = SupervisorRecord.read(entry)
+        record = read_record(entry)
         if record is None:
             continue
         job = adopt(entry)
         if job is not None and job.is_alive():  # still running: stop it, as an agent would
             job.request_stop(0, "test teardown")
             wait_for(lambda entry=entry: not lock_is_held(entry))
-        reap_if_our_child(record.supervisor.pid)
+        reap_if_our_child(record.shim.pid)
 
 
 def reap_if_our_child(pid: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import adopt, kill_orphaned_workload, launch
+from jobd.worker.shim.client import adopt, kill_orphaned_workload, launch
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
     is_gone,
@@ -32,7 +32,7 @@ async def test_the_job_of_a_killed_supervisor_is_reported_lost_and_killed(
     record = await job.started()
     assert record.workload is not None
     wait_ready(job)
-    os.kill(record.supervisor.pid, signal.SIGKILL)
+    os.kill(record.shim.pid, signal.SIGKILL)
     with anyio.fail_after(3):
         status = await job.wait()
     assert status.lost and (status.exit_code, status.signal) == (None, None)

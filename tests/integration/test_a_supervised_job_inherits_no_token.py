@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import launch
+from jobd.worker.shim.client import launch
 from tests.integration.supervised import python_spec
 
 pytestmark = pytest.mark.anyio

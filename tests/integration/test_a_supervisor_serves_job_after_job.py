@@ -14,8 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import Launcher, SupervisedJob
-from jobd.worker.supervisor import STATUS_FILE, STOPPING_FILE
+from jobd.worker.shim.client import Shim, ShimPool
+from jobd.worker.shim.protocol import STATUS_FILE, STOPPING_FILE
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
     is_gone,
@@ -39,19 +39,19 @@ while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read():
 
 
 async def _next_on_same_supervisor(
-    launcher: Launcher, first: SupervisedJob, state_dir: Path, code: str, *args: str
-) -> SupervisedJob:
+    launcher: ShimPool, first: Shim, state_dir: Path, code: str, *args: str
+) -> Shim:
     """The next job, launched once the first is over: its supervisor is idle by then."""
     with anyio.fail_after(10):
         await first.wait()
     second = await launcher.launch(state_dir, replace(python_spec(code, *args), job_id=43))
-    assert second.supervisor == first.supervisor  # one process, two jobs in turn
+    assert second.identity == first.identity  # one process, two jobs in turn
     return second
 
 
 @pytest.mark.anyio
 async def test_a_stop_for_the_first_job_never_stops_the_second(state_root: Path) -> None:
-    launcher = Launcher()
+    launcher = ShimPool()
     try:
         first = await launcher.launch(state_root / "42-1", python_spec("pass"))
         second = await _next_on_same_supervisor(
@@ -77,7 +77,7 @@ async def test_a_stop_for_the_first_job_never_stops_the_second(state_root: Path)
 async def test_what_a_job_leaves_behind_is_dead_before_the_next_starts(
     state_root: Path, tmp_path: Path
 ) -> None:
-    launcher = Launcher()
+    launcher = ShimPool()
     daemon_pid_file = tmp_path / "daemon.pid"
     try:
         first = await launcher.launch(

@@ -14,8 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.runner.base import ProcessIdentity
-from jobd.worker.supervision import adopt, launch, scan
+from jobd.worker.shim.client import adopt, launch, scan
+from jobd.worker.shim.procfs import ProcessIdentity
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
     python_spec,

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import Launcher, SupervisedJob
+from jobd.worker.shim.client import Shim, ShimPool
 from tests.integration.supervised import (
     python_spec,
 )
@@ -26,8 +26,8 @@ SLEEPS_THEN_EXITS = "import sys, time; time.sleep(float(sys.argv[2])); sys.exit(
 async def test_concurrent_launches_each_get_their_own_answer_and_exit(
     state_root: Path,
 ) -> None:
-    launcher = Launcher()
-    jobs: dict[int, SupervisedJob] = {}
+    launcher = ShimPool()
+    jobs: dict[int, Shim] = {}
 
     async def launch(i: int) -> None:
         spec = replace(python_spec(SLEEPS_THEN_EXITS, str(i % 7), "0.3"), job_id=i)
@@ -37,7 +37,7 @@ async def test_concurrent_launches_each_get_their_own_answer_and_exit(
         async with anyio.create_task_group() as tg:  # 16 requests in flight at once
             for i in range(16):
                 tg.start_soon(launch, i)
-        supervisors = {job.supervisor for job in jobs.values()}
+        supervisors = {job.identity for job in jobs.values()}
         assert len(supervisors) == 16 and None not in supervisors
         with anyio.fail_after(20):
             ends = {i: await job.wait() for i, job in jobs.items()}
@@ -53,7 +53,7 @@ async def test_concurrent_launches_each_get_their_own_answer_and_exit(
 async def test_a_second_launch_into_the_same_directory_returns_the_first_job(
     state_root: Path,
 ) -> None:
-    launcher = Launcher()
+    launcher = ShimPool()
     state_dir = state_root / "7-1"
     started = state_root / "starts"
     code = "import sys, time; open(sys.argv[1], 'a').write('x'); time.sleep(0.5)"
@@ -61,7 +61,7 @@ async def test_a_second_launch_into_the_same_directory_returns_the_first_job(
     try:
         first = await launcher.launch(state_dir, spec)
         second = await launcher.launch(state_dir, spec)
-        assert second.supervisor == first.supervisor
+        assert second.identity == first.identity
         with anyio.fail_after(10):
             end = await first.wait()
         assert end.exit_code == 0

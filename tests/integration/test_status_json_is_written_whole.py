@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import launch
-from jobd.worker.supervisor import read_json, write_json_atomic
+from jobd.worker.shim.client import launch
+from jobd.worker.shim.statedir import read_json, write_json_atomic
 from tests.integration.supervised import (
     python_spec,
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import adopt
+from jobd.worker.shim.client import adopt
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
     kill_launcher,

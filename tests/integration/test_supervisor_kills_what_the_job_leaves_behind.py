@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import launch
+from jobd.worker.shim.client import launch
 from tests.integration.supervised import (
     is_gone,
     python_spec,

@@ -15,7 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobd.worker.supervision import ExitRecord, SupervisedJob, adopt, launch
+from jobd.worker.shim.client import Shim, adopt, launch
+from jobd.worker.shim.protocol import ExitStatus
 from tests.integration.supervised import (
     CHECKPOINTS_ON_SIGTERM,
     STUBBORN_WITH_CHILD,
@@ -32,7 +33,7 @@ def seconds_between(earlier: str, later: str) -> float:
     return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
 
 
-async def wait_within(job: SupervisedJob, seconds: float) -> ExitRecord:
+async def wait_within(job: Shim, seconds: float) -> ExitStatus:
     with anyio.fail_after(seconds):
         return await job.wait()
 
@@ -86,7 +87,7 @@ async def test_sigterm_to_the_supervisor_stops_the_job_with_the_specs_grace(
     job = launch(state_root / "42-1", spec)
     record = await job.started()
     wait_ready(job)
-    os.kill(record.supervisor.pid, signal.SIGTERM)
+    os.kill(record.shim.pid, signal.SIGTERM)
     status = await wait_within(job, 3)
     assert status.signal == signal.SIGKILL
     assert status.stop is not None and status.stop.sigkill_at is not None
@@ -101,7 +102,7 @@ async def test_sigint_and_sighup_to_the_supervisor_do_not_end_the_job(
     record = await job.started()
     wait_ready(job)
     for sig in (signal.SIGINT, signal.SIGHUP):
-        os.kill(record.supervisor.pid, sig)
+        os.kill(record.shim.pid, sig)
     time.sleep(0.3)
     assert job.status() is None
     assert record.workload is not None and record.workload.is_running()

@@ -24,9 +24,13 @@ from jobd.api.models import Job
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.wire.client import AsyncClient
-from jobd.worker.execution import Execution, WorkerSettings
+from jobd.worker.execution import Execution, Host
+from jobd.worker.hooks import Hook, LaunchPlan, default_hooks
+from jobd.worker.jobrecord import AttemptPhase
 from jobd.worker.reporting import BrokerLink
-from jobd.worker.runner.procgroup import ProcessGroupRunner
+from jobd.worker.settings import WorkerSettings
+from jobd.worker.shim.containment import ProcessGroup
+from jobd.worker.shim.protocol import ExitStatus
 from tests.integration.conftest import bind, job_document
 
 pytestmark = pytest.mark.anyio
@@ -261,7 +265,7 @@ async def test_a_job_that_ended_is_not_signalled_when_the_broker_says_it_is_over
         default_grace_s=5,
         state_dir=tmp_path / "state",
     )
-    execution = Execution(job, settings, ProcessGroupRunner(), broker.link)
+    execution = Execution.new(job, Host(settings, ProcessGroup(), broker.link))
     with anyio.fail_after(10):
         await execution.run()
         assert await phase(api, job_id) == "Succeeded"
@@ -271,3 +275,54 @@ async def test_a_job_that_ended_is_not_signalled_when_the_broker_says_it_is_over
     events = [e["event"] for post in wire.report_posts for e in post.body.get("events", [])]
     assert "stopping" not in verbs and "signal_sent" not in events
     assert "process_started" in events
+
+
+class _Recording(Hook):
+    """A step added to the list: it sees each stage, in the phase the attempt is in."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, AttemptPhase]] = []
+
+    async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
+        assert plan.env["JOBD_JOB_ID"] == str(ex.job_id)  # the hooks before it have run
+        self.seen.append(("prestart", ex.phase))
+
+    async def poststart(self, ex: Execution) -> None:
+        self.seen.append(("poststart", ex.phase))
+
+    async def exited(self, ex: Execution, end: ExitStatus) -> None:
+        self.seen.append(("exited", ex.phase))
+
+    async def cleanup(self, ex: Execution) -> None:
+        self.seen.append(("cleanup", ex.phase))
+
+
+async def test_a_hook_added_to_the_list_runs_at_each_stage_in_order(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """An attempt's steps are hooks run in order; one more needs no edit to the others."""
+    job_id = await bound_job(broker.api, "hooked")
+    job = Job.model_validate((await broker.api.get(f"/jobs/{job_id}")).json())
+    settings = WorkerSettings(
+        name=WORKER,
+        slots=1,
+        gpus=[],
+        checkpoint_root=tmp_path / "ckpt",
+        default_grace_s=5,
+        state_dir=tmp_path / "state",
+    )
+    recording = _Recording()
+    hooks = default_hooks()
+    hooks.insert(len(hooks) - 1, recording)  # after the `complete` report, before tidying
+    host = Host(settings, ProcessGroup(), broker.link)
+    execution = Execution.new(job, host, hooks)
+    with anyio.fail_after(10):
+        await execution.run()
+    assert await phase(broker.api, job_id) == "Succeeded"
+    assert recording.seen == [
+        ("prestart", AttemptPhase.PREPARING),
+        ("poststart", AttemptPhase.RUNNING),
+        ("exited", AttemptPhase.REPORTED),
+        ("cleanup", AttemptPhase.REPORTED),
+    ]
+    assert execution.phase is AttemptPhase.DONE

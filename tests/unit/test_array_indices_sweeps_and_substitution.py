@@ -161,7 +161,7 @@ def test_only_a_member_sees_jobd_array_index() -> None:
     from pathlib import Path
 
     from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta
-    from jobd.worker.execution import WorkerSettings, workload_env
+    from jobd.worker.settings import WorkerSettings, workload_env
 
     settings = WorkerSettings(
         name="w",

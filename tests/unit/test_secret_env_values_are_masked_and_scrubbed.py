@@ -22,7 +22,7 @@ from jobd.api.secrets import (
     secret_keys,
 )
 from jobd.controllers import transitions
-from jobd.worker.launching import StartFailed, check_unmasked
+from jobd.worker.hooks.prestart import StartFailed, check_unmasked
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 ENV = {"HF_TOKEN": "hf_real", "WANDB_API": "wb_real", "EPOCHS": "3"}

@@ -1,30 +1,50 @@
-"""The supervisor imports nothing but the standard library (nothing of jobd's but itself).
+"""The shim imports nothing but the standard library (nothing of jobd's outside the shim).
 
 It runs under the agent's interpreter yet must start fast and keep working whatever the
-agent's dependencies do; checked in a fresh interpreter, where nothing is imported yet.
+agent's dependencies do; checked in a fresh interpreter, where nothing is imported yet,
+for the shim process, the pool, and every other module of jobd.worker.shim but its client
+(the agent's side).
 """
 
 from __future__ import annotations
 
 import json
+import pkgutil
 import subprocess
 import sys
 
+import pytest
+
+import jobd.worker.shim
+
 PROBE = """
-import json, sys
+import importlib, json, sys
 before = set(sys.modules)
-import jobd.worker.supervisor
+importlib.import_module(sys.argv[1])
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
+SHIM_MODULES = sorted(
+    f"jobd.worker.shim.{info.name}"
+    for info in pkgutil.iter_modules(jobd.worker.shim.__path__)
+    if info.name != "client"  # the agent's side
+)
 
-def test_the_supervisor_imports_only_the_standard_library() -> None:
+
+def test_the_shim_process_and_pool_are_among_the_probed() -> None:
+    assert {"jobd.worker.shim.process", "jobd.worker.shim.pool"} <= set(SHIM_MODULES)
+
+
+@pytest.mark.parametrize("module", SHIM_MODULES)
+def test_the_supervisor_imports_only_the_standard_library(module: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, check=True, text=True
+        [sys.executable, "-c", PROBE, module], capture_output=True, check=True, text=True
     ).stdout
     loaded = json.loads(out)
     jobd_modules = {name for name in loaded if name.split(".")[0] == "jobd"}
-    assert jobd_modules == {"jobd", "jobd.worker", "jobd.worker.supervisor"}
+    shim_modules = {name for name in jobd_modules if name.startswith("jobd.worker.shim.")}
+    assert jobd_modules - shim_modules == {"jobd", "jobd.worker", "jobd.worker.shim"}
+    assert "jobd.worker.shim.client" not in shim_modules
     others = {name.split(".")[0] for name in loaded} - {"jobd"}
     assert others, "the probe saw no imports at all"
     assert others <= sys.stdlib_module_names, others - sys.stdlib_module_names

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobd.api.models import Effective, Job, JobSpec, JobStatus, ObjectMeta, Resources
-from jobd.worker.execution import WorkerSettings, effective_grace, workload_env
+from jobd.worker.settings import WorkerSettings, effective_grace, workload_env
 
 WORKER_ENV = {
     "PATH": "/usr/bin",

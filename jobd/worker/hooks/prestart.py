@@ -1,25 +1,34 @@
-"""Starting a job's supervisor: what no OS can run is refused first, in words naming the field.
+"""Prestart hooks: what no OS can run is refused first, then the checkpoint directory and
+the workload's environment are made.
 
 A store may hold a job an older broker accepted (a NUL byte in its argv, an env key with
 `=`, a cwd that is gone); such a job must fail alone, with a message that says why, and
-never take the agent down. Under systemd the supervisor starts inside the job's scope, so
-the scope holds the whole job; else the agent's launcher forks it.
+never take the agent down.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-
-import anyio.to_thread
+from typing import TYPE_CHECKING
 
 from jobd.api.models import Job
 from jobd.api.secrets import MASK, masked_keys
-from jobd.worker.runner import Runner
-from jobd.worker.supervision import Launcher, SupervisedJob, SupervisedSpec, launch
+from jobd.worker.checkpoints import ensure_checkpoint_dir
+from jobd.worker.hooks.base import Hook, LaunchPlan
+from jobd.worker.settings import workload_env
 
-__all__ = ["StartFailed", "check_launchable", "check_unmasked", "start_supervised"]
+if TYPE_CHECKING:
+    from jobd.worker.execution import Execution
+
+__all__ = [
+    "Admission",
+    "CheckpointDir",
+    "Environment",
+    "StartFailed",
+    "check_launchable",
+    "check_unmasked",
+]
 
 
 class StartFailed(Exception):
@@ -56,14 +65,30 @@ def check_unmasked(job: Job) -> None:
         )
 
 
-async def start_supervised(
-    launcher: Launcher, runner: Runner, state_dir: Path, spec: SupervisedSpec
-) -> SupervisedJob:
-    """A supervisor for spec, started in the job's systemd scope or forked by the launcher."""
-    if runner.name != "systemd":
-        return await launcher.launch(state_dir, spec)
-    unit = f"jobd-job-{spec.job_id}-{spec.attempt}"
-    prefix = ["systemd-run", "--user", "--scope", f"--unit={unit}", "--collect", "--quiet", "--"]
-    job = await anyio.to_thread.run_sync(lambda: launch(state_dir, spec, prefix))
-    await job.started()
-    return job
+def _job(ex: Execution) -> Job:
+    assert ex.job is not None, "prestart runs only for an attempt started here"
+    return ex.job
+
+
+class Admission(Hook):
+    """Refuse what no OS can run, and secrets that arrived masked."""
+
+    async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
+        job = _job(ex)
+        check_launchable(plan.argv, plan.cwd, job.spec.env)
+        check_unmasked(job)
+
+
+class CheckpointDir(Hook):
+    """The job's checkpoint directory, made before its workload may write there."""
+
+    async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
+        plan.checkpoint_dir = ensure_checkpoint_dir(ex.settings.checkpoint_root, _job(ex).id)
+
+
+class Environment(Hook):
+    """The workload's complete environment (CONTRACT.md §6)."""
+
+    async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
+        assert plan.checkpoint_dir is not None, "CheckpointDir runs first"
+        plan.env = workload_env(_job(ex), ex.settings, plan.checkpoint_dir)

@@ -1,0 +1,153 @@
+"""Hooks of an attempt's end: the stop (SIGTERM via the shim, the grace, then SIGKILL,
+carried out by the shim even if the agent dies meanwhile), the `complete` report, from
+which the final phase flows, and the state directory's removal."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+
+from jobd.wire.models import Completion
+from jobd.worker.checkpoints import checkpoint_dir, find_resume_target
+from jobd.worker.hooks.base import Hook
+from jobd.worker.hooks.running import FollowOutput
+from jobd.worker.jobrecord import AttemptPhase, boot_id, made_this_boot
+from jobd.worker.shim.protocol import ExitStatus
+
+if TYPE_CHECKING:
+    from jobd.worker.execution import Execution
+
+__all__ = ["ReportCompletion", "ReportStopping", "RequestStop", "Tidy", "wire_completion"]
+
+
+class RequestStop(Hook):
+    """Ask the shim for SIGTERM, the job's grace, then SIGKILL."""
+
+    async def stop(self, ex: Execution, reason: str) -> None:
+        assert ex.shim is not None
+        record = ex.record
+        record.stop_reason, record.sentinel_from = reason, _size(ex.shim.stdout_path)
+        ex.advance(AttemptPhase.STOPPING)
+        await ex.save()  # before the request: a restarted agent scans from the same byte
+        await anyio.to_thread.run_sync(ex.shim.request_stop, ex.grace_s, reason)
+        ex.link.event(
+            "signal_sent",
+            ex.job_id,
+            signal="SIGTERM",
+            signal_number=int(signal.SIGTERM),
+            reason=reason,
+            grace_s=float(ex.grace_s),
+        )
+
+
+class ReportStopping(Hook):
+    async def stop(self, ex: Execution, reason: str) -> None:
+        await ex.link.report(ex.job_id, "stopping", ex.attempt)
+
+
+class ReportCompletion(Hook):
+    """Report `complete` (with `started` and the last progress line if they are due)."""
+
+    def __init__(self, output: FollowOutput) -> None:
+        self.output = output
+
+    async def exited(self, ex: Execution, end: ExitStatus) -> None:
+        if not ex.record.complete_reported:
+            await self._report(ex, end)
+        self.output.last_progress()
+
+    async def _report(self, ex: Execution, end: ExitStatus) -> None:
+        if end.stop is not None and end.stop.sigkill_at is not None:
+            ex.link.event(
+                "signal_sent",
+                ex.job_id,
+                signal="SIGKILL",
+                signal_number=int(signal.SIGKILL),
+                reason="grace_expired",
+            )
+        ckpt = checkpoint_dir(ex.settings.checkpoint_root, ex.job_id)
+        latest = find_resume_target(ckpt) if ckpt.is_dir() else ckpt
+        body: dict[str, Any] = {
+            "exit_code": end.exit_code,
+            "signal": end.signal,
+            "checkpoint_latest": str(latest) if latest != ckpt else str(ckpt) + "/",
+            **_failure(ex, end),
+        }
+        reports = [("complete", wire_completion(body))]
+        last_progress = self.output.last_progress()
+        if last_progress is not None:  # the newest line before the end, not yet sent
+            reports.insert(0, ("progress", last_progress))
+        if not ex.record.started_reported and end.started_at is not None:
+            reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
+        await ex.link.report_many(ex.job_id, reports, ex.attempt)
+        ex.advance(AttemptPhase.REPORTED)
+        if ex.settings.keep_job_files or ex.record.log_offset:
+            await ex.save()  # else nothing to resume: a re-report would change nothing
+        ex.link.event(
+            "process_exited",
+            ex.job_id,
+            exit_code=end.exit_code,
+            signal=end.signal_name,  # a name, as in signal_sent (CONTRACT.md §7)
+            signal_number=end.signal,
+        )
+
+
+def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
+    """A reason of jobd's own where the exit code cannot say what happened."""
+    if end.lost:
+        recorded = ex.record.boot_id
+        same_boot = recorded == boot_id() if recorded else made_this_boot(ex.state_dir)
+        reason = "supervisor_lost" if same_boot else "host_restarted"
+        return {"reason": reason, "message": end.error or ""}
+    if end.error and end.started_at is None and end.stop is None:
+        # (Stopped before its workload started: it ends as the stop says, never run.)
+        return {"reason": "start_failed", "message": end.error}
+    return {}
+
+
+def wire_completion(body: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a `complete` the wire knows (reason and message since issue 11)."""
+    return {k: v for k, v in body.items() if k in Completion.model_fields}
+
+
+class Tidy(Hook):
+    """The job is over and reported, its output shipped: the local copy goes (or, kept by
+    --keep-job-files, its record says it is done)."""
+
+    async def cleanup(self, ex: Execution) -> None:
+        ex.advance(AttemptPhase.DONE)
+        if ex.settings.keep_job_files:
+            await ex.save()
+        else:
+            _remove_flat_dir(ex.state_dir)
+
+
+def _remove_flat_dir(path: Path) -> None:
+    """Remove a job's state directory: a handful of files, no subdirectories (the shim
+    makes none). Inline, not in a thread: a few unlinks cost less than the hop."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return
+    for name in names:
+        try:
+            os.unlink(path / name)
+        except IsADirectoryError:
+            shutil.rmtree(path / name, ignore_errors=True)
+        except FileNotFoundError:
+            pass
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0

@@ -1,0 +1,78 @@
+"""What a worker is set to, and what each job's workload gets from it (CONTRACT.md §6)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobd.api.models import Job
+from jobd.api.vocabulary import ARRAY_INDEX
+
+__all__ = [
+    "DEFAULT_MAX_LOG_BYTES",
+    "WorkerSettings",
+    "attempt_of",
+    "effective_grace",
+    "workload_env",
+]
+
+# Never inherited by a workload: the token, the store URL (it may hold a password) and
+# every other setting of jobd's own; the workload's JOBD_* variables are set below.
+_PRIVATE_PREFIX = "JOBD_"
+DEFAULT_MAX_LOG_BYTES = 1 << 30
+
+
+@dataclass
+class WorkerSettings:
+    name: str
+    slots: int
+    gpus: list[int]
+    checkpoint_root: Path
+    default_grace_s: float
+    state_dir: Path  # the worker's own state: a directory per job attempt under jobs/
+    checkpoint_ttl_days: float | None = None  # None: keep every checkpoint directory
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES  # per output file: head and newest bytes kept
+    keep_job_files: bool = False  # keep a job's state directory once it is over and shipped
+    gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> bytes, where known
+    base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def attempt_of(job: Job) -> int:
+    """The run's fencing number (status.attempt), 0 where the broker says none."""
+    return int(getattr(job.status, "attempt", 0) or 0)
+
+
+def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str, str]:
+    """The workload's complete environment (CONTRACT.md §6)."""
+    env = {k: v for k, v in settings.base_env.items() if not k.startswith(_PRIVATE_PREFIX)}
+    env.pop("RESUME_FROM", None)  # only when set by the submitter or by `job resume`
+    env.update(job.spec.env)
+    env.update(
+        {
+            "JOBD_JOB_ID": str(job.id),
+            "JOBD_JOB_NAME": job.metadata.name or "",
+            "JOBD_PROJECT": job.project,
+            "JOBD_CHECKPOINT_GRACE_S": _fmt(effective_grace(job, settings)),
+            "JOBD_CHECKPOINT_DIR": str(ckpt_dir) + "/",
+            # Exactly the GPUs assigned, whatever the worker inherited or the job asked
+            # for: set and empty hides every GPU from a job that asked for none.
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in job.status.gpus),
+        }
+    )
+    if job.metadata.array is not None:  # a member of an array or sweep (api/arrays.py)
+        env[ARRAY_INDEX] = str(job.metadata.array.index)
+    elif ARRAY_INDEX not in job.spec.env:  # the spec's, as a resumed member's holds it
+        env.pop(ARRAY_INDEX, None)  # never the worker's own
+    return env
+
+
+def effective_grace(job: Job, settings: WorkerSettings) -> float:
+    """Job spec > project default (both resolved by the broker) > this worker's default."""
+    grace = job.status.effective.checkpoint_grace_s
+    return settings.default_grace_s if grace is None else grace
+
+
+def _fmt(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else str(seconds)

@@ -1,0 +1,26 @@
+"""The agent's side of the shim: launch one, find it again, stop it, read its end.
+
+A shim (jobd.worker.shim.process) holds a job's output files and exit status and outlives
+the agent; this package is all an agent needs to work with it, through the job's state
+directory and the pool's pipes. Its user is jobd.worker.execution (one Execution per job
+attempt). The only part of jobd.worker.shim that may import more than the standard
+library.
+
+handle      Shim (one job's shim), adopt, scan, kill_orphaned_workload
+starting    start_shim (as the containment says), launch (a shim of the job's own),
+            ShimPool (the agent's end of the pool process)
+"""
+
+from jobd.worker.shim.client.handle import Shim, adopt, kill_orphaned_workload, read_record, scan
+from jobd.worker.shim.client.starting import ShimPool, launch, start_shim
+
+__all__ = [
+    "Shim",
+    "ShimPool",
+    "adopt",
+    "kill_orphaned_workload",
+    "launch",
+    "read_record",
+    "scan",
+    "start_shim",
+]

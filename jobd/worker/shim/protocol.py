@@ -1,0 +1,376 @@
+"""What the agent and a shim say to each other, each message declared once.
+
+The shim (jobd.worker.shim.process) and the agent (jobd.worker.shim.client) both use these
+types; nothing else defines the launch spec, the status record or the pool's lines. Each
+JSON document carries `version` (PROTOCOL_VERSION); a document without one is of the form
+jobd wrote before it was versioned, which is the same form, so it is read alike. Readers
+take what they know and ignore the rest, so either side may be a release ahead.
+
+A job attempt's state directory (jobd.worker.shim.statedir writes every file whole):
+
+    spec.json        LaunchSpec, for a shim started on its own (`python -m
+                     jobd.worker.shim.process STATE_DIR`, the systemd path): written by the
+                     agent (0600), so nothing of the job travels on a command line
+    (the directory)  flock'ed until status.json is written: a held lock means the job is
+                     supervised (by whichever process holds it: a pooled shim moves on)
+    supervisor.json  ShimRecord: the shim's and the workload's pids and start times
+    stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
+    stop             StopRequest, written by the agent
+    stopping.json    StopRecord: the stop under way (SIGTERM sent, SIGKILL due and sent)
+    status.json      ExitStatus: the end, written last and durably
+
+The pool's pipes carry one line per message: LaunchRequest (JSON) from the agent, and the
+replies `ID PID START_TIME` (Started) and `ID end` (Ended) from the shims. The pool
+process is the agent's own child, always of the same release, so the replies carry no
+version of their own.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jobd.worker.shim.procfs import ProcessIdentity
+
+__all__ = [
+    "LEGACY_LOCK_FILE",
+    "LEGACY_SHIM_MODULE",
+    "LOG_FILE",
+    "POOL_MODULE",
+    "PROTOCOL_VERSION",
+    "RECORD_FILE",
+    "SHIM_MODULE",
+    "SPEC_FILE",
+    "STATUS_FILE",
+    "STDERR_FILE",
+    "STDOUT_FILE",
+    "STOPPING_FILE",
+    "STOP_FILE",
+    "Ended",
+    "ExitStatus",
+    "LaunchRequest",
+    "LaunchSpec",
+    "ShimRecord",
+    "Started",
+    "StopRecord",
+    "StopRequest",
+    "as_grace",
+    "as_int",
+    "as_str",
+    "decode_reply",
+    "utc_now",
+]
+
+PROTOCOL_VERSION = 1
+
+SPEC_FILE = "spec.json"
+RECORD_FILE = "supervisor.json"
+STDOUT_FILE = "stdout"
+STDERR_FILE = "stderr"
+STOP_FILE = "stop"
+STOPPING_FILE = "stopping.json"
+STATUS_FILE = "status.json"
+LOG_FILE = "supervisors.log"  # in the state directories' parent, shared by every shim
+# Where shims of jobd before 0.2 held their lock (an upgraded agent still sees it).
+LEGACY_LOCK_FILE = "supervisor.lock"
+
+# The command lines that start a shim and the pool; a shim whose record is lost is found
+# by its command line, whichever release started it.
+SHIM_MODULE = "jobd.worker.shim.process"
+POOL_MODULE = "jobd.worker.shim.pool"
+LEGACY_SHIM_MODULE = "jobd.worker.supervisor"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def as_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_grace(value: object) -> float | None:
+    """value as a grace in seconds, or None if it is not a number >= 0."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What a shim runs; argv is never passed through a shell."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]  # the complete environment of the workload
+    grace_s: float  # of a stop that names none (a SIGTERM to the shim, say)
+    job_id: int | None
+    attempt: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        # Not asdict(): that deep-copies the environment, ~1 ms a job.
+        return {
+            "version": PROTOCOL_VERSION,
+            "argv": self.argv,
+            "cwd": self.cwd,
+            "env": self.env,
+            "grace_s": self.grace_s,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LaunchSpec:
+        """The spec in data; ValueError naming what no shim can run."""
+        argv, cwd, env = data.get("argv"), data.get("cwd"), data.get("env")
+        grace = as_grace(data.get("grace_s"))
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+            raise ValueError("spec: argv must be a non-empty list of strings")
+        if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+            raise ValueError("spec: env must map strings to strings")
+        if not isinstance(cwd, str) or grace is None:
+            raise ValueError("spec: cwd must be a string and grace_s a number >= 0")
+        job_id, attempt = as_int(data.get("job_id")), as_int(data.get("attempt"))
+        return cls(argv, cwd, env, grace, job_id, attempt)
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """The agent's `stop` file: SIGTERM now, SIGKILL after grace_s (None: the spec's)."""
+
+    reason: str
+    grace_s: float | None = None
+    requested_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": PROTOCOL_VERSION,
+            "reason": self.reason,
+            "grace_s": self.grace_s,
+            "requested_at": self.requested_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StopRequest:
+        reason = str(data.get("reason") or "stop")
+        return cls(reason, as_grace(data.get("grace_s")), as_str(data.get("requested_at")))
+
+
+@dataclass
+class StopRecord:
+    """stopping.json: a stop the shim carries out, when SIGTERM went, when SIGKILL is due
+    and when it went. A later request may bring kill_at closer (never push it back)."""
+
+    reason: str
+    grace_s: float
+    requested_at: str
+    sigterm_at: str
+    kill_at: str
+    sigkill_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "grace_s": self.grace_s,
+            "requested_at": self.requested_at,
+            "sigterm_at": self.sigterm_at,
+            "kill_at": self.kill_at,
+            "sigkill_at": self.sigkill_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> StopRecord | None:
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        except KeyError:
+            return None
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """status.json: how a job ended (or, lost, that nobody can say)."""
+
+    exit_code: int | None  # None when killed by a signal, or unknown
+    signal: int | None
+    signal_name: str | None
+    started_at: str | None
+    finished_at: str | None
+    workload_pid: int | None
+    stop: StopRecord | None
+    error: str | None  # why the workload never ran, or why its end is unknown
+    job_id: int | None = None
+    attempt: int | None = None
+    lost: bool = False  # the shim ended without recording the job's end (never written)
+
+    @classmethod
+    def of(
+        cls,
+        returncode: int | None,
+        error: str | None,
+        workload: tuple[str, int] | None,
+        stop: StopRecord | None,
+        spec: LaunchSpec | None,
+    ) -> ExitStatus:
+        """The end of a run: returncode as waitstatus_to_exitcode gives it (None: the
+        workload never ran), workload its start time and pid if it started."""
+        sig = -returncode if returncode is not None and returncode < 0 else None
+        return cls(
+            exit_code=returncode if sig is None else None,
+            signal=sig,
+            signal_name=None if sig is None else signal.Signals(sig).name,
+            started_at=None if workload is None else workload[0],
+            finished_at=utc_now(),
+            workload_pid=None if workload is None else workload[1],
+            stop=stop,
+            error=error,
+            job_id=None if spec is None else spec.job_id,
+            attempt=None if spec is None else spec.attempt,
+        )
+
+    @classmethod
+    def unrecorded(cls) -> ExitStatus:
+        error = "the supervisor ended without recording the job's end"
+        return cls(None, None, None, None, None, None, None, error, lost=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": PROTOCOL_VERSION,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "signal_name": self.signal_name,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "workload_pid": self.workload_pid,
+            "stop": None if self.stop is None else self.stop.to_dict(),
+            "error": self.error,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExitStatus:
+        return cls(
+            exit_code=as_int(data.get("exit_code")),
+            signal=as_int(data.get("signal")),
+            signal_name=as_str(data.get("signal_name")),
+            started_at=as_str(data.get("started_at")),
+            finished_at=as_str(data.get("finished_at")),
+            workload_pid=as_int(data.get("workload_pid")),
+            stop=StopRecord.from_dict(data.get("stop")),
+            error=as_str(data.get("error")),
+            job_id=as_int(data.get("job_id")),
+            attempt=as_int(data.get("attempt")),
+        )
+
+
+@dataclass(frozen=True)
+class ShimRecord:
+    """supervisor.json: which process the shim is and which the workload is, written once
+    the workload runs (pids mean nothing after a reboot: it is never fsync'd)."""
+
+    shim: ProcessIdentity
+    workload: ProcessIdentity | None  # None until the workload has started
+    job_id: int | None
+    attempt: int | None
+    grace_s: float | None = None
+    state_dir: str | None = None
+    started_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        workload = self.workload
+        return {
+            "version": PROTOCOL_VERSION,
+            "supervisor_pid": self.shim.pid,
+            "supervisor_start_time": self.shim.start_time,
+            "workload_pid": None if workload is None else workload.pid,
+            "workload_start_time": None if workload is None else workload.start_time,
+            "pgid": None if workload is None else workload.pid,  # it leads its group
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "grace_s": self.grace_s,
+            "state_dir": self.state_dir,
+            "started_at": self.started_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShimRecord | None:
+        shim = _identity(data.get("supervisor_pid"), data.get("supervisor_start_time"))
+        if shim is None:
+            return None
+        return cls(
+            shim=shim,
+            workload=_identity(data.get("workload_pid"), data.get("workload_start_time")),
+            job_id=as_int(data.get("job_id")),
+            attempt=as_int(data.get("attempt")),
+            grace_s=as_grace(data.get("grace_s")),
+            state_dir=as_str(data.get("state_dir")),
+            started_at=as_str(data.get("started_at")),
+        )
+
+
+def _identity(pid: object, start_time: object) -> ProcessIdentity | None:
+    pid, start_time = as_int(pid), as_int(start_time)
+    return None if pid is None or start_time is None else ProcessIdentity(pid, start_time)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One line to the pool: run spec in state_dir (whose creation marks the launch)."""
+
+    id: int
+    state_dir: str
+    spec: LaunchSpec
+
+    def encode(self) -> bytes:
+        body = {"version": PROTOCOL_VERSION, "id": self.id, "state_dir": self.state_dir}
+        return json.dumps({**body, "spec": self.spec.to_dict()}).encode() + b"\n"
+
+    @staticmethod
+    def decode_head(line: bytes) -> tuple[int, Path, dict[str, Any]]:
+        """(id, state directory, the spec's raw dict): the spec is parsed by the shim that
+        runs it, so a bad one ends that job alone, with its reason in status.json."""
+        data = json.loads(line)
+        return int(data["id"]), Path(data["state_dir"]), data["spec"]
+
+
+@dataclass(frozen=True)
+class Started:
+    """Reply: the workload of request `id` runs under shim `pid` (0: the state directory
+    holds a launch already, and never gets a second copy)."""
+
+    id: int
+    pid: int
+    start_time: int
+
+    def encode(self) -> bytes:
+        return f"{self.id} {self.pid} {self.start_time}\n".encode()
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Reply: the job of request `id` is over, its status.json written, its lock released."""
+
+    id: int
+
+    def encode(self) -> bytes:
+        return f"{self.id} end\n".encode()
+
+
+def decode_reply(line: bytes) -> Started | Ended:
+    request_id, *answer = line.split()
+    if answer == [b"end"]:
+        return Ended(int(request_id))
+    pid, start_time = (int(field) for field in answer)
+    return Started(int(request_id), pid, start_time)
