@@ -7,10 +7,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from jobd.api.selectors import parse_selector
 from jobd.broker import access
 from jobd.broker.access import principal_of
 from jobd.broker.fastpath import FastRoute, PathArgs, declare
-from jobd.broker.feed import FeedEntry
+from jobd.broker.feed import FeedEntry, Filter, jobs_filter
 from jobd.broker.metrics import exposition
 from jobd.broker.responses import RawJSON, doc, encode_json, json_response
 from jobd.broker.routing import route
@@ -76,11 +77,14 @@ async def run_watch(
         access.jobs_visible(who, None, worker)  # a worker watches its own jobs only
     reveal = access.reveals(who, worker)  # every change passed is of a job bound there
     seen = access.projects(who) if who is not None and who.role == "user" else None
+    jobs = _jobs_filter(query)
 
     def accept(entry: FeedEntry) -> bool:
         if kind is not None and entry.kind != kind:
             return False
         if seen is not None and entry.kind != "Worker" and entry.project not in seen:
+            return False
+        if jobs is not None and not jobs(entry):
             return False
         return worker is None or entry.worker == worker
 
@@ -97,6 +101,12 @@ async def run_watch(
         for c in changes
     ]
     return {"revision": revision, "changes": items}
+
+
+def _jobs_filter(query: WatchQuery) -> Filter | None:
+    """The listing's filters the watch was given, as the feed applies them."""
+    selector = parse_selector(query.selector) if query.selector is not None else None
+    return jobs_filter(query.project, query.name, query.phase, selector)
 
 
 WATCH = FastRoute(routes.WATCH, watch)
