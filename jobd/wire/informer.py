@@ -182,9 +182,10 @@ class Informer:
         known: Sequence[Document] = (),
         deadline: float | None = None,
         on_error: OnError | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.client, self.deadline = client, deadline
-        self.reflector = Reflector(jobs, on_error=on_error)
+        self.reflector = Reflector(jobs, on_error=on_error, backoff=backoff or Backoff())
         self.reflector.know(known)
 
     def __iter__(self) -> Iterator[Delta]:
@@ -220,9 +221,12 @@ class AsyncInformer:
         *,
         every_listed: bool = False,
         on_error: OnError | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.client = client
-        self.reflector = Reflector(jobs, every_listed=every_listed, on_error=on_error)
+        self.reflector = Reflector(
+            jobs, every_listed=every_listed, on_error=on_error, backoff=backoff or Backoff()
+        )
         self.synced = anyio.Event()
 
     async def run(self, handle: Callable[[Delta], object]) -> None:
