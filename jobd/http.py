@@ -32,7 +32,6 @@ from jobd.wire.answers import (
     WatchPage,
 )
 from jobd.wire.client import ApiError, BrokerUnreachable, Client
-from jobd.wire.informer import Informer, JobFilter
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -257,5 +256,8 @@ class JobdClient(Client):
         the broker filtering both. `known` are jobs the caller has already shown;
         `deadline` (time.monotonic()) ends the stream quietly.
         """
+        # Loaded here: only `get -w` and `wait` follow jobs, and `job get` starts without it.
+        from jobd.wire.informer import Informer, JobFilter
+
         jobs = JobFilter(project=project, name=name, phases=tuple(phases), selector=selector)
         return iter(Informer(self, jobs, known=known, deadline=deadline))

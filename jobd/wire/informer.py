@@ -162,7 +162,7 @@ class Reflector:
         return self.backoff.next()
 
 
-def hold_until(deadline: float | None) -> float:
+def _hold_until(deadline: float | None) -> float:
     """How long the next watch may be held: the usual 30 s, or what is left until `deadline`
     (time.monotonic())."""
     if deadline is None:
@@ -190,7 +190,7 @@ class Informer:
 
     def __iter__(self) -> Iterator[Delta]:
         while True:
-            hold = hold_until(self.deadline)
+            hold = _hold_until(self.deadline)
             if hold <= 0 and not self.reflector.must_list:
                 return
             try:
