@@ -73,8 +73,8 @@ async def run_watch(
     state: BrokerState, query: WatchQuery, who: Principal | None = None
 ) -> dict[str, Any]:
     kind, worker = query.kind, query.worker
-    if who is not None and who.role == "worker":
-        access.jobs_visible(who, None, worker)  # a worker watches its own jobs only
+    if who is not None:  # a worker watches its own jobs only; a user, its projects'
+        access.jobs_visible(who, query.project, worker)
     reveal = access.reveals(who, worker)  # every change passed is of a job bound there
     seen = access.projects(who) if who is not None and who.role == "user" else None
     jobs = _jobs_filter(query)

@@ -86,3 +86,19 @@ async def test_the_informer_follows_what_its_filter_selects(api: httpx.AsyncClie
         ("ADDED", "old"),
         ("ADDED", "new"),
     ]
+
+
+async def test_a_user_watching_another_project_is_refused_as_its_list(
+    api: httpx.AsyncClient,
+) -> None:
+    made = await api.post("/tokens", json={"role": "user", "projects": ["a"], "name": "alice"})
+    assert made.status_code == 201, made.text
+    alice = {"Authorization": f"Bearer {made.json()['token']}"}
+
+    listed = await api.get("/jobs", params={"project": "b"}, headers=alice)
+    watched = await api.get("/watch", params={"project": "b", "timeout": 0}, headers=alice)
+    own = await api.get("/watch", params={"project": "a", "timeout": 0}, headers=alice)
+
+    assert listed.status_code == watched.status_code == 403
+    assert watched.json()["detail"] == listed.json()["detail"]
+    assert own.status_code == 200
