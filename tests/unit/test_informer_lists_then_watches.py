@@ -5,6 +5,9 @@ its filter to both the list and the watch, so the broker does the filtering."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Any
 
 import anyio
@@ -206,3 +209,18 @@ async def test_the_async_informer_hands_each_change_over_and_says_when_synced() 
         ("MODIFIED", 5),
     ]
     assert all(r.url.params["worker"] == "w1" for r in broker.requests)
+
+
+def test_job_get_without_a_watch_does_not_load_the_informer() -> None:
+    """`job get` starts fast: the informer loads only where jobs are followed."""
+    probe = (
+        "import json, sys\n"
+        "from jobd.cli.job_main import main\n"
+        "sys.argv = ['job', '--server', 'http://127.0.0.1:9', 'get']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout
+    loaded = set(json.loads(out.splitlines()[-1]))
+
+    assert "jobd.http" in loaded and "jobd.wire.informer" not in loaded
