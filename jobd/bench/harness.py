@@ -28,6 +28,7 @@ import httpx
 
 from jobd.store import sqlite_url
 from jobd.wire import routes
+from jobd.wire.client import AsyncClient
 
 __all__ = [
     "REPO_ROOT",
@@ -39,6 +40,7 @@ __all__ = [
     "free_port",
     "raise_open_file_limit",
     "running_broker",
+    "wire_client",
 ]
 
 # The directory holding the `jobd` package: children and workloads import jobd from here.
@@ -105,6 +107,19 @@ def client(endpoint: Endpoint, connections: int = 64, timeout_s: float = 30.0) -
         timeout=httpx.Timeout(timeout_s, read=timeout_s + 40),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         trust_env=False,
+    )
+
+
+def wire_client(endpoint: Endpoint, connections: int = 4, timeout_s: float = 30.0) -> AsyncClient:
+    """The wire's client of the broker, the agent's own, for a simulated worker: its calls
+    raise ApiError / BrokerUnreachable; no proxies (a transport of its own), a small pool."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return AsyncClient(
+        endpoint.url,
+        endpoint.token,
+        timeout=timeout_s,
+        transport=httpx.AsyncHTTPTransport(limits=limits),
+        user_agent="jobd-bench",
     )
 
 

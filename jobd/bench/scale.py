@@ -1,11 +1,13 @@
 """Many workers on one broker: simulated agents inside the bench process.
 
-Each simulated worker does what a real agent does on the wire and nothing else: it
-registers, heartbeats every 5 s, long-polls the watch for jobs bound to it and reports
-each one started and complete at once. Jobs are then submitted one at a time; the
-figure is create-request-sent -> the bound worker received the Scheduled change, timed
-on this process's monotonic clock. Each worker has an HTTP client of its own, as each
-host of a fleet would.
+Each simulated worker does what a real agent does on the wire and nothing else, through
+the same wire code: it registers, heartbeats every 5 s (the jobs it runs and their
+attempts), follows the jobs bound to it with the wire's informer (list, then long-poll
+the watch) and reports each one started and complete at once, in the agent's batches
+(`jobd.wire.reports`) fenced by the job's attempt. Jobs are then submitted one at a
+time; the figure is create-request-sent -> the bound worker received the Scheduled
+change, timed on this process's monotonic clock. Each worker has an HTTP client of its
+own (the wire's `AsyncClient`, as the agent's), as each host of a fleet would.
 """
 
 from __future__ import annotations
@@ -14,24 +16,32 @@ import contextlib
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TypeVar
 
 import anyio
 import anyio.abc
 import httpx
 
+from jobd.api.models import WorkerSpec
 from jobd.bench.calls import create_job, job_doc
 from jobd.bench.context import BenchContext
-from jobd.bench.harness import BrokerError, Endpoint, client, raise_open_file_limit
+from jobd.bench.harness import Endpoint, raise_open_file_limit, wire_client
 from jobd.bench.stats import Result, Stopwatch, ms, percentile
-from jobd.wire import routes
+from jobd.wire import calls
+from jobd.wire.answers import ReportResult
+from jobd.wire.calls import Call
+from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
+from jobd.wire.informer import AsyncInformer, Delta, JobFilter
+from jobd.wire.models import BatchedReport, Heartbeat, Registration, ReportBatch
+from jobd.wire.reports import ReportBatcher
 
 __all__ = ["run_scale"]
 
 TARGET_P50_MS = 20.0
 TARGET_P99_MS = 100.0
 HEARTBEAT_S = 5.0
-_WATCH_S = 30
+T = TypeVar("T")
 
 
 @dataclass
@@ -56,71 +66,76 @@ class Fleet:
 
 @dataclass
 class SimWorker:
+    """One simulated agent: the production agent's wire paths, without processes."""
+
     name: str
-    http: httpx.AsyncClient
+    client: AsyncClient
     fleet: Fleet
-    revision: int = 0
-    running: set[int] = field(default_factory=set)
+    running: dict[int, int] = field(default_factory=dict)  # job -> attempt
+    informer: AsyncInformer | None = None
+    reports: ReportBatcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reports = ReportBatcher(self._send_reports)
 
     async def register(self) -> None:
-        body = {
-            "spec": {"slots": 1, "gpus": [], "lease_duration_s": 15},
-            "hostname": "sim",
-            "runner": "sim",
-        }
-        resp = await self.http.put(routes.REGISTER_WORKER.url(name=self.name), json=body)
-        self.revision = int(resp.json()["revision"])
+        spec = WorkerSpec(slots=1, gpus=[], lease_duration_s=15)
+        body = Registration(spec=spec, hostname="sim", runner="sim")
+        await self._send(calls.register_worker(self.name, body))
+        bound = JobFilter(worker=self.name)
+        self.informer = AsyncInformer(self.client, bound, every_listed=True, on_error=self._failed)
 
     async def watch_forever(self, tg: anyio.abc.TaskGroup) -> None:
-        params: dict[str, Any] = {"worker": self.name, "timeout": _WATCH_S}
-        while True:
-            params["since"] = self.revision
-            resp = await self.http.get(routes.WATCH.url(), params=params)
-            now = time.perf_counter()
-            body = resp.json()
-            for change in body["changes"]:
-                self._on_change(change, now, tg)
-            self.revision = max(self.revision, int(body["revision"]))
+        assert self.informer is not None, "register first"
+        await self.informer.run(partial(self._on_change, tg))
 
-    def _on_change(self, change: dict[str, Any], now: float, tg: anyio.abc.TaskGroup) -> None:
-        job = change["object"]
+    def _on_change(self, tg: anyio.abc.TaskGroup, delta: Delta) -> None:
+        job = delta.object
         status, job_id = job["status"], int(job["metadata"]["id"])
-        mine = status.get("worker") == self.name and change["op"] != "DELETED"
+        mine = status.get("worker") == self.name and delta.op != "DELETED"
         if mine and status["phase"] == "Scheduled" and job_id not in self.running:
-            self.running.add(job_id)
-            self.fleet.receive(job_id, now)
-            tg.start_soon(self._run, job_id)
+            self.running[job_id] = attempt = int(status.get("attempt") or 0)
+            self.fleet.receive(job_id, time.perf_counter())
+            tg.start_soon(self._run, job_id, attempt)
 
-    async def _post(self, path: str, body: dict[str, Any]) -> None:
-        """POST once more when the connection dropped under us, as the real agent retries.
+    async def _run(self, job_id: int, attempt: int) -> None:
+        """Report the job started and complete, fenced by its attempt, as the agent does."""
+        try:
+            await self.reports.report(job_id, "started", attempt, checkpoint_dir=f"/sim/{job_id}/")
+            await self.reports.report(job_id, "complete", attempt, exit_code=0)
+        except (ApiError, BrokerUnreachable):
+            self.fleet.failures += 1
+        finally:
+            self.running.pop(job_id, None)
+
+    async def _send_reports(self, reports: list[BatchedReport]) -> list[ReportResult]:
+        results = await self._send(calls.send_reports(self.name, ReportBatch(reports=reports)))
+        self.fleet.failures += sum(r.status >= 300 for r in results)
+        return results
+
+    async def _send(self, call: Call[T]) -> T:
+        """Send once more when the connection dropped under us, as the real agent retries.
 
         uvicorn closes a connection idle for 5 s, and a heartbeat every 5 s can race that.
         """
         try:
-            await self.http.post(path, json=body)
-        except httpx.TransportError:
+            return await self.client.run(call)
+        except BrokerUnreachable:
             self.fleet.retries += 1
-            await self.http.post(path, json=body)
+            return await self.client.run(call)
 
-    async def _run(self, job_id: int) -> None:
-        body = {"worker": self.name}
-        try:
-            await self._post(routes.REPORTS["started"].url(job_id=job_id), body)
-            await self._post(routes.REPORTS["complete"].url(job_id=job_id), body | {"exit_code": 0})
-        except BrokerError:
-            self.fleet.failures += 1
-        finally:
-            self.running.discard(job_id)
+    def _failed(self, _exc: ApiError | BrokerUnreachable) -> None:
+        self.fleet.failures += 1  # the informer backs off and lists again
 
     async def heartbeat_forever(self, first_after_s: float) -> None:
         await anyio.sleep(first_after_s)
         while True:
             began = time.perf_counter()
-            body = {"running": sorted(self.running)}
+            body = Heartbeat(running=sorted(self.running), attempts=dict(self.running))
             try:
-                await self._post(routes.HEARTBEAT.url(name=self.name), body)
+                await self._send(calls.heartbeat(self.name, body))
                 self.fleet.heartbeats.append(time.perf_counter() - began)
-            except BrokerError:
+            except (ApiError, BrokerUnreachable):
                 self.fleet.failures += 1
             took = time.perf_counter() - began
             await anyio.sleep(max(0.0, HEARTBEAT_S - took))
@@ -140,6 +155,13 @@ async def _register_all(ctx: BenchContext, sims: list[SimWorker]) -> float:
             tg.start_soon(register_some)
     ctx.progress.step("registered", len(sims), len(sims))
     return time.perf_counter() - began
+
+
+async def _listed(sims: list[SimWorker]) -> None:
+    """Until every worker's informer has listed its jobs (it then watches from there)."""
+    for sim in sims:
+        assert sim.informer is not None
+        await sim.informer.synced.wait()
 
 
 async def _submit(
@@ -163,14 +185,18 @@ async def _drive(ctx: BenchContext, http: httpx.AsyncClient, endpoint: Endpoint)
     fleet = Fleet()
     async with contextlib.AsyncExitStack() as stack:
         sims = [
-            SimWorker(f"sim-{i:04d}", await stack.enter_async_context(client(endpoint, 4)), fleet)
+            SimWorker(
+                f"sim-{i:04d}", await stack.enter_async_context(wire_client(endpoint, 4)), fleet
+            )
             for i in range(workers)
         ]
         fleet.register_s = await _register_all(ctx, sims)
         watch = Stopwatch()
         async with anyio.create_task_group() as tg:
-            for i, sim in enumerate(sims):
+            for sim in sims:
                 tg.start_soon(sim.watch_forever, tg)
+            await _listed(sims)  # the fleet's first lists are not what is measured
+            for i, sim in enumerate(sims):
                 # Phases spread over the whole interval, as agents started at different
                 # moments have: a fleet renewing in lockstep is not what a broker meets.
                 tg.start_soon(sim.heartbeat_forever, i * HEARTBEAT_S / workers)

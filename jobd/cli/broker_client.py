@@ -1,10 +1,10 @@
 """The `job` CLI's client of the broker (and the worker's token look-up).
 
 `JobdClient` is the synchronous client of `jobd.wire` with a method per operation the
-CLI uses, and the informer loop of `job get -w` (`job_changes`: list, then watch from the
-list's revision, list again after a 410). The requests, the envelopes of the answers
-and the two exceptions (`ApiError`, `BrokerUnreachable`) are the wire's, re-exported
-here for the CLI. Next stage: the broker's routes in `jobd/broker/`.
+CLI uses; `job get -w` and `job wait` follow jobs through the wire's informer
+(`job_changes`). The requests, the envelopes of the answers and the two exceptions
+(`ApiError`, `BrokerUnreachable`) are the wire's, re-exported here for the CLI. Next
+stage: the broker's routes in `jobd/broker/`.
 
 Configuration follows CONTRACT.md §2 and §8: `default_server()`, `data_dir()` and
 `default_token()` (from `jobd.discovery`, which needs no httpx) give the values a flag
@@ -13,13 +13,10 @@ would otherwise carry.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import httpx
 
-from jobd.api.selectors import Selector, parse_selector
 from jobd.api.vocabulary import DEFAULT_PROJECT
 from jobd.discovery import DEFAULT_SERVER, data_dir, default_server, default_token
 from jobd.wire import calls
@@ -54,8 +51,6 @@ __all__ = [
     "default_server",
     "default_token",
 ]
-
-_WATCH_HOLD_S = 30.0
 
 
 # -- the client ------------------------------------------------------------------------------
@@ -256,74 +251,13 @@ class JobdClient(Client):
         known: Sequence[Document] = (),
         deadline: float | None = None,
     ) -> Iterator[tuple[str, Document]]:
-        """(op, job) for each matching job as listed now, then for each change after.
-
-        List, then watch from the list's revision, the way an informer does. A 410 means the
-        broker no longer keeps our revision: list again and report only the jobs whose
-        resource_version moved, so nothing is missed and nothing is said twice. `known`
-        are jobs the caller has already shown; `deadline` (time.monotonic()) ends the
-        stream quietly.
+        """(op, job) for each matching job as listed now, then for each change after: the
+        wire's informer (list, watch from the list's revision, list again after a 410),
+        the broker filtering both. `known` are jobs the caller has already shown;
+        `deadline` (time.monotonic()) ends the stream quietly.
         """
-        versions = {_job_id(j): _version(j) for j in known}
-        wanted = parse_selector(selector) if selector else None
-        while True:
-            listing = self.list_jobs(project=project, name=name, phase=phases, selector=selector)
-            for job in listing.items:
-                if versions.get(_job_id(job), -1) != _version(job):
-                    op = "MODIFIED" if _job_id(job) in versions else "ADDED"
-                    versions[_job_id(job)] = _version(job)
-                    yield op, job
-            revision = listing.revision
-            while (hold := _hold(deadline)) > 0:
-                try:
-                    page = self.watch(revision, kind="Job", timeout=hold)
-                except ApiError as exc:
-                    if exc.status != 410:
-                        raise
-                    break
-                for change in page.changes:
-                    job = change.object
-                    if not _matches(job, project, name, phases, wanted):
-                        continue
-                    if change.op == "DELETED":
-                        versions.pop(_job_id(job), None)
-                    elif versions.get(_job_id(job), -1) == _version(job):
-                        continue
-                    else:
-                        versions[_job_id(job)] = _version(job)
-                    yield change.op, job
-                revision = page.revision
-            else:  # the deadline passed (a 410 leaves by `break`, to list again)
-                return
+        # Loaded here: only `get -w` and `wait` follow jobs, and `job get` starts without it.
+        from jobd.wire.informer import Informer, JobFilter
 
-
-def _job_id(job: Document) -> Any:
-    return (job.get("metadata") or {}).get("id")
-
-
-def _version(job: Document) -> Any:
-    return (job.get("metadata") or {}).get("resource_version")
-
-
-def _matches(
-    job: Document,
-    project: str | None,
-    name: str | None,
-    phases: Sequence[str],
-    selector: Selector | None,
-) -> bool:
-    meta = job.get("metadata") or {}
-    if project is not None and (meta.get("project") or DEFAULT_PROJECT) != project:
-        return False
-    if name is not None and meta.get("name") != name:
-        return False
-    if selector is not None and not selector.matches(meta.get("labels")):
-        return False
-    return not phases or (job.get("status") or {}).get("phase") in phases
-
-
-def _hold(deadline: float | None) -> float:
-    """How long the next watch may be held: the usual 30 s, or what is left until deadline."""
-    if deadline is None:
-        return _WATCH_HOLD_S
-    return min(_WATCH_HOLD_S, deadline - time.monotonic())
+        jobs = JobFilter(project=project, name=name, phases=tuple(phases), selector=selector)
+        return iter(Informer(self, jobs, known=known, deadline=deadline))

@@ -377,10 +377,28 @@ def list_events(
 
 
 def watch(
-    since: int, *, kind: str | None = None, worker: str | None = None, timeout: float = 30.0
+    since: int,
+    *,
+    kind: str | None = None,
+    worker: str | None = None,
+    project: str | None = None,
+    name: str | None = None,
+    phase: Sequence[str] = (),
+    selector: str | None = None,
+    timeout: float = 30.0,
 ) -> Call[WatchPage]:
-    """Changes after revision `since`; ApiError 410 means list again and watch from there."""
-    params = _params(since=since, kind=kind, worker=worker, timeout=timeout)
+    """Changes after revision `since` (of the jobs a listing with the same filters shows,
+    when one is given); ApiError 410 means list again and watch from there."""
+    params = _params(
+        since=since,
+        kind=kind,
+        worker=worker,
+        project=project,
+        name=name,
+        phase=list(phase),
+        selector=selector,
+        timeout=timeout,
+    )
     return Call(routes.WATCH, routes.WATCH.url(), _watch_page, params=params, hold=timeout)
 
 

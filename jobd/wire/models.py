@@ -147,18 +147,25 @@ def _check_selector(value: str | None) -> str | None:
     return value
 
 
-class JobsQuery(_Query):
-    project: str | None = None
-    phase: list[Phase] | None = None
-    worker: str | None = None
-    name: str | None = None
-    selector: Annotated[str | None, AfterValidator(_check_selector)] = Field(
+def _selector_field() -> Any:
+    return Field(
         default=None,
         max_length=4096,
         json_schema_extra={"pattern": SELECTOR_PATTERN},
         description="Labels the jobs must have, as kubectl's -l: "
         "`team=vision,tier!=batch,owner,!scratch`",
     )
+
+
+_Selector = Annotated[str | None, AfterValidator(_check_selector)]
+
+
+class JobsQuery(_Query):
+    project: str | None = None
+    phase: list[Phase] | None = None
+    worker: str | None = None
+    name: str | None = None
+    selector: _Selector = _selector_field()
     limit: StoreInt | None = Field(default=None, ge=1)
 
 
@@ -222,6 +229,12 @@ class WatchQuery(_Query):
     since: StoreInt = 0
     kind: str | None = None
     worker: str | None = None
+    # The filters of a listing (JobsQuery), so a watch passes the changes of the jobs its
+    # list showed: set, they pass only jobs.
+    project: str | None = None
+    name: str | None = None
+    phase: list[Phase] | None = None
+    selector: _Selector = _selector_field()
     timeout: float = Field(default=30.0, ge=0, le=300)
 
 

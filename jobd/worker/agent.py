@@ -25,6 +25,7 @@ from jobd.api.models import Job, Phase, WorkerSpec
 from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
+from jobd.wire.informer import AsyncInformer, Delta, JobFilter
 from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.execution import Execution, Host
@@ -38,7 +39,6 @@ from jobd.worker.shim.containment import Containment, choose_containment
 __all__ = ["Agent"]
 
 log = get_logger()
-_WATCH_TIMEOUT_S = 30.0
 
 
 class Agent:
@@ -56,7 +56,6 @@ class Agent:
         self.executions: dict[int, Execution] = {}
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
         self.pool = ShimPool()
-        self.revision = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
         # NVML, where installed: the memory foreign processes use on our GPUs (gpus.py).
@@ -86,7 +85,6 @@ class Agent:
         if self.settings.checkpoint_ttl_days is not None:
             root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
             tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
-        await self._resync()
         await self._watch_forever()
 
     async def _register(self) -> None:
@@ -109,38 +107,19 @@ class Agent:
             slots=spec.slots,
         )
 
-    async def _resync(self) -> None:
-        """List what is bound here and reconcile each; the watch continues from there."""
-        assert self.link is not None
-        listing = await self.link.call(calls.list_jobs(worker=self.settings.name))
-        if listing is None:
-            return
-        self.revision = max(self.revision, listing.revision)
-        for doc in listing.items:
-            self._reconcile(Job.model_validate(doc))
-
     async def _watch_forever(self) -> None:
+        """List what is bound here and reconcile each, then each change from there; list
+        again after a 410 or an error (the wire's informer)."""
         assert self.link is not None
-        name = self.settings.name
-        while True:
-            watch = calls.watch(self.revision, worker=name, timeout=_WATCH_TIMEOUT_S)
-            try:
-                page = await self.link.client.run(watch)
-            except BrokerUnreachable as exc:
-                log.warning("watch_failed", error=exc.message)
-                await anyio.sleep(0.5)
-                continue
-            except ApiError as exc:
-                if exc.status == 410:  # behind the broker's change feed: list again
-                    await self._resync()
-                    continue
-                log.warning("watch_refused", status=exc.status, detail=exc.message)
-                await anyio.sleep(1.0)
-                continue
-            for change in page.changes:
-                if change.op != "DELETED":
-                    self._reconcile(Job.model_validate(change.object))
-            self.revision = max(self.revision, page.revision)
+        bound = JobFilter(worker=self.settings.name)
+        informer = AsyncInformer(
+            self.link.client, bound, every_listed=True, on_error=_log_watch_error
+        )
+        await informer.run(self._on_change)
+
+    def _on_change(self, delta: Delta) -> None:
+        if delta.op != "DELETED":
+            self._reconcile(Job.model_validate(delta.object))
 
     def running_jobs(self) -> int:
         """Jobs whose workload is still running here (they outlive this agent)."""
@@ -248,3 +227,10 @@ class Agent:
                 if execution is not None:
                     assert self._tg is not None
                     self._tg.start_soon(execution.stop, "unknown_to_broker")
+
+
+def _log_watch_error(exc: ApiError | BrokerUnreachable) -> None:
+    if isinstance(exc, BrokerUnreachable):
+        log.warning("watch_failed", error=exc.message)
+    else:
+        log.warning("watch_refused", status=exc.status, detail=exc.message)

@@ -3,8 +3,9 @@
 A report (started, stopping, complete, checkpoint-complete) must survive a broker that
 is briefly unreachable, so it is retried with backoff until the broker answers; a 4xx
 answer is final (the broker decided otherwise, e.g. the job was cancelled meanwhile).
-Requests are the wire's calls (`jobd.wire.calls`), sent by its `AsyncClient`; this
-module adds the retries and the batching.
+Requests are the wire's calls (`jobd.wire.calls`), sent by its `AsyncClient`, reports
+batched by its `ReportBatcher` (`jobd.wire.reports`); this module adds the retries and
+the events that ride along.
 """
 
 from __future__ import annotations
@@ -17,15 +18,11 @@ import anyio
 
 from jobd.logconfig import get_logger
 from jobd.wire import calls
+from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
-from jobd.wire.models import (
-    BATCHED_REPORTS,
-    BatchedReport,
-    ReportBatch,
-    WorkerEvent,
-    WorkerEvents,
-)
+from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
+from jobd.wire.reports import ReportBatcher
 
 __all__ = ["BrokerLink"]
 
@@ -35,21 +32,15 @@ T = TypeVar("T")
 
 
 @dataclass
-class _Pending:
-    """A report waiting for its batch to be answered."""
-
-    item: BatchedReport
-    answered: anyio.Event = field(default_factory=anyio.Event)
-
-
-@dataclass
 class BrokerLink:
     client: AsyncClient
     worker: str
     _events: list[WorkerEvent] = field(default_factory=list)
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
-    _reports: list[_Pending] = field(default_factory=list)
-    _in_flight: anyio.Event | None = None  # set when the batch being sent is answered
+    _batcher: ReportBatcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._batcher = ReportBatcher(self._send_reports)
 
     async def call(self, call: Call[T]) -> T | None:
         """Send until the broker answers; None when it refused (4xx) for good."""
@@ -71,12 +62,10 @@ class BrokerLink:
     async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
         """Returns once the broker has acknowledged the report, or refused it for good.
 
-        Reports travel in batches without waiting for company: the first reporter to
-        find no request in flight sends everything pending (and the queued events) in
-        one, in its own task; reports made meanwhile go in the next. A busy worker's
-        `started` and `complete` often share a request.
+        Reports travel in batches (`jobd.wire.reports`), with the queued events riding
+        along; a busy worker's `started` and `complete` often share a request.
         """
-        await self.report_many(job_id, [(verb, body)], attempt)
+        await self._batcher.report(job_id, verb, attempt, **body)
 
     async def report_many(
         self,
@@ -85,41 +74,25 @@ class BrokerLink:
         attempt: int | None = None,
     ) -> None:
         """Several reports on one job, in this order, in one request when none is in flight."""
-        pendings = [_Pending(_batched(job_id, verb, body, attempt)) for verb, body in reports]
-        self._reports.extend(pendings)
-        while not all(p.answered.is_set() for p in pendings):
-            if self._in_flight is not None:
-                await self._in_flight.wait()  # then ours may be answered, or ours to send
-            else:
-                await self._send_pending()
+        await self._batcher.report_many(job_id, reports, attempt)
 
-    async def _send_pending(self) -> None:
-        self._in_flight = anyio.Event()
-        batch, self._reports = self._reports, []
+    async def _send_reports(self, reports: list[BatchedReport]) -> list[ReportResult]:
+        """One batch, sent until answered, with the events queued so far."""
         events, self._events = self._events, []  # they ride along
         sent = False
         try:
-            await self._send_batch(batch, events)
+            body = ReportBatch(reports=reports, events=events)
+            results = await self.call(calls.send_reports(self.worker, body)) or []
             sent = True
         finally:
             if not sent:  # cancelled: whoever reports next sends these too
                 self._events = events + self._events
-            self._reports = [p for p in batch if not p.answered.is_set()] + self._reports
-            self._in_flight.set()
-            self._in_flight = None
-
-    async def _send_batch(self, batch: list[_Pending], events: list[WorkerEvent]) -> None:
-        body = ReportBatch(reports=[p.item for p in batch], events=events)
-        results = await self.call(calls.send_reports(self.worker, body)) or []
         # Each report is answered on its own; an error of the broker's fails the whole
         # request, which call() sends again until it is answered.
-        for pending, result in zip(batch, results, strict=False):
+        for item, result in zip(reports, results, strict=False):
             if result.status >= 300:
-                item = pending.item
                 log.warning("report_refused", job=item.job, verb=item.verb, detail=result.detail)
-            pending.answered.set()
-        for pending in batch[len(results) :]:  # the whole request was refused (4xx)
-            pending.answered.set()
+        return results
 
     def event(self, event: str, job: int | None = None, **fields: Any) -> None:
         """Log locally and queue for the broker's record, tagged with this worker."""
@@ -136,13 +109,3 @@ class BrokerLink:
             if batch:  # else they left with a batch of reports
                 await self.call(calls.ingest_events(WorkerEvents(worker=self.worker, events=batch)))
             await anyio.sleep(interval_s)
-
-
-def _batched(
-    job_id: int, verb: str, fields: dict[str, Any], attempt: int | None = None
-) -> BatchedReport:
-    """One report for a batch, of its verb's own schema; only the fields said travel, with
-    the run's attempt (fencing)."""
-    if attempt is not None:
-        fields = {**fields, "attempt": attempt}
-    return BATCHED_REPORTS[verb].model_validate({"job": job_id, "verb": verb, **fields})

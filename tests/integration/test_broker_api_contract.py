@@ -236,7 +236,10 @@ async def test_watch_parameters_are_checked_like_every_route(api: httpx.AsyncCli
     word = await api.get("/watch", params={"timeout": "soon"})
     assert word.status_code == 422 and word.json()["detail"].startswith("timeout: ")
     schema = (await api.get("/openapi.json")).json()["paths"]["/watch"]["get"]
-    assert {p["name"] for p in schema["parameters"]} == {"since", "kind", "worker", "timeout"}
+    assert {p["name"] for p in schema["parameters"]} == {
+        *("since", "kind", "worker", "timeout"),
+        *("project", "name", "phase", "selector"),  # a listing's filters (the informer's)
+    }
 
 
 @pytest.mark.anyio

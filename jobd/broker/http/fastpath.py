@@ -14,11 +14,12 @@ only how the bytes arrive and leave differs. Everything else passes through unto
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -42,6 +43,7 @@ __all__ = [
     "declare",
     "parse_body",
     "parse_value",
+    "query_values",
 ]
 
 _JSON_TYPE = "application/json"
@@ -75,10 +77,7 @@ async def answer(
         if route.body is not None:
             parsed: Any = parse_body(route.body, body)
         elif route.query is not None:
-            # The last of repeated parameters counts, as in FastAPI's own parsing.
-            # `timeout=` says an empty value, refused as FastAPI's routes refuse it.
-            text = query.decode("latin-1")
-            parsed = route.query.model_validate(dict(parse_qsl(text, keep_blank_values=True)))
+            parsed = route.query.model_validate(query_values(route.query, query))
         else:
             parsed = None
         text = await fast.handle(state, args, parsed, who)
@@ -90,6 +89,29 @@ async def answer(
             raise  # a bug: the server's error handling takes it from here
         return refused, _detail(str(exc))
     return route.status, text.encode()
+
+
+def query_values(model: type[BaseModel], query: bytes) -> dict[str, Any]:
+    """The query's parameters by name, as FastAPI's own parsing takes them: every value of
+    a list field, the last of any other repeated one. `timeout=` says an empty value,
+    refused as FastAPI's routes refuse it."""
+    lists = _list_fields(model)
+    values: dict[str, Any] = {}
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if name in lists:
+            values.setdefault(name, []).append(value)
+        else:
+            values[name] = value
+    return values
+
+
+@functools.cache
+def _list_fields(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if list in (get_origin(field.annotation), *map(get_origin, get_args(field.annotation)))
+    )
 
 
 def parse_body(model: type[BaseModel], body: bytes) -> Any:

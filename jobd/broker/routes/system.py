@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from jobd.api.selectors import parse_selector
 from jobd.broker.auth import access
 from jobd.broker.auth.access import principal_of
 from jobd.broker.auth.tokens import Principal
@@ -15,7 +16,7 @@ from jobd.broker.http.responses import RawJSON, doc, encode_json, json_response
 from jobd.broker.http.routing import route
 from jobd.broker.metrics.registry import exposition
 from jobd.broker.state import BrokerState, job_or_404, state_of
-from jobd.broker.streams.feed import FeedEntry
+from jobd.broker.streams.feed import FeedEntry, Filter, jobs_filter
 from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import EventsQuery, Health, WatchQuery
@@ -72,15 +73,18 @@ async def run_watch(
     state: BrokerState, query: WatchQuery, who: Principal | None = None
 ) -> dict[str, Any]:
     kind, worker = query.kind, query.worker
-    if who is not None and who.role == "worker":
-        access.jobs_visible(who, None, worker)  # a worker watches its own jobs only
+    if who is not None:  # a worker watches its own jobs only; a user, its projects'
+        access.jobs_visible(who, query.project, worker)
     reveal = access.reveals(who, worker)  # every change passed is of a job bound there
     seen = access.projects(who) if who is not None and who.role == "user" else None
+    jobs = _jobs_filter(query)
 
     def accept(entry: FeedEntry) -> bool:
         if kind is not None and entry.kind != kind:
             return False
         if seen is not None and entry.kind != "Worker" and entry.project not in seen:
+            return False
+        if jobs is not None and not jobs(entry):
             return False
         return worker is None or entry.worker == worker
 
@@ -97,6 +101,12 @@ async def run_watch(
         for c in changes
     ]
     return {"revision": revision, "changes": items}
+
+
+def _jobs_filter(query: WatchQuery) -> Filter | None:
+    """The listing's filters the watch was given, as the feed applies them."""
+    selector = parse_selector(query.selector) if query.selector is not None else None
+    return jobs_filter(query.project, query.name, query.phase, selector)
 
 
 WATCH = FastRoute(routes.WATCH, watch)

@@ -9,14 +9,16 @@ hole, and watchers behind its start are served from the store.
 
 The tail keeps what a watch needs of each change — its JSON text (and, for a job that
 holds secret env values, the text with them masked: what everyone but its worker reads)
-and the worker of a job — not the committed objects: tens of thousands of jobs' models
-(two dozen objects each), kept alive only here, were most of the memory and of what the
-garbage collector walked.
+and what a watch filters jobs by (worker, project, name, phase; labels are read from the
+text, only for a watch that asks for them) — not the committed objects: tens of
+thousands of jobs' models (two dozen objects each), kept alive only here, were most of
+the memory and of what the garbage collector walked.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -24,10 +26,11 @@ from typing import NamedTuple
 import anyio
 
 from jobd.api.secrets import mask_job
+from jobd.api.selectors import Selector
 from jobd.broker.http.responses import doc
 from jobd.store.base import Change, EventRecord, Store
 
-__all__ = ["ChangeFeed", "FeedEntry", "Notifier"]
+__all__ = ["ChangeFeed", "FeedEntry", "Filter", "Notifier", "jobs_filter"]
 
 
 class FeedEntry(NamedTuple):
@@ -40,16 +43,32 @@ class FeedEntry(NamedTuple):
     worker: str | None  # the worker a job is bound to; None for anything else
     project: str | None  # a job's project, a project's name; None for a worker
     masked: str  # `text` as all but the job's worker read it: `text` itself, mostly
+    name: str | None = None  # a job's name; None for anything else
+    phase: str | None = None  # a job's phase
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
         job = change.job
-        worker = job.status.worker if job is not None else None
-        project = job.project if job is not None else _project_name(change)
-        masked = change.text
-        if job is not None and mask_job(job) is not job:
-            masked = str(doc(job))
-        return cls(change.revision, change.kind, change.op, change.text, worker, project, masked)
+        if job is None:
+            text, project = change.text, _project_name(change)
+            return cls(change.revision, change.kind, change.op, text, None, project, text)
+        masked = change.text if mask_job(job) is job else str(doc(job))
+        return cls(
+            change.revision,
+            change.kind,
+            change.op,
+            change.text,
+            job.status.worker,
+            job.project,
+            masked,
+            job.metadata.name,
+            job.status.phase.value,
+        )
+
+    def labels(self) -> dict[str, str] | None:
+        """A job's labels, read from its text (only a watch with a selector asks)."""
+        labels: dict[str, str] | None = json.loads(self.text).get("metadata", {}).get("labels")
+        return labels
 
 
 def _project_name(change: Change) -> str | None:
@@ -57,6 +76,29 @@ def _project_name(change: Change) -> str | None:
 
 
 Filter = Callable[[FeedEntry], bool]
+
+
+def jobs_filter(
+    project: str | None,
+    name: str | None,
+    phases: Sequence[str] | None,
+    selector: Selector | None,
+) -> Filter | None:
+    """What a listing's filters pass of the feed (the jobs it would list); None: all."""
+    if project is None and name is None and not phases and selector is None:
+        return None
+    wanted = frozenset(phases or ())
+
+    def accept(entry: FeedEntry) -> bool:
+        return (
+            entry.kind == "Job"
+            and (project is None or entry.project == project)
+            and (name is None or entry.name == name)
+            and (not wanted or entry.phase in wanted)
+            and (selector is None or selector.matches(entry.labels()))
+        )
+
+    return accept
 
 
 class Notifier:

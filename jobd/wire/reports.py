@@ -1,0 +1,85 @@
+"""A worker's reports to the broker, batched and fenced: the agent's way and the bench's.
+
+Reports travel in batches without waiting for company: the first reporter to find no
+request in flight sends everything pending in one, in its own task; reports made
+meanwhile go in the next. A busy worker's `started` and `complete` often share a
+request. Each report carries the run's attempt (`status.attempt`), so the broker refuses
+one of another run (fencing). How a batch is sent is the caller's `send`: the agent's
+retries it until the broker answers and lets its queued events ride along
+(`jobd.worker.reporting`); the bench's simulated workers send it as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from jobd.wire.answers import ReportResult
+from jobd.wire.models import BATCHED_REPORTS, BatchedReport
+
+__all__ = ["ReportBatcher", "SendBatch", "batched"]
+
+# Sends one batch of reports; each one's result, in order (fewer: the rest were refused).
+SendBatch = Callable[[list[BatchedReport]], Awaitable[list[ReportResult]]]
+
+
+@dataclass
+class _Pending:
+    """A report waiting for its batch to be answered."""
+
+    item: BatchedReport
+    answered: anyio.Event = field(default_factory=anyio.Event)
+
+
+class ReportBatcher:
+    """Reports on any job, gathered into batches that `send` sends one at a time."""
+
+    def __init__(self, send: SendBatch) -> None:
+        self._send = send
+        self._reports: list[_Pending] = []
+        self._in_flight: anyio.Event | None = None  # set when the batch being sent is answered
+
+    async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
+        """Returns once the broker has answered the batch that carried the report."""
+        await self.report_many(job_id, [(verb, body)], attempt)
+
+    async def report_many(
+        self,
+        job_id: int,
+        reports: list[tuple[str, dict[str, Any]]],
+        attempt: int | None = None,
+    ) -> None:
+        """Several reports on one job, in this order, in one request when none is in flight."""
+        pendings = [_Pending(batched(job_id, verb, body, attempt)) for verb, body in reports]
+        self._reports.extend(pendings)
+        while not all(p.answered.is_set() for p in pendings):
+            if self._in_flight is not None:
+                await self._in_flight.wait()  # then ours may be answered, or ours to send
+            else:
+                await self._send_pending()
+
+    async def _send_pending(self) -> None:
+        self._in_flight = anyio.Event()
+        batch, self._reports = self._reports, []
+        try:
+            await self._send([p.item for p in batch])
+            for pending in batch:  # each answered on its own, or the whole batch refused
+                pending.answered.set()
+        finally:
+            # Cancelled: whoever reports next sends these too.
+            self._reports = [p for p in batch if not p.answered.is_set()] + self._reports
+            self._in_flight.set()
+            self._in_flight = None
+
+
+def batched(
+    job_id: int, verb: str, fields: dict[str, Any], attempt: int | None = None
+) -> BatchedReport:
+    """One report for a batch, of its verb's own schema; only the fields said travel, with
+    the run's attempt (fencing)."""
+    if attempt is not None:
+        fields = {**fields, "attempt": attempt}
+    return BATCHED_REPORTS[verb].model_validate({"job": job_id, "verb": verb, **fields})
