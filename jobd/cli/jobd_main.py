@@ -562,12 +562,13 @@ def _listen(host: str, port: int) -> socket.socket:
 def _worker_token(server: str, token: str | None, token_file: Path | None) -> str | None:
     """The token file's token when one is given (refused unless mode 0600), else --token."""
     from jobd.cli.credentials import TokenFileError, read_token_file
+    from jobd.discovery import TokenError, usable_token
 
-    if token_file is None:
-        return token
     try:
+        if token_file is None:
+            return usable_token(token)
         return read_token_file(token_file.expanduser())
-    except TokenFileError as exc:
+    except (TokenFileError, TokenError) as exc:
         click.echo(f"jobd worker: {exc}", err=True)
         raise SystemExit(2) from None
 
