@@ -311,7 +311,8 @@ class JobSpec(Strict):
             "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}],
         },
     )
-    cwd: str | None = Field(default=None, json_schema_extra={"pattern": _NO_NUL})
+    # Absolute (admission refuses a relative one: verbs/admission.refuse_relative_cwd).
+    cwd: str | None = Field(default=None, json_schema_extra={"pattern": r"^(/[^\x00]*)?$"})
     env: dict[str, str] = Field(
         default_factory=dict,
         json_schema_extra={
