@@ -87,6 +87,8 @@ async def run_watch(
     revision, changes = await state.feed.wait_since(
         query.since, accept, query.timeout, worker=worker
     )
+    if who is not None and not state.tokens.holds(who):  # revoked while the watch was held
+        raise access.Revoked(f"token {who.label!r} has been revoked")
     items = [
         {
             "revision": c.revision,
