@@ -115,6 +115,10 @@ class Tokens:
             found.last_used = time.time()
         return found
 
+    def names_project(self, project: str) -> bool:
+        """Whether a valid token is made for `project` (a user token of its projects)."""
+        return any(project in p.projects for p in self._by_digest.values())
+
     def holds(self, who: Principal) -> bool:
         """Whether `who` is still the principal of a valid token (not revoked since)."""
         found = self._by_label.get(who.label)
