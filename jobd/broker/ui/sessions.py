@@ -21,6 +21,7 @@ after a restart as well.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -128,7 +129,9 @@ class Sessions:
         self._ended = {s: e for s, e in self._ended.items() if e > now}
         self._ended[signature] = expires
         if self._ended_file is not None:
-            _write_ended(self._ended_file, self._ended)
+            # A full disk: ended here still, though a restart would not know it.
+            with contextlib.suppress(OSError):
+                _write_ended(self._ended_file, self._ended)
 
     def _session(self, cookie: str | None) -> tuple[str, str, int] | None:
         """The label, fingerprint and expiry a cookie signed here holds, while it lasts."""
