@@ -8,14 +8,45 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_SERVER", "config_path", "data_dir", "default_server", "default_token"]
+__all__ = [
+    "DEFAULT_SERVER",
+    "TokenError",
+    "config_path",
+    "data_dir",
+    "default_server",
+    "default_token",
+    "usable_token",
+]
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+# What a bearer token may hold: printable ASCII, no space (every token jobd makes is so).
+_TOKEN_TEXT = re.compile(r"[\x21-\x7e]+")
+
+
+class TokenError(ValueError):
+    """A token no HTTP header can carry; the message says so without showing the token."""
+
+
+def usable_token(token: str | None, source: str = "--token or JOBD_TOKEN") -> str | None:
+    """`token` without the whitespace around it (a newline pasted or echoed in, as a token
+    file is read); None when nothing is left. TokenError, naming `source` and never the
+    token, when what is left has a character a header cannot carry."""
+    token = (token or "").strip()
+    if not token:
+        return None
+    if _TOKEN_TEXT.fullmatch(token) is None:
+        raise TokenError(
+            f"the token from {source} has a character a token cannot have (a space or a "
+            "control character inside it, or a non-ASCII one): set it again from the "
+            "line `jobd token create` printed"
+        )
+    return token
 
 
 def default_server() -> str:
@@ -51,7 +82,7 @@ def default_token(server: str) -> str | None:
     The token file belongs to the broker on this machine, so it is only offered to a server
     on this machine: an admin token must never leak to some other host by default.
     """
-    token = os.environ.get("JOBD_TOKEN")
+    token = usable_token(os.environ.get("JOBD_TOKEN"), "JOBD_TOKEN")
     if token:
         return token
     if not _is_local(server):

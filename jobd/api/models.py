@@ -336,10 +336,11 @@ class JobSpec(Strict):
             "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}],
         },
     )
+    # Absolute (admission refuses a relative one: verbs/admission.refuse_relative_cwd).
     cwd: Annotated[
         str | None,
         NoOption("made absolute from where it is said: --cwd (default .), the MCP `cwd`"),
-    ] = Field(default=None, json_schema_extra={"pattern": _NO_NUL})
+    ] = Field(default=None, json_schema_extra={"pattern": r"^(/[^\x00]*)?$"})
     env: Annotated[
         dict[str, str],
         Option("--env", "Environment variables of the job.", kind="pairs", metavar="K=V"),

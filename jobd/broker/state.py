@@ -58,8 +58,8 @@ class BrokerConfig:
 
 def ensure_token(config: BrokerConfig) -> str:
     """JOBD_TOKEN when given, else `<data-dir>/admin.token`, created 0600 on first start."""
-    if config.token:
-        return config.token
+    if config.token and config.token.strip():  # a newline around it is no part of it
+        return config.token.strip()
     path = config.data_dir / "admin.token"
     if path.exists():
         return path.read_text().strip()

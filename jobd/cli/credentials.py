@@ -12,6 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+from jobd.discovery import TokenError, usable_token
+
 __all__ = ["TokenFileError", "read_token_file"]
 
 
@@ -41,6 +43,10 @@ def read_token_file(path: Path) -> str:
         token = path.read_text().strip()
     except OSError as exc:
         raise TokenFileError(f"cannot read the token file {path}: {exc.strerror}") from None
-    if not token:
+    try:
+        usable = usable_token(token, f"the token file {path}")
+    except TokenError as exc:
+        raise TokenFileError(str(exc)) from None
+    if usable is None:
         raise TokenFileError(f"the token file {path} is empty")
-    return token
+    return usable

@@ -29,7 +29,14 @@ from jobd.api.vocabulary import DEFAULT_PROJECT
 from jobd.cli.failure import DiffFailure, Failure
 from jobd.cli.options import output_option, print_documents
 from jobd.cli.submit_options import SpecCommand
-from jobd.discovery import DEFAULT_SERVER, config_path, default_server, default_token
+from jobd.discovery import (
+    DEFAULT_SERVER,
+    TokenError,
+    config_path,
+    default_server,
+    default_token,
+    usable_token,
+)
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
 if TYPE_CHECKING:
@@ -121,6 +128,8 @@ def _refusal(exc: Exception) -> str | None:
     manifest; None for any other exception."""
     if isinstance(exc, ApiError | BrokerUnreachable):
         return exc.message
+    if isinstance(exc, TokenError):
+        return str(exc)
     if isinstance(exc, ValueError):  # loaded already by whatever read a manifest
         from jobd.api.manifests import ManifestError
 
@@ -187,6 +196,7 @@ def cli(ctx: click.Context, /, **connection: Any) -> None:
     if ctx.invoked_subcommand in STANDALONE:
         return
     settings = ctx.ensure_object(Settings)
+    connection["token"] = _stripped(connection["token"])
     if connection["context_name"] is None and not config_path().exists():
         # No contexts: no YAML or pydantic to load, the common case kept fast.
         settings.server = connection["server"] or DEFAULT_SERVER
@@ -201,6 +211,15 @@ def cli(ctx: click.Context, /, **connection: Any) -> None:
     settings.server, settings.token = chosen.server, chosen.token
     if chosen.project:  # click's own defaults, below any flag or environment variable
         ctx.default_map = {verb: {"project": chosen.project} for verb in ("submit", "get")}
+
+
+def _stripped(token: str | None) -> str | None:
+    """--token (or JOBD_TOKEN) without the whitespace around it; refused, in a sentence that
+    never shows it, when what is left cannot be a token."""
+    try:
+        return usable_token(token)
+    except TokenError as exc:
+        raise Failure(str(exc)) from None
 
 
 def _token(token: str | None, token_file: Path | None, server: str) -> str | None:

@@ -58,9 +58,19 @@ def mcp(server: str, token: str | None, token_file: Path | None) -> None:
         raise SystemExit(1) from None
     from jobd.cli.broker_client import JobdClient, default_token
 
-    chosen = _token_from_file(token_file) if token_file else token
+    chosen = _token_from_file(token_file) if token_file else _usable(token)
     with JobdClient(server, chosen or default_token(server)) as broker:
         build_server(broker).run("stdio")
+
+
+def _usable(token: str | None) -> str | None:
+    from jobd.discovery import TokenError, usable_token
+
+    try:
+        return usable_token(token)
+    except TokenError as exc:
+        click.echo(f"jobd mcp: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 def _token_from_file(path: Path) -> str:

@@ -15,6 +15,7 @@ import click
 from jobd.cli.credentials import TokenFileError, read_token_file
 from jobd.daemon.settings import NAME_GIVEN, OutputOptions, WorkerOptions, default_data_dir
 from jobd.daemon.worker_host import Gpus, check_gpus, detect_gpus
+from jobd.discovery import TokenError, usable_token
 from jobd.logconfig import get_logger
 from jobd.worker.agent import Agent
 from jobd.worker.checkpoints import checkpoint_root
@@ -60,11 +61,11 @@ def _host_gpus(declared: Gpus | None) -> Gpus:
 
 def worker_token(token: str | None, token_file: Path | None) -> str | None:
     """The token file's token when one is given (refused unless mode 0600), else --token."""
-    if token_file is None:
-        return token
     try:
+        if token_file is None:
+            return usable_token(token)
         return read_token_file(token_file.expanduser())
-    except TokenFileError as exc:
+    except (TokenFileError, TokenError) as exc:
         click.echo(f"jobd worker: {exc}", err=True)
         raise SystemExit(2) from None
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from jobd.discovery import usable_token
 from jobd.wire.calls import Call
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
@@ -57,6 +58,7 @@ class BaseClient:
         if urlsplit(self.server).scheme not in ("http", "https"):
             raise ValueError(f"the broker address {self.server!r} must start with http(s)://")
         self.headers = {"User-Agent": user_agent}
+        token = usable_token(token, "the token given")  # TokenError (a ValueError), never sent
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = httpx.Timeout(timeout)

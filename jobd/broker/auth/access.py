@@ -31,6 +31,7 @@ __all__ = [
     "PRINCIPAL",
     "ROLES",
     "Forbidden",
+    "Revoked",
     "as_worker",
     "job",
     "jobs_visible",
@@ -46,6 +47,10 @@ PRINCIPAL = "jobd.principal"  # the key of the request's principal in the ASGI s
 
 class Forbidden(Exception):
     """The token is valid, but not for this (HTTP 403); the message names what it lacks."""
+
+
+class Revoked(Exception):
+    """The request's token was revoked while it was held (HTTP 401, as any invalid token)."""
 
 
 _ANY = frozenset({ADMIN, USER, WORKER})

@@ -9,9 +9,14 @@ in a quarter of one). With a fast hash the broker can key its table by the diges
 itself: finding a request's principal is one SHA-256 and one dict hit, no store query.
 
 The broker holds the whole table in memory (`Tokens`): read at start, again after each
-change it makes, and once a second from the store, so a token made or revoked by `jobd
-token` against the store directly counts within a second. When a token was last used is
-kept in memory and written at most once a minute (`flush`), never per request.
+change it makes, and once a second from the store, so a token revoked by `jobd token`
+against the store directly counts within a second. A token it does not know is looked up
+in the store before it is refused, so one `jobd token create` made against the store
+works the moment it is printed; a flood of unknown tokens cannot turn that into a flood
+of store reads: only tokens of jobd's own form are looked up, a token refused once is
+remembered as refused (the newest `REFUSED_KEPT`), and such reads are rate-bounded
+(`MISS_READS_PER_S`). When a token was last used is kept in memory and written at most
+once a minute (`flush`), never per request.
 
 The admin token of CONTRACT.md §8 (`JOBD_TOKEN`, else `<data-dir>/admin.token`) is an
 admin principal of its own, `admin.token`; it is not in the table.
@@ -26,7 +31,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from jobd.store.base import Store, TokenRecord
+from jobd.store.base import Store, StoreUnavailable, TokenRecord
 from jobd.wire.models import TokenInfo, TokenRequest
 
 __all__ = [
@@ -51,6 +56,9 @@ WORKER = "worker"
 BUILTIN_LABEL = "admin.token"  # the principal of JOBD_TOKEN / <data-dir>/admin.token
 TOKEN_PREFIX = "jobd_"  # so a token pasted somewhere is recognisable (secret scanners)
 MIN_EXPOSED_TOKEN = 32  # characters an admin token needs on a non-loopback address
+REFUSED_KEPT = 4096  # unknown tokens remembered as refused, so asking again reads nothing
+MISS_READS_PER_S = 10.0  # store reads an unknown token may cause, a second (burst: as many)
+_PREFIX_BYTES = TOKEN_PREFIX.encode()
 
 
 @dataclass(eq=False)
@@ -87,6 +95,8 @@ class Tokens:
         self._by_digest: dict[bytes, Principal] = {self._builtin_digest: self.builtin}
         self._by_label: dict[str, tuple[bytes, Principal]] = {}
         self._flushed = time.time()
+        self._refused: dict[bytes, None] = {}  # digests, oldest first
+        self._read_credit, self._credit_at = MISS_READS_PER_S, time.monotonic()
         self.reload()
 
     def resolve(self, authorization: bytes) -> Principal | None:
@@ -97,21 +107,57 @@ class Tokens:
         """
         if not authorization.startswith(b"Bearer "):
             return None
-        found = self._by_digest.get(hashlib.sha256(authorization[7:]).digest())
+        key = hashlib.sha256(authorization[7:]).digest()
+        found = self._by_digest.get(key)
+        if found is None and authorization.startswith(_PREFIX_BYTES, 7):
+            found = self._look_up(key)
         if found is not None:
             found.last_used = time.time()
         return found
 
+    def names_project(self, project: str) -> bool:
+        """Whether a valid token is made for `project` (a user token of its projects)."""
+        return any(project in p.projects for p in self._by_digest.values())
+
+    def holds(self, who: Principal) -> bool:
+        """Whether `who` is still the principal of a valid token (not revoked since)."""
+        found = self._by_label.get(who.label)
+        return found is not None and found[1] is who
+
+    def _look_up(self, key: bytes) -> Principal | None:
+        """A token unknown here, made against the store since it was last read: read it
+        again now, unless this token was refused before or such reads are spent."""
+        if key in self._refused or not self._may_read():
+            return None
+        try:
+            self.reload()
+        except StoreUnavailable:
+            return None
+        found = self._by_digest.get(key)
+        if found is None:
+            self._refused[key] = None
+            if len(self._refused) > REFUSED_KEPT:
+                del self._refused[next(iter(self._refused))]
+        return found
+
+    def _may_read(self) -> bool:
+        """A token bucket: MISS_READS_PER_S reads a second, as many at once."""
+        now = time.monotonic()
+        credit = self._read_credit + (now - self._credit_at) * MISS_READS_PER_S
+        self._read_credit, self._credit_at = min(credit, MISS_READS_PER_S), now
+        if self._read_credit < 1:
+            return False
+        self._read_credit -= 1
+        return True
+
     def reload(self) -> None:
-        """Read the table again; principals that stay keep when they were last used."""
-        old = {p.label: p for p in self._by_digest.values()}
+        """Read the table again; a token that stays keeps its principal (the same object,
+        so `holds` tells a revoked one, and when it was last used)."""
+        old = self._by_digest
         table = {self._builtin_digest: self.builtin}
         for record in self.store.list_tokens():
-            principal = _principal(record)
-            kept = old.get(record.label)
-            if kept is not None:
-                principal.last_used = kept.last_used
-            table[bytes.fromhex(record.digest)] = principal
+            key = bytes.fromhex(record.digest)
+            table[key] = old.get(key) or _principal(record)
         self._by_digest = table  # swapped whole: a request never sees half a table
         self._by_label = {p.label: (d, p) for d, p in table.items()}
 

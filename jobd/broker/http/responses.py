@@ -17,7 +17,7 @@ from pydantic_core import to_json
 from jobd.api.manifests import ManifestError
 from jobd.api.models import Job
 from jobd.api.secrets import mask_job
-from jobd.broker.auth.access import Forbidden
+from jobd.broker.auth.access import Forbidden, Revoked
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.store.base import Conflict, Gone, NotFound, StorageFull, StoreUnavailable
 
@@ -37,6 +37,7 @@ __all__ = [
 ERROR_STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (StorageFull, 507),
     (StoreUnavailable, 503),
+    (Revoked, 401),
     (Forbidden, 403),
     (NotFound, 404),
     (LookupError, 404),

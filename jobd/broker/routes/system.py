@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from jobd.api.models import ObjectMeta, Project
 from jobd.api.selectors import parse_selector
 from jobd.broker.auth import access
 from jobd.broker.auth.access import principal_of
@@ -91,6 +92,8 @@ async def run_watch(
     revision, changes = await state.feed.wait_since(
         query.since, accept, query.timeout, worker=worker
     )
+    if who is not None and not state.tokens.holds(who):  # revoked while the watch was held
+        raise access.Revoked(f"token {who.label!r} has been revoked")
     items = [
         {
             "revision": c.revision,
@@ -145,7 +148,12 @@ async def list_projects(request: Request) -> Response:
 @route(router, routes.GET_PROJECT)
 async def get_project(request: Request, name: str) -> Response:
     access.project(principal_of(request), name)
-    project = state_of(request).store.get_project(name)
+    state = state_of(request)
+    project = state.store.get_project(name)
+    if project is None and state.tokens.names_project(name):
+        # Not declared, but a token was made for it: it is a project, of the defaults
+        # (as its first job will find it), not a mistake to report.
+        project = Project(metadata=ObjectMeta(name=name))
     if project is None:
         raise NotFound(f"project {name} not found")
     return json_response(doc(project))

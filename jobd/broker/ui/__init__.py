@@ -13,7 +13,7 @@ from starlette.staticfiles import StaticFiles
 
 from jobd.broker.state import BrokerState
 from jobd.broker.ui import live, login, pages
-from jobd.broker.ui.sessions import Sessions, load_key
+from jobd.broker.ui.sessions import ENDED_FILE, Sessions, load_key
 from jobd.wire.routes import DASHBOARD
 
 __all__ = ["install"]
@@ -22,7 +22,9 @@ __all__ = ["install"]
 def install(app: FastAPI, state: BrokerState) -> None:
     """The dashboard's routes on `app`: the login-code API route (bearer token) and the
     pages under /ui, which answer to a session cookie instead (auth.py lets them by)."""
-    app.state.ui_sessions = Sessions(state.tokens, load_key(state.config.data_dir))
+    data_dir = state.config.data_dir
+    ended = data_dir / ENDED_FILE
+    app.state.ui_sessions = Sessions(state.tokens, load_key(data_dir), ended_file=ended)
     app.include_router(login.api)
     app.include_router(login.public)
     app.mount(DASHBOARD.static, StaticFiles(packages=[("jobd.broker.ui", "static")]), "ui-static")

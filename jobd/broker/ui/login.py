@@ -77,7 +77,8 @@ async def login(request: Request, code: Annotated[str, Query(max_length=256)] = 
 
 
 @public.post(DASHBOARD.logout)
-async def logout(_request: Request) -> Response:
+async def logout(request: Request) -> Response:
+    sessions_of(request).end(request.cookies.get(COOKIE))  # a copy of the cookie ends too
     gone = page("login_needed.html", 200, who=None, signed_out=True)
     gone.delete_cookie(COOKIE, path=routes.UI_PREFIX, httponly=True, samesite="strict")
     return gone

@@ -45,6 +45,7 @@ __all__ = [
     "judge_placement",
     "prepare_new_job",
     "refuse_masks",
+    "refuse_relative_cwd",
     "resolve_effective",
     "resolve_parents",
 ]
@@ -173,6 +174,7 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
         job.status = JobStatus()
     assign(job.status.effective, **_effective_values(job, project))
     refuse_masks(job)
+    refuse_relative_cwd(job)
     assign(
         job.status,
         parents=parents,
@@ -193,6 +195,17 @@ def refuse_masks(job: Job) -> None:
         raise AdmissionError(
             f"spec.env.{masked[0]}: {MASK!r} is how jobd shows a secret value, not a value; "
             "give the real one (a finished job's secrets are removed when it ends)"
+        )
+
+
+def refuse_relative_cwd(job: Job) -> None:
+    """AdmissionError for a relative `spec.cwd`: relative to what, the worker cannot know
+    (`job` makes one absolute where it runs; a worker resolved `../..` in its own)."""
+    cwd = job.spec.cwd
+    if cwd and not cwd.startswith("/"):
+        raise AdmissionError(
+            f"spec.cwd: {cwd!r} is not an absolute path: give the directory from / "
+            "(job submit and job apply make a relative one absolute where they run)"
         )
 
 
@@ -281,6 +294,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
             # Resolved now, so a dry run's answer masks as the stored job's would.
             assign(job.status.effective, **_effective_values(job, projects[job.project]))
             refuse_masks(job)
+            refuse_relative_cwd(job)
             new.append(job)
             results.append(ApplyResult("Job", ref, "created", job))
             continue
@@ -365,6 +379,7 @@ def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
         merged.status.observed_generation = merged.metadata.generation
         merged.status.effective = resolve_effective(merged, project)
         refuse_masks(merged)
+        refuse_relative_cwd(merged)
     return merged
 
 

@@ -36,7 +36,8 @@ class StartFailed(Exception):
 
 
 def check_launchable(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> None:
-    """Raise StartFailed naming the field no OS can take, or a cwd that does not exist."""
+    """Raise StartFailed naming the field no OS can take, or a cwd that does not exist or
+    is not a directory."""
     if not argv or not argv[0]:
         raise StartFailed("spec.command is empty")
     for i, arg in enumerate(argv):
@@ -50,7 +51,8 @@ def check_launchable(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> N
         if "\0" in value:
             raise StartFailed(f"spec.env[{key!r}] holds a NUL byte")
     if not os.path.isdir(cwd):
-        raise StartFailed(f"the working directory {cwd} does not exist (spec.cwd)")
+        missing = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise StartFailed(f"the working directory {cwd} {missing} (spec.cwd)")
 
 
 def check_unmasked(job: Job) -> None:
