@@ -27,7 +27,14 @@ from jobd.logconfig import redact_url
 if TYPE_CHECKING:
     from jobd.worker.execution import WorkerSettings
 
-__all__ = ["broker_config", "http_server", "listen", "refuse_weak_token", "say_where"]
+__all__ = [
+    "broker_config",
+    "http_server",
+    "listen",
+    "private_paths",
+    "refuse_weak_token",
+    "say_where",
+]
 
 
 def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
@@ -47,6 +54,17 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
             finished_job_ttl_s=broker.finished_job_ttl,
         ),
     )
+
+
+def private_paths(config: BrokerConfig) -> list[Path]:
+    """What the broker writes, to be its user's alone: data and log directories, and a
+    SQLite store kept elsewhere (with its WAL and shared memory)."""
+    paths = [config.data_dir, config.log_dir]
+    url = config.store_url
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        store = Path(url.removeprefix("sqlite:///"))
+        paths += [store, *(store.with_name(store.name + end) for end in ("-wal", "-shm"))]
+    return paths
 
 
 def refuse_weak_token(config: BrokerConfig, host: str) -> None:

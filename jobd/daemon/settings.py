@@ -121,7 +121,8 @@ _A_PATH = click.Path(path_type=Path)
 
 @dataclass(frozen=True)
 class OutputOptions:
-    """The one setting the broker and the worker share (`jobd dev` takes it once)."""
+    """The settings the broker and the worker share, on what they write (`jobd dev` takes
+    them once)."""
 
     max_log_bytes: int = setting(
         "--max-log-bytes",
@@ -130,6 +131,14 @@ class OutputOptions:
         "worker per output file.",
         default=1 << 30,
         type=click.IntRange(min=4096),
+    )
+    group_readable: bool = setting(
+        "--group-readable",
+        "JOBD_GROUP_READABLE",
+        "Let the group of jobd's user read its data, state and log directories and files "
+        "(0750, 0640) rather than jobd's user alone (0700, 0600).",
+        default=False,
+        is_flag=True,
     )
 
 

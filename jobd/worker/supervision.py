@@ -24,6 +24,7 @@ import anyio.abc
 import anyio.to_thread
 
 import jobd
+from jobd.filemodes import started_umask
 from jobd.worker.runner.base import ProcessIdentity
 from jobd.worker.supervisor import (
     LOCK_FILE,
@@ -318,6 +319,7 @@ def launch(state_dir: Path, spec: SupervisedSpec, prefix: list[str] | None = Non
             cwd="/",
             env=_supervisor_env(),
             start_new_session=True,  # a signal to the agent's group, or its death, stops here
+            umask=started_umask(),  # the workload's, not the daemon's (jobd/filemodes.py)
         )
     finally:
         os.close(log)
@@ -447,6 +449,7 @@ class Launcher:
             cwd="/",
             env=_supervisor_env(),
             start_new_session=True,  # Ctrl-C to the agent's terminal stops nothing here
+            umask=started_umask(),  # the workload's, not the daemon's (jobd/filemodes.py)
         )
 
     async def aclose(self) -> None:
