@@ -117,7 +117,8 @@ def broker(**given: Any) -> None:
     configure_logging("broker")
     warn_wide_modes(assemble.private_paths(config), private)
     app = create_app(config)
-    server = assemble.http_server(app, settings.host, settings.port)
+    limits = assemble.connection_limits(settings)
+    server = assemble.http_server(app, settings.host, settings.port, limits)
     assemble.say_where(config, settings.host, settings.port)
 
     async def run() -> None:
@@ -191,7 +192,8 @@ def dev(**given: Any) -> None:
     settings = worker_process.worker_settings(worker_options, output, broker_settings.data_dir)
     settings.state_dir.mkdir(parents=True, exist_ok=True)  # under the daemon's umask
     warn_wide_modes([*broker_process.private_paths(config), settings.state_dir], private)
-    server = broker_process.http_server(app, host, port)
+    limits = broker_process.connection_limits(broker_settings)
+    server = broker_process.http_server(app, host, port, limits)
     agent = Agent(
         f"http://{host}:{port}",
         app.state.broker.token,

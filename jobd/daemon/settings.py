@@ -210,6 +210,31 @@ class BrokerOptions:
         "ttl_after_finished_s. [default: keep for ever]",
         type=Duration(),
     )
+    head_timeout: float = setting(
+        "--http-head-timeout",
+        "JOBD_HTTP_HEAD_TIMEOUT_S",
+        "Seconds a connection may take to send a request's head (its first, or the next "
+        "once it has started) before it is closed.",
+        default=10,
+        type=click.FloatRange(min=0.1),
+    )
+    max_client_connections: int = setting(
+        "--max-client-connections",
+        "JOBD_MAX_CLIENT_CONNECTIONS",
+        "Connections open at once from one address, loopback included (0: no cap); "
+        "more are answered 503. Raise it behind a proxy on the same host.",
+        default=512,
+        type=click.IntRange(min=0),
+    )
+    fd_reserve: int = setting(
+        "--fd-reserve",
+        "JOBD_FD_RESERVE",
+        "Descriptors kept from connections (for the store, logs and new arrivals): "
+        "past RLIMIT_NOFILE less this, a new connection closes the oldest one still "
+        "waiting for its request.",
+        default=256,
+        type=click.IntRange(min=16),
+    )
 
 
 @dataclass(frozen=True)
