@@ -221,8 +221,8 @@ class BrokerOptions:
     max_client_connections: int = setting(
         "--max-client-connections",
         "JOBD_MAX_CLIENT_CONNECTIONS",
-        "Connections open at once from one address, loopback included (0: no cap); "
-        "more are answered 503. Raise it behind a proxy on the same host.",
+        "Connections open at once from one address beyond loopback (0: no cap); "
+        "more are answered 503.",
         default=512,
         type=click.IntRange(min=0),
     )

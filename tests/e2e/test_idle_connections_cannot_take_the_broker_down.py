@@ -3,11 +3,12 @@
 Through real sockets to a real broker whose RLIMIT_NOFILE is lowered to 1024 (so a
 flood of about 1,500 connections is what 20,000 were to a broker of 20,000 descriptors):
 idle connections, and one that stalls inside its head, are closed once the head timeout
-passes; one address gets no more than its cap, answered 503; past the descriptors kept
-in reserve a new connection closes the oldest waiting one, so `/healthz` and an
-authenticated request still answer during the flood. Each refusal is counted by reason
-on `/metrics`. The flood comes from 127.0.0.2 and up (all loopback on Linux); the
-requests that must answer come from 127.0.0.1.
+passes; one address beyond loopback gets no more than its cap, answered 503, while
+loopback is not capped; past the descriptors kept in reserve a new connection closes the
+oldest waiting one, so `/healthz` and an authenticated request still answer during the
+flood. Each refusal is counted by reason on `/metrics`. The floods come from 127.0.0.2
+and up (all loopback on Linux) and from this host's own address; the requests that must
+answer come from 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.e2e.harness import BIN
 
@@ -149,15 +151,42 @@ def test_connections_that_send_no_head_are_closed_after_the_head_timeout(
     assert '"connections_refused"' in (tmp_path / "broker.log").read_text()
 
 
-def test_one_address_gets_its_cap_and_a_503_beyond(tmp_path: Path) -> None:
-    flags = ("--http-head-timeout", "2", "--max-client-connections", "40")
+def _own_address() -> str:
+    """This host's address on its default route (no packet is sent), else a skip."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 9))
+        except OSError:
+            pytest.skip("no address beyond loopback here, and loopback is not capped")
+        address = str(probe.getsockname()[0])
+    if address.startswith("127."):
+        pytest.skip("no address beyond loopback here, and loopback is not capped")
+    return address
+
+
+def _idle_from(address: str, port: int, count: int) -> list[socket.socket]:
+    opened = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind((address, 0))
+        s.connect((address, port))
+        opened.append(s)
+    return opened
+
+
+def test_one_address_gets_its_cap_and_a_503_beyond_and_loopback_none(tmp_path: Path) -> None:
+    own = _own_address()
+    flags = ("--host", "0.0.0.0", "--http-head-timeout", "2", "--max-client-connections", "40")
     with _broker(tmp_path, *flags) as (url, _):
-        flood = _idle(url, 60, first_source=2)  # all from 127.0.0.2
-        _still_served(url)  # 127.0.0.1 has its own count
+        port = int(url.rsplit(":", 1)[1])
+        flood = _idle_from(own, port, 60)
+        local = _idle(url, 60, first_source=2)  # this host's own: not capped
+        _still_served(url)
         answers = [_everything_said(s) for s in flood]  # the admitted: closed, unanswered
         refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
         assert len(refused) == 20 and b"too many connections from this address" in refused[0]
         assert answers.count(b"") == 40
+        assert [_everything_said(s) for s in local] == [b""] * 60  # none answered 503
         assert _refused(_metrics(url), "per_client") == 20
 
 

@@ -11,8 +11,11 @@ sees a connection from its first byte: a subclass of uvicorn's httptools protoco
 - **A head within `head_timeout_s`.** A timer is armed when a connection is made, and
   again when the first byte of a next request arrives on a kept-alive one; the request's
   head complete cancels it. A connection whose timer fires is closed.
-- **At most `per_client` connections from one address** (0: no cap), loopback included:
-  the worker and the CLI of `jobd dev` use a handful. One more is answered 503 and closed.
+- **At most `per_client` connections from one address** (0: no cap). One more is
+  answered 503 and closed. Loopback is not capped: what comes from it is this host's own
+  (the worker and the CLI of `jobd dev`, a TLS proxy in front of the broker, `jobd
+  bench`'s fleet of a thousand simulated workers), and a flood from it is still bounded
+  by the head timeout and the reserve.
 - **Descriptors kept in reserve.** At most `total` connections are open (the daemon
   sets it below RLIMIT_NOFILE, keeping the rest for the store, the logs and new
   arrivals). One more closes the connection that has waited longest for its head (a
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import ipaddress
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -108,7 +113,7 @@ class ConnectionGuard:
             conn.transport.write(_REFUSAL % (len(answer), answer))
         conn.transport.close()
         self.refused.labels(reason).inc()
-        self._say(reason, conn.client_host)
+        self._say(reason, conn.client[0] if conn.client else None)
 
     def _say(self, reason: str, client: str | None) -> None:
         self._unlogged[reason] += 1
@@ -129,7 +134,8 @@ class GuardedProtocol(HttpToolsProtocol):
 
     @property
     def client_host(self) -> str | None:
-        return self.client[0] if self.client else None
+        """The address counted against the per-client cap; None for loopback."""
+        return _capped(self.client[0]) if self.client else None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -169,6 +175,17 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_timer = None
         if not self.transport.is_closing():
             self.guard.refuse(self, "head_timeout")
+
+
+@functools.lru_cache(maxsize=4096)
+def _capped(host: str) -> str | None:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is loopback too
+    return None if address.is_loopback else host
 
 
 def guarded_protocol(limits: ConnectionLimits, registry: CollectorRegistry) -> type[Any]:
