@@ -8,9 +8,13 @@ its own (they parse what they are given), and uvicorn's `limit_concurrency` answ
 only once a request has been read; so the bound sits in the protocol, the one place that
 sees a connection from its first byte: a subclass of uvicorn's httptools protocol.
 
-- **A head within `head_timeout_s`.** A timer is armed when a connection is made, and
-  again when the first byte of a next request arrives on a kept-alive one; the request's
-  head complete cancels it. A connection whose timer fires is closed.
+- **A head within `head_timeout_s`.** A connection is given a deadline when it is made,
+  and again when the first byte of a next request arrives on a kept-alive one; the
+  request's head complete takes it away. A sweep (every quarter of the timeout, at most
+  a second apart) closes the connections past their deadline. Deadlines are kept in a
+  dict in the order given, so the sweep stops at the first one not yet due, and a
+  request costs a dict insert and pop (a timer armed and cancelled per request cost
+  about 5 µs under load).
 - **At most `per_client` connections from one address** (0: no cap). One more is
   answered 503 and closed. Loopback is not capped: what comes from it is this host's own
   (the worker and the CLI of `jobd dev`, a TLS proxy in front of the broker, `jobd
@@ -64,7 +68,8 @@ class ConnectionGuard:
         self.limits = limits
         self.open = 0
         self.by_client: collections.Counter[str] = collections.Counter()
-        self.waiting: dict[GuardedProtocol, None] = {}  # oldest first
+        self.waiting: dict[GuardedProtocol, float] = {}  # head deadlines, oldest first
+        self._sweep: asyncio.TimerHandle | None = None
         self.refused = Counter(
             "jobd_connections_refused",
             "TCP connections the broker closed or refused unserved, by reason: "
@@ -99,6 +104,33 @@ class ConnectionGuard:
             if not self.by_client[client]:
                 del self.by_client[client]
 
+    def await_head(self, conn: GuardedProtocol) -> None:
+        """conn must complete a request head within the timeout (no-op if it already must)."""
+        if conn not in self.waiting:
+            self.waiting[conn] = time.monotonic() + self.limits.head_timeout_s
+            if self._sweep is None:
+                self._sweep = conn.loop.call_later(self._sweep_every(), self._close_late, conn.loop)
+
+    def head_arrived(self, conn: GuardedProtocol) -> None:
+        self.waiting.pop(conn, None)
+
+    def _sweep_every(self) -> float:
+        return min(1.0, self.limits.head_timeout_s / 4)
+
+    def _close_late(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = time.monotonic()
+        while self.waiting:
+            conn, deadline = next(iter(self.waiting.items()))
+            if deadline > now:
+                break
+            if conn.transport.is_closing():  # closed meanwhile: not a refusal
+                self.waiting.pop(conn)
+                continue
+            self.refuse(conn, "head_timeout")
+        self._sweep = None
+        if self.waiting:
+            self._sweep = loop.call_later(self._sweep_every(), self._close_late, loop)
+
     def _evict_oldest(self) -> bool:
         if not self.waiting:
             return False
@@ -129,7 +161,6 @@ class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, admitted by the guard and given a head deadline."""
 
     guard: ClassVar[ConnectionGuard]
-    _head_timer: asyncio.TimerHandle | None = None
     _admitted = False
 
     @property
@@ -141,40 +172,23 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._admitted = self.guard.admit(self)
         if self._admitted:
-            self._await_head()
+            self.guard.await_head(self)
 
     def data_received(self, data: bytes) -> None:
         if self.timeout_keep_alive_task is not None:  # kept alive: a next head begins
-            self._await_head()
+            self.guard.await_head(self)
         super().data_received(data)
 
     def on_headers_complete(self) -> None:
-        self._head_arrived()
+        self.guard.head_arrived(self)
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._head_arrived()
+        self.guard.head_arrived(self)
         if self._admitted:
             self._admitted = False
             self.guard.release(self)
         super().connection_lost(exc)
-
-    def _await_head(self) -> None:
-        if self._head_timer is None:
-            timeout = self.guard.limits.head_timeout_s
-            self._head_timer = self.loop.call_later(timeout, self._head_too_slow)
-            self.guard.waiting[self] = None
-
-    def _head_arrived(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-            self.guard.waiting.pop(self, None)
-
-    def _head_too_slow(self) -> None:
-        self._head_timer = None
-        if not self.transport.is_closing():
-            self.guard.refuse(self, "head_timeout")
 
 
 @functools.lru_cache(maxsize=4096)
