@@ -8,6 +8,7 @@ broker (tests/unit/test_worker_loads_no_broker.py).
 from __future__ import annotations
 
 import contextlib
+import resource
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import uvicorn
 
 from jobd.api.sizes import format_size
 from jobd.broker.auth.tokens import weak_token_refusal
+from jobd.broker.http.connections import ConnectionLimits, guarded_protocol
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
 from jobd.daemon.listening import ListenError, bind_listener
@@ -27,7 +29,15 @@ from jobd.logconfig import redact_url
 if TYPE_CHECKING:
     from jobd.worker.settings import WorkerSettings
 
-__all__ = ["broker_config", "http_server", "listen", "refuse_weak_token", "say_where"]
+__all__ = [
+    "broker_config",
+    "connection_limits",
+    "http_server",
+    "listen",
+    "private_paths",
+    "refuse_weak_token",
+    "say_where",
+]
 
 
 def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
@@ -47,6 +57,17 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
             finished_job_ttl_s=broker.finished_job_ttl,
         ),
     )
+
+
+def private_paths(config: BrokerConfig) -> list[Path]:
+    """What the broker writes, to be its user's alone: data and log directories, and a
+    SQLite store kept elsewhere (with its WAL and shared memory)."""
+    paths = [config.data_dir, config.log_dir]
+    url = config.store_url
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        store = Path(url.removeprefix("sqlite:///"))
+        paths += [store, *(store.with_name(store.name + end) for end in ("-wal", "-shm"))]
+    return paths
 
 
 def refuse_weak_token(config: BrokerConfig, host: str) -> None:
@@ -78,11 +99,25 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-def http_server(app: Any, host: str, port: int) -> uvicorn.Server:
+def connection_limits(broker: BrokerOptions) -> ConnectionLimits:
+    """The bounds on connections (broker/http/connections.py): all but the reserve of the
+    descriptors this process may open, never fewer than half of them."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    total = 1 << 20 if soft == resource.RLIM_INFINITY else max(soft - broker.fd_reserve, soft // 2)
+    return ConnectionLimits(
+        head_timeout_s=broker.head_timeout,
+        per_client=broker.max_client_connections,
+        total=total,
+    )
+
+
+def http_server(app: Any, host: str, port: int, limits: ConnectionLimits) -> uvicorn.Server:
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        # uvicorn's httptools protocol, with the bounds on idle connections it lacks.
+        http=guarded_protocol(limits, app.state.broker.metrics),
         log_level="warning",
         access_log=False,
         lifespan="on",

@@ -106,15 +106,19 @@ def broker(**given: Any) -> None:
     """Run the control plane: HTTP API, store, reconcile loops."""
     from jobd.broker.app import create_app
     from jobd.daemon import broker_process as assemble
+    from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
 
-    settings = read(BrokerOptions, given)
-    config = assemble.broker_config(settings, read(OutputOptions, given))
+    settings, output = read(BrokerOptions, given), read(OutputOptions, given)
+    private = keep_files_private(output.group_readable)  # before anything is created
+    config = assemble.broker_config(settings, output)
     assemble.refuse_weak_token(config, settings.host)
     listener = assemble.listen(settings.host, settings.port)  # before the store is opened
     configure_logging("broker")
+    warn_wide_modes(assemble.private_paths(config), private)
     app = create_app(config)
-    server = assemble.http_server(app, settings.host, settings.port)
+    limits = assemble.connection_limits(settings)
+    server = assemble.http_server(app, settings.host, settings.port, limits)
     assemble.say_where(config, settings.host, settings.port)
 
     async def run() -> None:
@@ -139,16 +143,21 @@ def worker(**given: Any) -> None:
     """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
     _without_rich()
     from jobd.daemon import worker_process as assemble
+    from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
     from jobd.worker.agent import Agent
 
+    output = read(OutputOptions, given)
+    private = keep_files_private(output.group_readable)  # before anything is created
     connection = read(AgentConnection, given)
     token = assemble.worker_token(connection.token, connection.token_file)
     token = token or default_token(connection.server)
     assemble.forget_token()
     configure_logging("worker")
     worker_options = read(WorkerOptions, given)
-    settings = assemble.worker_settings(worker_options, read(OutputOptions, given))
+    settings = assemble.worker_settings(worker_options, output)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)  # under the daemon's umask
+    warn_wide_modes([settings.state_dir], private)
     agent = Agent(connection.server, token, settings, lease_duration_s=worker_options.lease_s)
 
     async def run() -> None:
@@ -166,10 +175,12 @@ def dev(**given: Any) -> None:
     """Broker and one worker in one process, on embedded SQLite: everything on one machine."""
     from jobd.broker.app import create_app
     from jobd.daemon import broker_process, worker_process
+    from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
     from jobd.worker.agent import Agent
 
     broker_settings, output = read(BrokerOptions, given), read(OutputOptions, given)
+    private = keep_files_private(output.group_readable)  # before anything is created
     host, port = broker_settings.host, broker_settings.port
     config = broker_process.broker_config(broker_settings, output)
     broker_process.refuse_weak_token(config, host)
@@ -179,7 +190,10 @@ def dev(**given: Any) -> None:
     app = create_app(config)
     worker_options = read(WorkerOptions, given)
     settings = worker_process.worker_settings(worker_options, output, broker_settings.data_dir)
-    server = broker_process.http_server(app, host, port)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)  # under the daemon's umask
+    warn_wide_modes([*broker_process.private_paths(config), settings.state_dir], private)
+    limits = broker_process.connection_limits(broker_settings)
+    server = broker_process.http_server(app, host, port, limits)
     agent = Agent(
         f"http://{host}:{port}",
         app.state.broker.token,

@@ -121,7 +121,8 @@ _A_PATH = click.Path(path_type=Path)
 
 @dataclass(frozen=True)
 class OutputOptions:
-    """The one setting the broker and the worker share (`jobd dev` takes it once)."""
+    """The settings the broker and the worker share, on what they write (`jobd dev` takes
+    them once)."""
 
     max_log_bytes: int = setting(
         "--max-log-bytes",
@@ -130,6 +131,14 @@ class OutputOptions:
         "worker per output file.",
         default=1 << 30,
         type=click.IntRange(min=4096),
+    )
+    group_readable: bool = setting(
+        "--group-readable",
+        "JOBD_GROUP_READABLE",
+        "Let the group of jobd's user read its data, state and log directories and files "
+        "(0750, 0640) rather than jobd's user alone (0700, 0600).",
+        default=False,
+        is_flag=True,
     )
 
 
@@ -200,6 +209,31 @@ class BrokerOptions:
         "(90, 10m, 2h, 30d), unless the job or its project says "
         "ttl_after_finished_s. [default: keep for ever]",
         type=Duration(),
+    )
+    head_timeout: float = setting(
+        "--http-head-timeout",
+        "JOBD_HTTP_HEAD_TIMEOUT_S",
+        "Seconds a connection may take to send a request's head (its first, or the next "
+        "once it has started) before it is closed.",
+        default=10,
+        type=click.FloatRange(min=0.1),
+    )
+    max_client_connections: int = setting(
+        "--max-client-connections",
+        "JOBD_MAX_CLIENT_CONNECTIONS",
+        "Connections open at once from one address beyond loopback (0: no cap); "
+        "more are answered 503.",
+        default=512,
+        type=click.IntRange(min=0),
+    )
+    fd_reserve: int = setting(
+        "--fd-reserve",
+        "JOBD_FD_RESERVE",
+        "Descriptors kept from connections (for the store, logs and new arrivals): "
+        "past RLIMIT_NOFILE less this, a new connection closes the oldest one still "
+        "waiting for its request.",
+        default=256,
+        type=click.IntRange(min=16),
     )
 
 

@@ -60,6 +60,9 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
     "--remove-checkpoints-after-days": ("1", 1.0, "2", 2.0),
     "--lease": ("20", 20.0, "30", 30.0),
     "--name": ("Box-A", "box-a", "box-b", "box-b"),
+    "--http-head-timeout": ("2.5", 2.5, "3", 3.0),
+    "--max-client-connections": ("1", 1, "64", 64),
+    "--fd-reserve": ("100", 100, "200", 200),
 }
 
 

@@ -15,6 +15,7 @@ import anyio.abc
 import anyio.to_thread
 
 import jobd
+from jobd.filemodes import started_umask
 from jobd.worker.shim.client.handle import END_CHECK_S, Shim, adopt
 from jobd.worker.shim.containment import Containment
 from jobd.worker.shim.procfs import ProcessIdentity
@@ -82,6 +83,7 @@ def launch(state_dir: Path, spec: LaunchSpec, prefix: list[str] | None = None) -
             cwd="/",
             env=_shim_env(),
             start_new_session=True,  # a signal to the agent's group, or its death, stops here
+            umask=started_umask(),  # the workload's, not the daemon's (jobd/filemodes.py)
         )
     finally:
         os.close(log)
@@ -207,6 +209,7 @@ class ShimPool:
             cwd="/",
             env=_shim_env(),
             start_new_session=True,  # Ctrl-C to the agent's terminal stops nothing here
+            umask=started_umask(),  # the workload's, not the daemon's (jobd/filemodes.py)
         )
 
     async def aclose(self) -> None:
