@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 from jobd.store import schema as t
 from jobd.store.base import CommitListener, StoreUnavailable
 from jobd.store.faults import describe_store, storage_fault
+from jobd.store.sql.delivery import Delivery
 from jobd.store.sql.statements import HotStatements, Tx
 
 __all__ = ["SQLEngine", "normalize_url"]
@@ -60,7 +61,7 @@ class SQLEngine:
     def __init__(self, url: str) -> None:
         self.url = normalize_url(url)
         self.engine: Engine = self._make_engine(self.url)
-        self._listeners: list[CommitListener] = []
+        self._delivery = Delivery()
         self._lock = threading.RLock()  # one writer at a time keeps CAS and revisions simple
         self._sqlite = self.url.startswith("sqlite")
         self._hot = HotStatements(self.engine.dialect)
@@ -114,7 +115,11 @@ class SQLEngine:
         self._write_error = None
 
     def subscribe(self, listener: CommitListener) -> None:
-        self._listeners.append(listener)
+        self._delivery.listeners.append(listener)
+
+    def listen_on_this_thread(self) -> None:
+        """Listeners run on the calling thread (the event loop's), whoever writes."""
+        self._delivery.live_on_this_thread()
 
     def revision(self) -> int:
         with self.engine.connect() as conn:
@@ -129,7 +134,7 @@ class SQLEngine:
 
     @contextmanager
     def _tx(self, durable: bool = False) -> Iterator[Tx]:
-        """One transaction; its listeners run after the commit.
+        """One transaction; its listeners run after the commit, on the loop (delivery.py).
 
         `durable` commits survive power loss (SQLite fsyncs the WAL at each such commit).
         The others survive a crash of the broker but may be lost with the machine's power,
@@ -147,9 +152,9 @@ class SQLEngine:
             with self._writing(durable) as conn:
                 tx = Tx(conn, self._hot)
                 yield tx
-            # Committed: now, and only now, may anyone hear of it.
-            for listener in self._listeners:
-                listener(tx.changes, tx.events)
+            # Committed: now, and only now, may anyone hear of it, in commit order.
+            self._delivery.committed(tx.changes, tx.events)
+        self._delivery.deliver()
 
     @contextmanager
     def batch(self, durable: bool = False) -> Iterator[None]:
@@ -162,7 +167,7 @@ class SQLEngine:
         await inside: another task's writes would join the batch (the lock is the
         thread's, and tasks share the thread).
         """
-        with self._lock, self._tx(durable) as tx:
+        with self._tx(durable) as tx:
             self._batch, self._batch_durable = tx, durable
             try:
                 yield

@@ -1,0 +1,67 @@
+"""Who hears of a commit, and on which thread: listeners run in commit order, after it.
+
+A write appends what it committed here while it still holds the store's write lock, so
+the queue is in commit order; once the lock is released, the writer delivers the queue.
+Listeners (the broker's caches, its change feed, the controllers' queues, events.jsonl)
+live on the event loop's thread and are never called from another: when the writer is
+the store's own thread (store/runner.py, PostgreSQL), it hands the delivery to the loop
+(`anyio.from_thread.run_sync`) and waits for it, so the caller that awaited the write
+resumes with every listener current with it, as on SQLite, where writers are the loop.
+
+No commit lands while one is being heard: the loop is busy delivering, and the store's
+thread waits for it. Listeners run outside the write lock, so a listener's own reads
+never wait on a writer, and a writer on the loop never waits on a thread that waits for
+the loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+
+import anyio.from_thread
+
+from jobd.store.base import Change, CommitListener, EventRecord
+
+__all__ = ["Delivery"]
+
+
+class Delivery:
+    """The listeners, the commits they have not heard yet, and the thread they live on."""
+
+    def __init__(self) -> None:
+        self.listeners: list[CommitListener] = []
+        self._committed: deque[tuple[Sequence[Change], Sequence[EventRecord]]] = deque()
+        self._home: int | None = None  # the loop's thread, once a runner has said so
+        self._lock = threading.RLock()  # one delivery at a time, whatever the thread
+        self._draining = False
+
+    def live_on_this_thread(self) -> None:
+        """Listeners run on the calling thread (the event loop's) from now on."""
+        self._home = threading.get_ident()
+
+    def committed(self, changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
+        """Queue a commit's news: called under the write lock, so in commit order."""
+        self._committed.append((changes, events))
+
+    def deliver(self) -> None:
+        """Every listener hears every queued commit, in order, before this returns."""
+        home = self._home
+        if home is None or home == threading.get_ident():
+            self._drain()
+        else:  # the store's thread: the loop delivers while this thread waits
+            anyio.from_thread.run_sync(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            if self._draining:  # a listener's own write: the loop below delivers it next
+                return
+            self._draining = True
+            try:
+                while self._committed:
+                    changes, events = self._committed.popleft()
+                    for listener in self.listeners:
+                        listener(changes, events)
+            finally:
+                self._draining = False
