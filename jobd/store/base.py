@@ -210,6 +210,10 @@ class Transactions(Protocol):
         ...
 
     def batch(self, durable: bool = False) -> AbstractContextManager[None]: ...
+    def listen_on_this_thread(self) -> None:
+        """Run listeners on the calling thread (the event loop's) from now on, whichever
+        thread commits: a commit made elsewhere waits until the loop has delivered it."""
+        ...
 
 
 class JobStore(Transactions, Protocol):
