@@ -11,27 +11,22 @@ loop goes on answering.
 A unit may read the store and write it; it must not touch the broker's in-memory
 structures (the cluster view, the lease table, the work queues), which belong to the
 loop's thread: its caller reads what it needs from them first, on the loop, and hands
-copies in. Listeners are the store's to run on the loop (sql/delivery.py): each commit
-of a unit is heard on the loop, in commit order, before the unit goes on, so the caller
-resumes with the view current with every commit it made, as it would inline.
+copies in (a lookup by key of a bound job is the one read allowed: one dict access).
+Listeners are the store's to run on the loop (sql/delivery.py): each commit of a unit
+is heard on the loop, in commit order, before the caller resumes, so it resumes with
+the view current with every commit the unit made, as it would inline.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol, TypeVar, TypeVarTuple, Unpack
 
 import anyio
 import anyio.to_thread
 
-# How long the store's thread may hold the GIL while the loop waits for it (Python's
-# default is 5 ms): the loop wakes for every request, and each wake would wait that long
-# behind a thread parsing rows.
-SWITCH_INTERVAL_S = 0.0005
-
-__all__ = ["SWITCH_INTERVAL_S", "HasHome", "StoreRunner"]
+__all__ = ["HasHome", "StoreRunner"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -60,7 +55,6 @@ class StoreRunner:
         if self._limiter is None:  # made on the loop, at its first use
             self.store.listen_on_this_thread()
             self._limiter = anyio.CapacityLimiter(1)
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
         return await anyio.to_thread.run_sync(unit, *args, limiter=self._limiter)
 
     @contextlib.asynccontextmanager

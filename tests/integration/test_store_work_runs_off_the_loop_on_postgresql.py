@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import anyio
+import anyio.from_thread
 import httpx
 import pytest
 import sqlalchemy as sa
 
 from jobd.api.models import ObjectMeta, Project
 from jobd.broker.state import BrokerConfig, BrokerState
-from jobd.store.base import Change, EventRecord
+from jobd.store.base import Change, EventRecord, StoreUnavailable
 from jobd.store.runner import StoreRunner
 from jobd.store.sql import SQLStore, open_store
 from tests.integration.conftest import TOKEN, broker_client, broker_state, job_document
@@ -48,21 +49,30 @@ def off_loop_store(store_url: str) -> Iterator[SQLStore]:
 
 
 async def test_a_slow_query_does_not_hold_healthz(pg_api: httpx.AsyncClient) -> None:
+    """A unit sleeps in the server (up to 30 s) until the loop has answered /healthz;
+    then the test cancels the query, so nothing here waits on a clock."""
     state = broker_state(pg_api)
     assert state.ctx.runner.off_loop
-    finished = threading.Event()
+    engine = state.store.engine  # type: ignore[attr-defined]
+    backend: list[int] = []
+    started, finished = anyio.Event(), threading.Event()
 
     def slow() -> None:
-        with state.store.engine.connect() as conn:  # type: ignore[attr-defined]
-            conn.execute(sa.text("SELECT pg_sleep(2)"))
+        with engine.connect() as conn:
+            backend.append(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+            anyio.from_thread.run_sync(started.set)
+            with pytest.raises(StoreUnavailable):  # cancelled below, as intended
+                conn.execute(sa.text("SELECT pg_sleep(30)"))
         finished.set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(state.ctx.runner.run, slow)
-        await anyio.sleep(0.05)  # the unit has left for its thread
+        await started.wait()
         answered = await pg_api.get("/healthz")
         assert answered.status_code == 200
         assert not finished.is_set()  # answered while the query still held the server
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_cancel_backend(:pid)"), {"pid": backend[0]})
     assert finished.is_set()
 
 
@@ -89,7 +99,7 @@ async def test_a_unit_waiting_on_the_store_leaves_the_loop_free(pg_api: httpx.As
     assert results == [True]
 
 
-async def test_listeners_hear_each_commit_on_the_loop_in_order_before_the_unit_goes_on(
+async def test_listeners_hear_each_commit_on_the_loop_in_order_before_the_caller_resumes(
     off_loop_store: SQLStore,
 ) -> None:
     store = off_loop_store
@@ -102,20 +112,40 @@ async def test_listeners_hear_each_commit_on_the_loop_in_order_before_the_unit_g
 
     store.subscribe(listener)
 
-    def unit() -> list[int]:
+    def unit(round_: int) -> list[int]:
         revisions = []
         for name in ("first", "second", "third"):
-            put = store.put_project(Project(metadata=ObjectMeta(name=name)))
-            revision = put.metadata.resource_version or 0
-            assert heard[-1][1] == [revision]  # heard before this unit wrote again
-            revisions.append(revision)
+            put = store.put_project(Project(metadata=ObjectMeta(name=f"{name}-{round_}")))
+            revisions.append(put.metadata.resource_version or 0)
         assert threading.get_ident() != loop_thread
         return revisions
 
-    revisions = await runner.run(unit)
-    assert [thread for thread, _ in heard] == [loop_thread] * 3
-    assert [revs for _, revs in heard] == [[r] for r in revisions]
-    assert revisions == sorted(revisions)
+    for round_ in range(3):  # each caller resumes with its unit's commits heard
+        heard.clear()
+        revisions = await runner.run(unit, round_)
+        assert [thread for thread, _ in heard] == [loop_thread] * 3
+        assert [revs for _, revs in heard] == [[r] for r in revisions]
+        assert revisions == sorted(revisions)
+
+
+async def test_commits_on_the_loop_and_on_the_thread_are_heard_in_commit_order(
+    off_loop_store: SQLStore,
+) -> None:
+    store = off_loop_store
+    runner = StoreRunner(store, off_loop=True)
+    heard: list[int] = []
+    store.subscribe(lambda changes, _events: heard.extend(c.revision for c in changes))
+
+    def unit(name: str) -> None:
+        store.put_project(Project(metadata=ObjectMeta(name=name)))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(runner.run, unit, f"thread-{i}")
+            store.put_project(Project(metadata=ObjectMeta(name=f"loop-{i}")))
+            await anyio.sleep(0)
+    assert len(heard) == 40
+    assert heard == sorted(heard)
 
 
 async def test_a_batch_is_heard_once_after_its_commit_off_the_loop(
@@ -131,10 +161,10 @@ async def test_a_batch_is_heard_once_after_its_commit_off_the_loop(
             store.put_project(Project(metadata=ObjectMeta(name="a")))
             store.put_project(Project(metadata=ObjectMeta(name="b")))
             assert heard == []  # nothing is heard before the commit
-        return len(heard)
+        return 0
 
-    assert await runner.run(unit) == 1
-    assert heard == [["a", "b"]]
+    await runner.run(unit)
+    assert heard == [["a", "b"]]  # once, the whole batch, before the caller resumed
 
 
 async def test_inline_runner_runs_on_the_loop(off_loop_store: SQLStore) -> None:

@@ -3,24 +3,24 @@
 A write appends what it committed here while it still holds the store's write lock, so
 the queue is in commit order; once the lock is released, the writer delivers the queue.
 Listeners (the broker's caches, its change feed, the controllers' queues, events.jsonl)
-live on the event loop's thread and are never called from another: when the writer is
-the store's own thread (store/runner.py, PostgreSQL), it hands the delivery to the loop
-(`anyio.from_thread.run_sync`) and waits for it, so the caller that awaited the write
-resumes with every listener current with it, as on SQLite, where writers are the loop.
+live on the event loop's thread and are never called from another. When the writer is
+the store's own thread (store/runner.py, PostgreSQL), it queues the delivery on the loop
+and goes on without waiting: the loop runs its callbacks in the order they were queued,
+and the unit's result is queued after its commits' deliveries, so the caller that
+awaited the unit resumes with every listener current with it, as on SQLite, where
+writers are the loop. (A unit itself does not read what listeners keep: its caller
+hands it what it needs.)
 
-No commit lands while one is being heard: the loop is busy delivering, and the store's
-thread waits for it. Listeners run outside the write lock, so a listener's own reads
-never wait on a writer, and a writer on the loop never waits on a thread that waits for
-the loop.
+Listeners run outside the write lock, so a listener's own reads never wait on a writer,
+and a writer on the loop never waits on a thread that waits for the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import deque
 from collections.abc import Sequence
-
-import anyio.from_thread
 
 from jobd.store.base import Change, CommitListener, EventRecord
 
@@ -34,11 +34,13 @@ class Delivery:
         self.listeners: list[CommitListener] = []
         self._committed: deque[tuple[Sequence[Change], Sequence[EventRecord]]] = deque()
         self._home: int | None = None  # the loop's thread, once a runner has said so
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.RLock()  # one delivery at a time, whatever the thread
         self._draining = False
 
     def live_on_this_thread(self) -> None:
-        """Listeners run on the calling thread (the event loop's) from now on."""
+        """Listeners run on the calling thread, the running event loop's, from now on."""
+        self._loop = asyncio.get_running_loop()
         self._home = threading.get_ident()
 
     def committed(self, changes: Sequence[Change], events: Sequence[EventRecord]) -> None:
@@ -46,12 +48,13 @@ class Delivery:
         self._committed.append((changes, events))
 
     def deliver(self) -> None:
-        """Every listener hears every queued commit, in order, before this returns."""
-        home = self._home
-        if home is None or home == threading.get_ident():
+        """Every listener hears every queued commit, in order: before this returns on
+        the loop's thread, or on the loop before anything queued there after it."""
+        home, loop = self._home, self._loop
+        if home is None or loop is None or home == threading.get_ident():
             self._drain()
-        else:  # the store's thread: the loop delivers while this thread waits
-            anyio.from_thread.run_sync(self._drain)
+        else:  # the store's thread: the loop delivers, in its queue's order
+            loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:
