@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from jobd.store.base import TokenRecord, TokenStore
+from jobd.store.base import Store, TokenRecord
 from jobd.wire.models import TokenInfo, TokenRequest
 
 __all__ = [
@@ -80,7 +80,7 @@ def _principal(record: TokenRecord) -> Principal:
 class Tokens:
     """The digest of every valid token, and its principal."""
 
-    def __init__(self, store: TokenStore, admin_token: str) -> None:
+    def __init__(self, store: Store, admin_token: str) -> None:
         self.store = store
         self.builtin = Principal(BUILTIN_LABEL, ADMIN)
         self._builtin_digest = digest(admin_token)
@@ -141,7 +141,7 @@ class Tokens:
         self.reload()
 
 
-def mint(store: TokenStore, request: TokenRequest) -> tuple[str, TokenRecord]:
+def mint(store: Store, request: TokenRequest) -> tuple[str, TokenRecord]:
     """A new token and its stored record; the token itself is kept nowhere."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     label = request.name or f"{request.role}-{secrets.token_hex(3)}"
