@@ -16,6 +16,7 @@ from typing import Literal, TypeVar
 
 import httpx
 
+from jobd.bench.databases import backend_of, fresh_database
 from jobd.bench.harness import BrokerProcess, Endpoint, Mode, client, running_broker
 from jobd.bench.history import fill_store
 from jobd.bench.progress import Progress
@@ -44,6 +45,7 @@ class BenchContext:
     server: Endpoint | None = None
     stored: int = 0  # jobs of history in each store before its broker starts (--stored)
     started: float = 0.0
+    db: str | None = None  # a PostgreSQL server for the brokers' stores (JOBD_BENCH_DB)
 
     def sized(self, tiny: T, small: T, full: T) -> T:
         return {"tiny": tiny, "small": small, "full": full}[self.size]
@@ -64,6 +66,11 @@ class BenchContext:
     def time_left(self) -> float:
         """Seconds left of this scenario's budget (a margin kept for cleaning up)."""
         return self.budget_s * 0.8 - (time.monotonic() - self.started)
+
+    @property
+    def db_backend(self) -> str:
+        """The store of the brokers the bench starts: sqlite or postgresql."""
+        return backend_of(self.db)
 
     def require_own_broker(self, why: str) -> None:
         if self.server is not None:
@@ -88,14 +95,25 @@ class BenchContext:
                 yield http, None
             return
         root = self.scratch(name)
-        if self.stored:
-            self._fill(root)
-        async with running_broker(root, mode, slots, connections=connections) as (b, http):
-            yield http, b
+        with contextlib.ExitStack() as stack:
+            url = self._store_url(stack, name, root)
+            if self.stored:
+                self._fill(url)
+            async with running_broker(root, mode, slots, url, connections=connections) as (
+                b,
+                http,
+            ):
+                yield http, b
 
-    def _fill(self, root: Path) -> None:
+    def _store_url(self, stack: contextlib.ExitStack, name: str, root: Path) -> str:
+        """The SQLite file in the scenario's directory, or a fresh PostgreSQL database."""
+        if self.db is None:
+            return sqlite_url(root / "data")
+        return stack.enter_context(fresh_database(self.db, name))
+
+    def _fill(self, url: str) -> None:
         """The store the broker will open, with `stored` jobs of history in it already."""
-        store = open_store(sqlite_url(root / "data"))
+        store = open_store(url)
         try:
             fill_store(store, self.stored, self.progress)
         finally:

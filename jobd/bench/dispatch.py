@@ -19,7 +19,7 @@ from jobd.bench.context import BenchContext
 from jobd.bench.stats import Result, ms, parse_ts, percentile, rate
 from jobd.wire import routes
 
-__all__ = ["run_dispatch", "run_drain"]
+__all__ = ["DRAIN_SLOTS", "run_dispatch", "run_drain", "wait_drained"]
 
 DISPATCH_TARGET_P50_MS = 20.0
 DISPATCH_TARGET_P99_MS = 100.0
@@ -92,7 +92,7 @@ def _dispatch_result(to_event: list[float], to_status: list[float], runner: str)
     return result
 
 
-async def _wait_drained(
+async def wait_drained(
     ctx: BenchContext, http: httpx.AsyncClient, project: str, total: int
 ) -> bool:
     """Until no job of the project is left unfinished or the time budget is spent;
@@ -126,7 +126,7 @@ async def run_drain(ctx: BenchContext) -> Result:
         sent = time.time()
         resp = await http.post(routes.APPLY.url(), json={"documents": docs}, timeout=600)
         ids = {int(r["object"]["metadata"]["id"]) for r in resp.json()["results"]}
-        drained = await _wait_drained(ctx, http, project, total)
+        drained = await wait_drained(ctx, http, project, total)
         cpu_after = broker.cpu_seconds() if broker is not None else {}
         statuses = await _finished(http, project, ids)
     result = _drain_result(statuses, sent, own=broker is not None)

@@ -29,15 +29,17 @@ from rich.text import Text
 from jobd.bench.api import run_apply, run_submit
 from jobd.bench.cli import run_cli
 from jobd.bench.context import BenchContext, Size, Skipped
+from jobd.bench.databases import bench_db
 from jobd.bench.dispatch import run_dispatch, run_drain
 from jobd.bench.harness import Endpoint
+from jobd.bench.loaded import run_healthz
 from jobd.bench.preempt import run_preempt
 from jobd.bench.progress import Progress
 from jobd.bench.reconcile import run_reconcile
 from jobd.bench.scale import run_scale
 from jobd.bench.stats import Result, Stopwatch
 
-__all__ = ["SCENARIOS", "run_bench"]
+__all__ = ["OPT_IN", "SCENARIOS", "run_bench"]
 
 Scenario = Callable[[BenchContext], Awaitable[Result]]
 
@@ -51,6 +53,8 @@ SCENARIOS: dict[str, Scenario] = {
     "reconcile": run_reconcile,
     "cli": run_cli,
 }
+# Run only when named (`--scenario healthz`), not in the default set.
+OPT_IN: dict[str, Scenario] = {"healthz": run_healthz}
 
 
 def run_bench(
@@ -63,10 +67,11 @@ def run_bench(
 ) -> int:
     """Run the scenarios (all when none are named); the process exit code."""
     names = scenarios or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
+    unknown = [n for n in names if n not in SCENARIOS | OPT_IN]
     if unknown:
+        have = ", ".join([*SCENARIOS, *OPT_IN])
         print(
-            f"jobd bench: no scenario {', '.join(unknown)} (have: {', '.join(SCENARIOS)})",
+            f"jobd bench: no scenario {', '.join(unknown)} (have: {have})",
             file=sys.stderr,
         )
         return 2
@@ -105,6 +110,7 @@ def _run_all(
     with tempfile.TemporaryDirectory(prefix="jobd-bench-") as tmp, Progress() as progress:
         for name in names:
             ctx = BenchContext(size, Path(tmp) / name, progress, concurrency, endpoint, stored)
+            ctx.db = bench_db()
             result = _run_one(name, ctx)
             if stored and name != "reconcile":  # reconcile fills its stores itself
                 result.extra["stored"] = stored
@@ -118,7 +124,7 @@ def _run_one(name: str, ctx: BenchContext) -> Result:
     ctx.begin(name)
     watch = Stopwatch()
     try:
-        result = asyncio.run(_bounded(SCENARIOS[name], ctx))
+        result = asyncio.run(_bounded((SCENARIOS | OPT_IN)[name], ctx))
     except Skipped as exc:
         result = Result(name, skipped=True, notes=str(exc))
     except Exception as exc:  # a benchmark reports its failures, it does not crash on them

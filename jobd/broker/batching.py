@@ -13,13 +13,17 @@ runs; a lone create is not held up (a 2 ms window cost `dispatch` its latency an
 A batch the store could not write at all (StoreUnavailable: a full disk, a server that is
 down) is not retried alone: every create of it gets that error (507 or 503), and none is
 acknowledged, since none was committed.
+
+Off the loop (PostgreSQL, store/runner.py) a batch is written on the store's thread while
+the next one gathers: one batch in flight at a time, and the one behind it is written as
+soon as it lands, so batches grow while the server works instead of queueing up.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from jobd.api.models import Job
+from jobd.api.models import Job, Project, Worker
 from jobd.controllers.context import Context
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.store.base import StoreUnavailable
@@ -33,6 +37,8 @@ class CreateBatcher:
         self.max_batch = max_batch
         self.window_s = window_s  # how long the first create of a batch waits; 0: next turn
         self._pending: list[tuple[Job, asyncio.Future[Job]]] = []
+        self._in_flight = False  # off the loop: a batch is being written on the store's thread
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def create(self, job: Job) -> Job:
         future: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
@@ -44,6 +50,9 @@ class CreateBatcher:
         return await future
 
     def _flush(self) -> None:
+        if self.ctx.runner.off_loop:
+            self._flush_off_loop()
+            return
         batch, self._pending = self._pending, []
         if not batch:
             return
@@ -70,6 +79,50 @@ class CreateBatcher:
             self.ctx.store, jobs, self.ctx.clock, view.projects, view.workers.values()
         )
 
+    # -- off the loop: the store's thread writes, the loop settles the futures
+
+    def _flush_off_loop(self) -> None:
+        if self._in_flight or not self._pending:
+            return  # the batch in flight flushes again when it lands
+        batch, self._pending = self._pending, []
+        self._in_flight = True
+        task = asyncio.get_running_loop().create_task(self._write(batch))
+        self._tasks.add(task)  # held, so the loop does not drop it half way
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
+        try:
+            await self._write_batch(batch)
+        finally:
+            self._in_flight = False
+            self._flush_off_loop()
+
+    async def _write_batch(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
+        # The view is the loop's: the thread is handed copies of what admission reads.
+        view = self.ctx.view
+        projects, workers = dict(view.projects), list(view.workers.values())
+        try:
+            created = await self._create_on_thread([job for job, _ in batch], projects, workers)
+        except StoreUnavailable as exc:
+            _settle(batch, error=exc)
+            return
+        except Exception:
+            for job, future in batch:
+                try:
+                    alone = await self._create_on_thread([job], projects, workers)
+                except Exception as exc:
+                    _settle([(job, future)], error=exc)
+                else:
+                    _settle([(job, future)], created=alone)
+            return
+        _settle(batch, created=created)
+
+    async def _create_on_thread(
+        self, jobs: list[Job], projects: dict[str, Project], workers: list[Worker]
+    ) -> list[Job]:
+        ctx = self.ctx
+        return await ctx.runner.run(create_jobs, ctx.store, jobs, ctx.clock, projects, workers)
+
     def _create_alone(self, job: Job, future: asyncio.Future[Job]) -> None:
         try:
             result = self._create([job])[0]
@@ -79,3 +132,19 @@ class CreateBatcher:
         else:
             if not future.done():
                 future.set_result(result)
+
+
+def _settle(
+    batch: list[tuple[Job, asyncio.Future[Job]]],
+    created: list[Job] | None = None,
+    error: Exception | None = None,
+) -> None:
+    """Each create's answer: its job as created, or the error of its batch."""
+    for i, (_, future) in enumerate(batch):
+        if future.done():
+            continue
+        if created is not None:
+            future.set_result(created[i])
+        else:
+            assert error is not None
+            future.set_exception(error)

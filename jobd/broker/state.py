@@ -83,7 +83,11 @@ class BrokerState:
         self.feed = ChangeFeed(self.store)
         self.logs = JobLogs(config.log_dir, config.max_log_bytes, config.log_grace_s)
         clock = clock or SystemClock()
-        self.ctx = Context(self.store, config.settings, clock, follow_store=False)
+        # SQLite answers in microseconds, on the loop; PostgreSQL in round trips, off it.
+        off_loop = not config.store_url.startswith("sqlite")
+        self.ctx = Context(
+            self.store, config.settings, clock, follow_store=False, off_loop=off_loop
+        )
         self.ctx.last_output = self.logs.last_output
         self.manager = Manager(self.ctx)
         self.creates = CreateBatcher(self.ctx)

@@ -23,7 +23,7 @@ from jobd.broker.streams.eventlog import EventLog
 from jobd.broker.wiring import Wiring
 from jobd.controllers.manager import Manager
 from jobd.logconfig import get_logger
-from jobd.store.base import Store, StoreUnavailable
+from jobd.store.base import Maintenance, StoreUnavailable
 
 __all__ = ["StorageWatch"]
 
@@ -33,7 +33,7 @@ log = get_logger()
 class StorageWatch:
     def __init__(
         self,
-        store: Store,
+        store: Maintenance,
         manager: Manager,
         wiring: Wiring,
         events: EventLog,

@@ -24,13 +24,15 @@ listener's state back in line with the store. The exception never reaches the wr
 commit is durable, and the request is answered as committed.
 
 A listener that failed is resynced at once, after the others have heard the commit, in
-the same call. The store calls this while it holds its write lock: no other commit can
-land between the resync's reads and the next change the listener hears (reads take no
-lock and their own connection, and the commit's connection is already back in the pool,
-so reading here cannot deadlock). Deferred to a later turn of the loop, the watch tail
-would have a hole and a scheduling pass could run on a view missing a worker. A resync
-that fails too leaves the listener marked stale, retried after every commit and by the
-periodic resync (`resync_forever`, once a sweep interval).
+the same call. The store calls this on the event loop's thread, whoever committed, and
+no other commit lands meanwhile (store/sql/delivery.py: on SQLite every writer is the
+loop, busy here; on PostgreSQL the store's thread waits for this call to return), so no
+commit can slip between the resync's reads and the next change the listener hears
+(reads take no lock and their own connection, so reading here cannot deadlock).
+Deferred to a later turn of the loop, the watch tail would have a hole and a scheduling
+pass could run on a view missing a worker. A resync that fails too leaves the listener
+marked stale, retried after every commit and by the periodic resync (`resync_forever`,
+once a sweep interval).
 """
 
 from __future__ import annotations
@@ -146,12 +148,13 @@ async def resync_forever(wiring: Wiring, ctx: Context) -> None:
     differ is logged (`listener_resynced`, diverged=True): a bug, since every commit
     reaches it and a failure is resynced at once. The feed is not reloaded (it is only
     ever appended to, in revision order), nor the manager (each controller has its own
-    resync) nor the events file (the table is the record). Runs on the event loop,
-    where every write is made, so no commit lands while it reads.
+    resync) nor the events file (the table is the record). Runs on the event loop
+    with the store's thread quiet (store/runner.py), so no commit lands while it reads.
     """
     interval = ctx.settings.sweep_interval_s
     if interval <= 0:
         return
     while True:
         await anyio.sleep(interval)
-        wiring.resync({"view", "leases"})
+        async with ctx.runner.quiet():
+            wiring.resync({"view", "leases"})

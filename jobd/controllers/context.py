@@ -11,6 +11,7 @@ from jobd.controllers.clock import Clock, SystemClock
 from jobd.controllers.observed import ObservedTime
 from jobd.controllers.view import ClusterView
 from jobd.store.base import Change, EventRecord, Store
+from jobd.store.runner import StoreRunner
 
 __all__ = ["Context", "LeaseTable", "Settings"]
 
@@ -101,10 +102,14 @@ class Context:
     # When a job's output last reached the broker (None: never, or not known): the
     # broker's job logs say (broker/streams/joblogs.py); the idle guard asks (guards.py).
     last_output: Callable[[int], datetime | None] = lambda _job_id: None
+    # Store work off the event loop, on a thread of its own (PostgreSQL: store/runner.py).
+    off_loop: bool = False
     view: ClusterView = field(init=False)
     observed: ObservedTime = field(init=False)
+    runner: StoreRunner = field(init=False)
 
     def __post_init__(self) -> None:
+        self.runner = StoreRunner(self.store, self.off_loop)
         self.view = ClusterView(self.store)
         self.observed = ObservedTime(self.clock, self.settings.unobserved_gap_s)
         if self.follow_store:

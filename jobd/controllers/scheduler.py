@@ -61,7 +61,8 @@ class SchedulerController:
         return [QUEUE_KEY]
 
     async def reconcile(self, key: str) -> Result:
-        store = self.ctx.store
+        # Capacity is counted on the loop, from the view; the queue is read and bound on
+        # the store's thread off the loop (store/runner.py), which never sees the view.
         view = self.ctx.view
         workers = schedulable(view.workers.values(), self.ctx.leases.heard)
         caps = capacity_of(workers, view.bound.values())
@@ -69,8 +70,14 @@ class SchedulerController:
         if not any(c.has_room() for c in caps.values()):
             return DONE
         reserve_nominated(view, caps)
+        if await self.ctx.runner.run(self._bind_queued, caps):
+            self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
+        return DONE
+
+    def _bind_queued(self, caps: dict[str, Capacity]) -> bool:
+        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race."""
         after: tuple[int, int] | None = None
-        scanned = 0
+        scanned, raced = 0, False
         while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
             # Read about as many queued jobs as could start: a pass costs what it binds.
             # (Twice that; a page whose jobs all go unbound is followed by the next one.
@@ -81,23 +88,24 @@ class SchedulerController:
                 max(max(0, c.free_slots) for c in caps.values()),
                 max(len(c.free_gpus) for c in caps.values()),
             )
-            page = store.queue_head(size, fits, after)
+            page = self.ctx.store.queue_head(size, fits, after)
             for job in page:
                 cap = choose_worker(job, caps)
                 if cap is not None:
-                    self._bind(job, cap)
+                    raced = not self._bind(job, cap) or raced
             scanned += len(page)
             if len(page) < size:
                 break
             after = (page[-1].status.effective.priority, page[-1].id)
-        return DONE
+        return raced
 
-    def _bind(self, job: Job, cap: Capacity) -> None:
+    def _bind(self, job: Job, cap: Capacity) -> bool:
         bound, events = transitions.bind(job, cap.worker, cap.take(job), self.ctx.clock.now())
         try:
             self.ctx.store.update_job(bound, events)
         except Conflict:
-            self.ctx.enqueue(self.name, QUEUE_KEY)  # it changed; the next pass sees why
+            return False
+        return True
 
 
 def _room(caps: Iterable[Capacity]) -> int:

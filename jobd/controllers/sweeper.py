@@ -55,29 +55,28 @@ class SweeperController:
         return [SWEEP_KEY]
 
     async def reconcile(self, key: str) -> Result:
+        # The queue's head is read on the store's thread off the loop (store/runner.py);
+        # what runs, and where room is, is the view's, read on the loop after it.
+        if not _preemptible(self.ctx.view.bound.values()):
+            return DONE  # a job starting to run brings us back
+        pending = await self.ctx.runner.run(self._queue_head)
         try:
-            return self._sweep()
-        except Conflict:
+            return self._sweep(pending)
+        except Conflict:  # a job read before changed since (off the loop): look again
             return Result(requeue_after=0.01)
 
-    def _sweep(self) -> Result:
+    def _sweep(self, pending: list[Job]) -> Result:
         settings, now = self.ctx.settings, self.ctx.clock.now()
         bound = list(self.ctx.view.bound.values())
         workers = schedulable(self.ctx.view.workers.values(), self.ctx.leases.heard)
         caps = capacity_of(workers, bound)
-        preemptible = [
-            j
-            for j in bound
-            if j.status.phase == Phase.RUNNING
-            and not on_the_way(j)
-            and j.status.effective.preemptible
-        ]
+        preemptible = _preemptible(bound)
         if not preemptible:
             return DONE  # a job starting to run brings us back
         floor = min(j.status.effective.priority for j in preemptible)
         reserve_nominated(self.ctx.view, caps)
         wake: list[float] = []
-        for candidate in self._candidates(floor):
+        for candidate in [j for j in pending if j.status.effective.priority > floor]:
             waited = (now - (candidate.status.queued_at or now)).total_seconds()
             if waited <= settings.auto_preempt_queued_s:
                 wake.append(settings.auto_preempt_queued_s - waited)
@@ -86,11 +85,11 @@ class SweeperController:
                 bound = list(self.ctx.view.bound.values())
         return Result(requeue_after=max(0.01, min(wake)) if wake else None)
 
-    def _candidates(self, floor: int) -> list[Job]:
-        jobs = self.ctx.store.list_jobs(
+    def _queue_head(self) -> list[Job]:
+        """The ready queued jobs a pass may act for, highest priority first."""
+        return self.ctx.store.list_jobs(
             phases=[Phase.PENDING], ready=True, by_priority=True, limit=_CANDIDATES_PER_PASS
         )
-        return [j for j in jobs if j.status.effective.priority > floor]
 
     def _act_for(
         self,
@@ -126,6 +125,15 @@ class SweeperController:
         nominate(self.ctx, candidate, plan.worker)
         caps[plan.worker].reserved[candidate.id] = candidate.spec.resources
         return True
+
+
+def _preemptible(bound: Iterable[Job]) -> list[Job]:
+    """The running jobs a preemption could stop."""
+    return [
+        j
+        for j in bound
+        if j.status.phase == Phase.RUNNING and not on_the_way(j) and j.status.effective.preemptible
+    ]
 
 
 _WATCHED = {Phase.PENDING.value, Phase.RUNNING.value, Phase.PREEMPTED.value}

@@ -37,8 +37,8 @@ class ClusterView:
         Everything is read before anything is replaced (a failed read leaves the view as
         it was), then the containers are refilled in place: whoever holds one sees the
         new contents. Called with no commit in flight (from the commit's own listener
-        call, or from the event loop, where every write is made), so no change lands
-        between the reads.
+        call, or from the event loop with the store's thread quiet: store/runner.py),
+        so no change lands between the reads.
         """
         workers, projects = store.list_workers(), store.list_projects()
         parents, bound = store.parents(), store.list_jobs(phases=BOUND_PHASES)

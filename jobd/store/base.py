@@ -1,4 +1,9 @@
-"""The Store protocol: what the broker and its controllers need from persistence.
+"""The Store protocol, split by who uses it: what the broker and its controllers need.
+
+`Store` is the union of the parts: `JobStore`, `ArrayStore`, `ProjectStore`,
+`WorkerStore` (each with `Transactions`: subscribe, batch, revision), `TokenStore`,
+`ChangeFeedStore`, `EventStore` and `Maintenance`. A consumer that needs one part (the
+token table, the events.jsonl writer, the storage watch) names that part.
 
 Every write is a compare-and-swap on `metadata.resource_version`, which is a global,
 monotonic revision (like etcd's): the same number orders the change feed, so a watcher
@@ -28,18 +33,27 @@ from jobd.api.arrays import JobArray
 from jobd.api.models import Job, Phase, Project, Worker
 
 __all__ = [
+    "ArrayStore",
     "Change",
+    "ChangeFeedStore",
     "CommitListener",
     "Conflict",
     "EventRecord",
+    "EventStore",
     "Gone",
+    "JobStore",
     "Kind",
+    "Maintenance",
     "NotFound",
     "Op",
+    "ProjectStore",
     "StorageFull",
     "Store",
     "StoreUnavailable",
     "TokenRecord",
+    "TokenStore",
+    "Transactions",
+    "WorkerStore",
 ]
 
 Kind = Literal["Job", "Project", "Worker"]
@@ -157,8 +171,8 @@ class TokenRecord:
 CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
 
 
-class Store(Protocol):
-    """Persistence for resources, their change feed and the event record."""
+class Maintenance(Protocol):
+    """The database as such: schema, health, the WAL's copy (the broker's lifespan)."""
 
     where: str  # where the data is, for messages: a file, or a server's URL without password
 
@@ -180,15 +194,30 @@ class Store(Protocol):
         """
         ...
 
+
+class Transactions(Protocol):
+    """The commits themselves: who hears of them, and writes that share one."""
+
     def revision(self) -> int: ...
     def subscribe(self, listener: CommitListener) -> None:
-        """Call `listener` after every commit, while the write lock is still held.
+        """Call `listener` after every commit, in commit order, before the writer's call
+        returns, and before any later commit is heard of.
 
         What a listener raises reaches the writer although its commit is durable, so a
         listener must not raise: the broker subscribes one, broker/wiring.py, which
         isolates its own. Reads from within a listener are safe (they take no lock).
         """
         ...
+
+    def batch(self, durable: bool = False) -> AbstractContextManager[None]: ...
+    def listen_on_this_thread(self) -> None:
+        """Run listeners on the calling thread (the event loop's) from now on, whichever
+        thread commits: a commit made elsewhere waits until the loop has delivered it."""
+        ...
+
+
+class JobStore(Transactions, Protocol):
+    """Jobs: the verbs and the reconcile loops that create, move and read them."""
 
     def create_jobs(
         self,
@@ -200,27 +229,6 @@ class Store(Protocol):
         self, job: Job, events: Iterable[EventRecord] = (), *, durable: bool = False
     ) -> Job: ...
     def delete_job(self, job: Job) -> None: ...
-    def create_array(
-        self,
-        array: JobArray,
-        members: Sequence[Job],
-        on_id: Callable[[int], None],
-        events_for: Callable[[Job], Iterable[EventRecord]] | None = None,
-    ) -> JobArray:
-        """Insert an array and its members in one transaction, all or nothing; `on_id`
-        names them once the array's id is known. Conflict when a name is taken."""
-        ...
-
-    def get_array(self, array_id: int) -> JobArray | None: ...
-    def get_array_by_name(self, project: str, name: str) -> JobArray | None: ...
-    def list_arrays(
-        self,
-        *,
-        project: str | None = None,
-        projects: Iterable[str] | None = None,  # any of these (a user token's scope)
-        name: str | None = None,
-    ) -> list[JobArray]: ...
-    def delete_array(self, array: JobArray) -> None: ...
     def get_jobs(self, ids: Sequence[int]) -> list[Job]: ...
     def phases_of(self, ids: Sequence[int]) -> dict[int, Phase]: ...
     def expire_job(self, job: Job, events: Iterable[EventRecord] = ()) -> None:
@@ -245,7 +253,6 @@ class Store(Protocol):
         limit: int | None = None,
         by_priority: bool = False,
     ) -> list[Job]: ...
-    def batch(self, durable: bool = False) -> AbstractContextManager[None]: ...
     def queue_head(
         self, limit: int, fits: tuple[int, int], after: tuple[int, int] | None = None
     ) -> list[Job]: ...
@@ -253,14 +260,52 @@ class Store(Protocol):
     def children_of(self, job_id: int) -> list[int]: ...
     def parents(self) -> set[int]: ...  # every job some other job depends on
 
+
+class ArrayStore(Transactions, Protocol):
+    """Job arrays: an array's row beside its member jobs (verbs/arrays.py)."""
+
+    def create_array(
+        self,
+        array: JobArray,
+        members: Sequence[Job],
+        on_id: Callable[[int], None],
+        events_for: Callable[[Job], Iterable[EventRecord]] | None = None,
+    ) -> JobArray:
+        """Insert an array and its members in one transaction, all or nothing; `on_id`
+        names them once the array's id is known. Conflict when a name is taken."""
+        ...
+
+    def get_array(self, array_id: int) -> JobArray | None: ...
+    def get_array_by_name(self, project: str, name: str) -> JobArray | None: ...
+    def list_arrays(
+        self,
+        *,
+        project: str | None = None,
+        projects: Iterable[str] | None = None,  # any of these (a user token's scope)
+        name: str | None = None,
+    ) -> list[JobArray]: ...
+    def delete_array(self, array: JobArray) -> None: ...
+
+
+class ProjectStore(Transactions, Protocol):
+    """Projects: applied by users and the projects file, read by the cluster view."""
+
     def put_project(self, project: Project) -> Project: ...
     def get_project(self, name: str) -> Project | None: ...
     def list_projects(self) -> list[Project]: ...
     def delete_project(self, project: Project) -> None: ...
 
+
+class WorkerStore(Transactions, Protocol):
+    """Workers: registered and renewed by their agents, read by the cluster view."""
+
     def put_worker(self, worker: Worker, events: Iterable[EventRecord] = ()) -> Worker: ...
     def get_worker(self, name: str) -> Worker | None: ...
     def list_workers(self) -> list[Worker]: ...
+
+
+class TokenStore(Protocol):
+    """Bearer tokens, outside the revision and the change feed (broker/tokens.py)."""
 
     def create_token(self, record: TokenRecord) -> None:
         """Store a new token; Conflict when its label (or digest) is taken."""
@@ -275,8 +320,16 @@ class Store(Protocol):
         """Record when each token (by label) was last used; unknown labels are skipped."""
         ...
 
+
+class ChangeFeedStore(Protocol):
+    """The change feed: what watchers behind the broker's tail read, and its compaction."""
+
     def changes_since(self, revision: int, limit: int = 1000) -> list[Change]: ...
     def compact(self, keep: int) -> int: ...
+
+
+class EventStore(Protocol):
+    """The event record: appended by workers, read by `job events` and events.jsonl."""
 
     def append_events(self, events: Iterable[EventRecord]) -> None: ...
     def list_events(
@@ -289,3 +342,17 @@ class Store(Protocol):
         projects: Iterable[str] | None = None,  # only events of these projects' jobs
     ) -> list[EventRecord]: ...
     def last_event_seq(self) -> int: ...  # the newest event's seq; 0 for none
+
+
+class Store(
+    Maintenance,
+    JobStore,
+    ArrayStore,
+    ProjectStore,
+    WorkerStore,
+    TokenStore,
+    ChangeFeedStore,
+    EventStore,
+    Protocol,
+):
+    """Persistence for resources, their change feed and the event record: every part."""

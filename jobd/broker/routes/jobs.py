@@ -106,8 +106,9 @@ def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
 async def apply(request: Request, query: Annotated[ApplyQuery, Query()]) -> Response:
     body = await request.body()
     who = principal_of(request)
-    with _collector_paused():
-        text = _apply(state_of(request), body, query.objects, who)
+    state = state_of(request)
+    with _collector_paused():  # off the loop (PostgreSQL), other requests run meanwhile
+        text = await state.ctx.runner.run(_apply, state, body, query.objects, who)
     return Response(text, media_type="application/json")
 
 
@@ -156,8 +157,9 @@ def _collector_paused() -> Iterator[None]:
     An apply's documents, rows and results live until it answers, so every young
     collection on the way walked all of them again (7 % of the broker's time under a
     stream of applies). They make no reference cycles and die by reference counting when
-    `_apply` returns, before collection resumes: then nobody walks them at all. No await
-    inside, so no other request runs while the collector rests.
+    `_apply` returns, before collection resumes: then nobody walks them at all. Inline
+    (SQLite) no other request runs while the collector rests; off the loop (PostgreSQL)
+    others do, and their garbage waits for the apply's end too.
     """
     enabled = gc.isenabled()
     gc.disable()

@@ -170,11 +170,15 @@ def _report_route(verb: str) -> FastRoute:
     """The route of one report, answered as every JSON body is (fastpath.answer)."""
     run = _REPORTS[verb]
 
+    def run_report(state: BrokerState, job_id: int, body: Any) -> Job:
+        return run(state, reported_job_or_404(state, job_id), body)
+
     async def report(state: BrokerState, path: PathArgs, body: Any, who: Principal) -> str:
         # A worker token reports as its own worker only; fencing (transitions.fence)
         # refuses a job not bound to that worker, or another run of it.
         access.as_worker(who, body.worker)
-        return doc(run(state, reported_job_or_404(state, path["job_id"]), body))
+        # On the store's thread off the loop: it reads the view's bound jobs by key only.
+        return doc(await state.ctx.runner.run(run_report, state, path["job_id"], body))
 
     report.__name__ = verb.replace("-", "_")
     return FastRoute(routes.REPORTS[verb], report)
@@ -200,7 +204,8 @@ async def report_batch(
     of a batch is written in one transaction, with one commit.
     """
     access.as_worker(who, path["name"])
-    return encode_json(run_report_batch(state, path["name"], body, who))
+    answer = await state.ctx.runner.run(run_report_batch, state, path["name"], body, who)
+    return encode_json(answer)
 
 
 REPORT_BATCH = FastRoute(routes.REPORT_BATCH, report_batch, inspect.getdoc(report_batch))
@@ -273,7 +278,7 @@ async def ingest_events(
 ) -> str:
     access.as_worker(who, body.worker)
     records = _records(state, body.worker, body.events, who)
-    state.store.append_events(records)
+    await state.ctx.runner.run(state.store.append_events, records)
     return encode_json({"accepted": len(records)})
 
 

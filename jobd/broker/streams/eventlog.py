@@ -26,7 +26,7 @@ from typing import BinaryIO, TextIO
 from pydantic_core import to_json
 
 from jobd.logconfig import get_logger
-from jobd.store.base import Change, EventRecord, Store
+from jobd.store.base import Change, EventRecord, EventStore
 
 __all__ = ["EventLog", "last_whole_line"]
 
@@ -36,7 +36,7 @@ log = get_logger()
 class EventLog:
     """Appends committed events to `<log dir>/events.jsonl`, one JSON object a line."""
 
-    def __init__(self, log_dir: Path, store: Store) -> None:
+    def __init__(self, log_dir: Path, store: EventStore) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / "events.jsonl"
         self.store = store

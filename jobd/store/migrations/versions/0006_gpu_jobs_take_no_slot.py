@@ -1,7 +1,7 @@
 """A job asking for GPUs takes its GPUs and no CPU slot: its row's `slots` is 0.
 
 Before, every job took a slot per GPU (and at least one), and the scheduler's read of
-the queue (store/sql.py, `queue_head`) skips the jobs whose `slots` exceed the free
+the queue (store/sql/jobs.py, `queue_head`) skips the jobs whose `slots` exceed the free
 slots: an old GPU job's row would keep it unread while CPU jobs fill the slots.
 
 Revision ID: 0006

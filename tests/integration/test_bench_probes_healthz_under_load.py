@@ -1,0 +1,41 @@
+"""`jobd bench --scenario healthz` (opt-in) reports /healthz under load, and idle.
+
+Its figures are the common ones (`p50_ms`, `p99_ms` of /healthz while clients submit and
+the jobs drain; `per_s` the jobs a second) with the idle probe's beside them, and the
+store it ran on. The default run does not include it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jobd.bench.runner import OPT_IN, SCENARIOS
+
+_HEALTHZ_TINY = ["--scenario", "healthz", "--size", "tiny"]
+
+
+def test_healthz_is_opt_in() -> None:
+    assert "healthz" in OPT_IN and "healthz" not in SCENARIOS
+
+
+def test_the_healthz_scenario_reports_its_figures(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBD_")}
+    env |= {"HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "jobd", "bench", "--json", *_HEALTHZ_TINY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
+    assert line["scenario"] == "healthz" and "error" not in line, line
+    assert line["n"] > 0 and line["per_s"] > 0 and line["store"] == "sqlite"
+    assert 0 < line["p50_ms"] <= line["p99_ms"]
+    assert 0 < line["idle_p50_ms"] <= line["idle_p99_ms"]
+    assert isinstance(line["met"], bool)
