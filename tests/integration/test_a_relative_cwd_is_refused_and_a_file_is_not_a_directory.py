@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from jobd.worker.launching import StartFailed, check_launchable
 
 from jobd.api.models import JobSpec
+from jobd.worker.hooks.prestart import StartFailed, check_launchable
 from tests.integration.conftest import job_document
 
 pytestmark = pytest.mark.anyio
