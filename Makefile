@@ -1,11 +1,14 @@
 # One command sets everything up: `make test` builds .venv, installs jobd with its dev
 # dependencies, then runs lint, type checks and the whole suite.
 PYTHON ?= python3
+# pytest-xdist workers for `make test`. More than the cores: most end-to-end tests wait on
+# the jobd they started, so a third worker runs while two wait.
+TEST_WORKERS ?= 3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check lint typecheck unit soak run bench clean
+.PHONY: test suite check lint typecheck unit soak run bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +16,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak"
+# Lint and type checks run beside the suite (make -j): `make test` fails if any of the
+# three does, and waits for all three.
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j 3 lint typecheck suite
+
+# The tests of a module sharing one `jobd dev` (or another module-scoped fixture) stay on
+# one worker (`--dist loadgroup`, groups made in tests/conftest.py); the rest spread.
+suite: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak" -n $(TEST_WORKERS) --dist loadgroup
 
 # Long fault-injection runs (minutes: kill -9 of the broker during submits, of the agent
 # with jobs running), kept out of `make test`.
