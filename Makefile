@@ -17,14 +17,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Lint and type checks run beside the suite (make -j): `make test` fails if any of the
-# three does, and waits for all three.
+# three does, after all three have run.
 test: $(STAMP)
-	@$(MAKE) --no-print-directory -j 3 lint typecheck suite
+	@$(MAKE) --no-print-directory --keep-going -j 3 lint typecheck suite
 
-# The tests of a module sharing one `jobd dev` (or another module-scoped fixture) stay on
-# one worker (`--dist loadgroup`, groups made in tests/conftest.py); the rest spread.
+# A module's tests run on one worker (`--dist loadscope`), so a module sharing one
+# `jobd dev` starts it once. The slow directories come first (e2e, fuzz), so the small
+# modules fill the workers' ends. (`loadgroup` would group finer, but pytest-xdist 3.8
+# tags a group by rewriting Item._nodeid, which pytest 9 no longer reads.)
 suite: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak" -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak" -n $(TEST_WORKERS) --dist loadscope
 
 # Long fault-injection runs (minutes: kill -9 of the broker during submits, of the agent
 # with jobs running), kept out of `make test`.

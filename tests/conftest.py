@@ -25,27 +25,6 @@ PG_URL_ENV = "JOBD_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's `--dist loadgroup` (as `make test` runs), the tests of a module
-    that share a module-scoped fixture (one `jobd dev`, one broker, one built model) run on
-    one worker, so that fixture is made once; every other test goes wherever a worker is
-    free. A test that names its own `xdist_group` keeps it."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None and _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)  # what pytest resolved the test's fixtures to
-    if info is None:
-        return False
-    return any(d.scope in MODULE_SCOPES for defs in info.name2fixturedefs.values() for d in defs)
-
-
-MODULE_SCOPES = {"module", "package", "class"}
-
-
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1"}
 
