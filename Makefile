@@ -25,8 +25,10 @@ test: $(STAMP)
 # `jobd dev` starts it once. The slow directories come first (e2e, fuzz), so the small
 # modules fill the workers' ends. (`loadgroup` would group finer, but pytest-xdist 3.8
 # tags a group by rewriting Item._nodeid, which pytest 9 no longer reads.)
+# Then the few tests held to a wall-clock bound run alone (`serial`, tests/conftest.py).
 suite: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak" -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak and not serial" -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "serial and not soak"
 
 # Long fault-injection runs (minutes: kill -9 of the broker during submits, of the agent
 # with jobs running), kept out of `make test`.

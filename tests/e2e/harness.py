@@ -18,7 +18,7 @@ from jobd.worker.supervision import adopt
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-POLL_S = 0.02  # a poll is a request in this process: cheap, so often
+POLL_S = 0.05  # a poll is one request in this process; the broker answers it in milliseconds
 
 
 def _free_port() -> int:
