@@ -1,11 +1,14 @@
 # One command sets everything up: `make test` builds .venv, installs jobd with its dev
 # dependencies, then runs lint, type checks and the whole suite.
 PYTHON ?= python3
+# pytest-xdist workers for `make test`. More than the cores: most end-to-end tests wait on
+# the jobd they started, so a third worker runs while two wait.
+TEST_WORKERS ?= 3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check lint typecheck unit soak run bench clean
+.PHONY: test suite check lint typecheck unit soak run bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +16,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak"
+# Lint and type checks run beside the suite (make -j): `make test` fails if any of the
+# three does, after all three have run.
+test: $(STAMP)
+	@$(MAKE) --no-print-directory --keep-going -j 3 lint typecheck suite
+
+# A module's tests run on one worker (`--dist loadscope`), so a module sharing one
+# `jobd dev` starts it once. The slow directories come first (e2e, fuzz), so the small
+# modules fill the workers' ends. (`loadgroup` would group finer, but pytest-xdist 3.8
+# tags a group by rewriting Item._nodeid, which pytest 9 no longer reads.)
+# Then the few tests held to a wall-clock bound run alone (`serial`, tests/conftest.py).
+suite: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not soak and not serial" -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "serial and not soak"
 
 # Long fault-injection runs (minutes: kill -9 of the broker during submits, of the agent
 # with jobs running), kept out of `make test`.

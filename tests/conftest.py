@@ -25,6 +25,28 @@ PG_URL_ENV = "JOBD_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
+# Tests that hold a command or a request to a wall-clock bound ("refused within a
+# second", "read before the job's 2 s are up", "tail before `late` at 5 s"), by module or
+# by test: `make test` runs them alone, after the parallel run, so the other workers' load
+# cannot push them past it.
+SERIAL = frozenset(
+    {
+        "tests/e2e/test_a_weak_token_beyond_loopback_is_refused.py",
+        "tests/e2e/test_finished_jobs_expire_with_their_logs.py",
+        "tests/e2e/test_the_everyday_cli.py::test_logs_tail_and_since",
+        "tests/fuzz/test_hostile_bodies_are_refused_cheaply.py",
+        "tests/integration/test_hostile_manifests_are_refused_fast.py",
+        "tests/integration/test_supervisor_stops_a_job_with_its_grace.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid in SERIAL or item.nodeid.partition("::")[0] in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1"}
 

@@ -18,6 +18,7 @@ from jobd.worker.shim.client import adopt
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+POLL_S = 0.05  # a poll is one request in this process; the broker answers it in milliseconds
 
 
 def _free_port() -> int:
@@ -58,14 +59,24 @@ class Jobd:
         return json.loads(self.ok("get", str(job_id), "-o", "json"))  # type: ignore[no-any-return]
 
     def wait_phase(self, job_id: int | str, *phases: str, timeout: float = 30) -> dict[str, Any]:
+        """The job's document (as `job get -o json` prints it) once it is in one of `phases`.
+
+        A name is resolved by `job get` (again if its job goes); the polls read
+        `GET /jobs/ID` in this process: a `job` process per poll costs more than the wait.
+        """
         deadline = time.monotonic() + timeout
-        while True:
-            doc = self.get(job_id)
-            if doc["status"]["phase"] in phases:
-                return doc
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} is {doc['status']['phase']}, not {phases}")
-            time.sleep(0.05)
+        known = str(job_id) if str(job_id).isdigit() else None
+        with self.api() as api:
+            while True:
+                doc = _read_job(api, known) if known is not None else None
+                if doc is None:
+                    doc = self.get(job_id)
+                    known = str(doc["metadata"]["id"])
+                if doc["status"]["phase"] in phases:
+                    return doc
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"job {job_id} is {doc['status']['phase']}, not {phases}")
+                time.sleep(POLL_S)
 
     def events(self, **filters: Any) -> list[dict[str, Any]]:
         lines = (self.root / "logs" / "events.jsonl").read_text().splitlines()
@@ -77,8 +88,35 @@ class Jobd:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"})
 
 
+def _read_job(api: httpx.Client, job_id: str) -> dict[str, Any] | None:
+    """The job's document as the API answers it (and `job get -o json` prints it), or None
+    when there is no such job."""
+    found = api.get(f"/jobs/{job_id}")
+    if found.status_code == 404:
+        return None
+    found.raise_for_status()
+    return found.json()  # type: ignore[no-any-return]
+
+
 def start_jobd(root: Path, *flags: str, env_extra: dict[str, str] | None = None) -> Jobd:
-    port = _free_port()
+    """`jobd dev` on a free port, ready once its worker has registered.
+
+    Tests run in parallel (pytest-xdist): a port free when picked may be another's by the
+    time jobd binds it. jobd then exits saying so, before touching its store; another port
+    is picked.
+    """
+    for _ in range(PORT_TRIES):
+        jobd = _launch(root, _free_port(), flags, env_extra or {})
+        if _ready(jobd):
+            return jobd
+    raise RuntimeError(f"jobd dev found no free port in {PORT_TRIES} tries")
+
+
+PORT_TRIES = 5
+READY_S = 60.0  # a deadline, not a wait: a loaded machine may take this long to start jobd
+
+
+def _launch(root: Path, port: int, flags: tuple[str, ...], env_extra: dict[str, str]) -> Jobd:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_DATA_HOME"))}
     env.update(
         {
@@ -91,30 +129,43 @@ def start_jobd(root: Path, *flags: str, env_extra: dict[str, str] | None = None)
             "PYTHONPATH": str(REPO),
         }
     )
-    env.update(env_extra or {})
-    log = (root / "dev.log").open("wb")
-    process = subprocess.Popen(
-        [str(BIN / "jobd"), "dev", "--port", str(port), "--gpus", "none", *flags],
-        env=env,
-        cwd=root,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    jobd = Jobd(f"http://127.0.0.1:{port}", root, env, process)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"jobd dev exited: {(root / 'dev.log').read_text()}")
-        try:
-            if httpx.get(f"{jobd.url}/readyz", timeout=0.5).status_code == 200:
-                with jobd.api() as api:
-                    if api.get("/workers").json()["items"]:
-                        return jobd
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("jobd dev did not become ready in 20 s")
+    env.update(env_extra)
+    with (root / "dev.log").open("wb") as log:
+        process = subprocess.Popen(
+            [str(BIN / "jobd"), "dev", "--port", str(port), "--gpus", "none", *flags],
+            env=env,
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    return Jobd(f"http://127.0.0.1:{port}", root, env, process)
+
+
+def _ready(jobd: Jobd) -> bool:
+    """Wait until `jobd` serves and its worker has registered: True; False when it exited
+    because its port was taken. Any other end is an error."""
+    deadline = time.monotonic() + READY_S
+    # One client for every poll: each httpx.get() builds an SSL context, 20 ms of CPU.
+    with httpx.Client(base_url=jobd.url, timeout=0.5) as http:
+        while time.monotonic() < deadline:
+            if jobd.process.poll() is not None:
+                log = (jobd.root / "dev.log").read_text()
+                if "is taken" in log:
+                    return False
+                raise RuntimeError(f"jobd dev exited: {log}")
+            try:
+                if http.get("/readyz").status_code == 200 and _has_a_worker(jobd):
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(POLL_S)
+    jobd.process.kill()
+    raise RuntimeError(f"jobd dev did not become ready in {READY_S:.0f} s")
+
+
+def _has_a_worker(jobd: Jobd) -> bool:
+    with jobd.api() as api:
+        return bool(api.get("/workers").json()["items"])
 
 
 def stop_jobd(jobd: Jobd, end_jobs: bool = True) -> None:

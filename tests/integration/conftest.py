@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import anyio
 import httpx
 import pytest
 
@@ -98,3 +99,26 @@ def broker_state(api: httpx.AsyncClient) -> BrokerState:
     """What the app behind `api` holds: its store, context, wiring."""
     state: BrokerState = api._transport.app.state.broker  # type: ignore[attr-defined]
     return state
+
+
+class Waitable(Protocol):
+    """What a long-poll waits on: the change feed's and the events' notifiers."""
+
+    async def wait(self, timeout_s: float) -> None: ...
+
+
+def wait_entered(monkeypatch: pytest.MonkeyPatch, notifier: Waitable) -> anyio.Event:
+    """An event set when a request starts waiting on `notifier`, for a test to act on then.
+
+    The request has read all it will answer from by the time it waits, so a change made
+    after the event is one the wait must wake for: no guess at how long the request takes.
+    """
+    entered = anyio.Event()
+    wait = notifier.wait
+
+    async def signalling(timeout_s: float) -> None:
+        entered.set()  # the test's task runs once this one blocks in wait(), not before
+        await wait(timeout_s)
+
+    monkeypatch.setattr(notifier, "wait", signalling)
+    return entered

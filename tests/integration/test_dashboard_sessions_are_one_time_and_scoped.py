@@ -16,7 +16,13 @@ from jobd.broker.auth.tokens import Tokens
 from jobd.broker.state import BrokerConfig
 from jobd.broker.ui.sessions import CODE_TTL_S, COOKIE, SESSION_TTL_S, Sessions
 from jobd.store.sql import open_store
-from tests.integration.conftest import bind, broker_client, job_document
+from tests.integration.conftest import (
+    bind,
+    broker_client,
+    broker_state,
+    job_document,
+    wait_entered,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -155,8 +161,11 @@ async def test_a_revoked_tokens_session_ends(api: httpx.AsyncClient) -> None:
     assert (await _page(api, "/ui", cookie)).status_code == 401
 
 
-async def test_a_live_stream_ends_with_its_session(api: httpx.AsyncClient) -> None:
+async def test_a_live_stream_ends_with_its_session(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await _job(api, "first", "a")
+    waiting = wait_entered(monkeypatch, broker_state(api).feed.changed)
     cookie = await _sign_in(api, await _user(api, "carol", "a"))
     answered: list[httpx.Response] = []
 
@@ -166,7 +175,7 @@ async def test_a_live_stream_ends_with_its_session(api: httpx.AsyncClient) -> No
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow)
-            await anyio.sleep(0.2)  # the stream sent the list and waits for a change
+            await waiting.wait()  # the stream sent the list and waits for a change
             assert (await api.delete("/tokens/carol")).status_code == 200
             await _job(api, "wakes-it", "a")
     text = answered[0].text

@@ -10,7 +10,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.integration.conftest import bind, broker_state, job_document
+from tests.integration.conftest import bind, broker_state, job_document, wait_entered
 
 pytestmark = pytest.mark.anyio
 
@@ -54,8 +54,11 @@ async def test_a_selector_that_is_none_gets_422_naming_it(
     assert resp.json()["detail"].startswith("selector: ")
 
 
-async def test_events_from_now_answer_only_what_comes_after(api: httpx.AsyncClient) -> None:
+async def test_events_from_now_answer_only_what_comes_after(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await api.post("/jobs", json=job_document("before"))
+    following = wait_entered(monkeypatch, broker_state(api).feed.events_added)
     assert broker_state(api).store.last_event_seq() > 0
 
     async def follow() -> list[dict[str, object]]:
@@ -70,7 +73,7 @@ async def test_events_from_now_answer_only_what_comes_after(api: httpx.AsyncClie
             found.append(await follow())
 
         tg.start_soon(run)
-        await anyio.sleep(0.2)
+        await following.wait()  # the request took "now" and waits for what comes after
         await api.post("/jobs", json=job_document("after"))
 
     assert [e.get("name") for e in found[0]] == ["after"]

@@ -7,6 +7,7 @@ Read from the source with ast, so the check imports nothing and costs millisecon
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,7 @@ def _top_level(path: Path) -> Iterator[ast.stmt]:
             yield node
 
 
+@functools.cache  # read once per module, not once per import of it
 def _exported(path: Path) -> list[str]:
     """The literal `__all__` of a module; a module without one exports nothing."""
     for node in _top_level(path):
