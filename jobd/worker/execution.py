@@ -12,6 +12,7 @@ reported before `/complete`, from which the final phase flows.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
-from jobd.worker.shim.client import Shim, ShimPool, adopt, kill_orphaned_workload, start_shim
+from jobd.worker.shim.client import Shim, ShimPool, adopt, end_orphaned_job, start_shim
 from jobd.worker.shim.containment import Containment
 from jobd.worker.shim.protocol import RECORD_FILE, SPEC_FILE, ExitStatus, LaunchSpec, as_grace
 from jobd.worker.shim.statedir import read_json
@@ -198,11 +199,22 @@ class Execution:
 
     async def _wait(self) -> ExitStatus:
         if self.shim is None:
-            await anyio.to_thread.run_sync(kill_orphaned_workload, self.state_dir)
-            return ExitStatus.unrecorded()
+            return await self._end_orphan(ExitStatus.unrecorded())
         if self.record.complete_reported:
             return self.shim.status() or ExitStatus.unrecorded()
-        return await self.shim.wait()
+        end = await self.shim.wait()
+        return await self._end_orphan(end) if end.lost else end
+
+    async def _end_orphan(self, end: ExitStatus) -> ExitStatus:
+        """Its shim died without a word: kill what it left and wait until that is gone,
+        so that nothing of the job runs once its end is reported and its place given."""
+        killed, left = await end_orphaned_job(self.state_dir, self.host.containment)
+        if not killed:
+            return end
+        pids = [member.pid for member in killed]
+        log.warning("orphan_killed", job=self.job_id, pids=pids, surviving=[m.pid for m in left])
+        note = f"; {len(killed)} of its processes, left running, were killed"
+        return dataclasses.replace(end, error=(end.error or "") + note)
 
     async def _fail(self, reason: str, exc: Exception) -> None:
         message = str(exc) if isinstance(exc, StartFailed) else f"{type(exc).__name__}: {exc}"
