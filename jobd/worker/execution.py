@@ -13,6 +13,7 @@ reported before `/complete`, from which the final phase flows.
 from __future__ import annotations
 
 import dataclasses
+import errno
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ from jobd.worker.shim.statedir import read_json
 __all__ = ["Execution", "Host"]
 
 log = get_logger()
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass
@@ -74,6 +77,7 @@ class Execution:
         self._phase_events: dict[AttemptPhase, anyio.Event] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._save_lock = anyio.Lock()
+        self._unsaved = False  # the last save found the disk full (logged once)
 
     @classmethod
     def new(cls, job: Job, host: Host, hooks: Sequence[Hook] | None = None) -> Execution:
@@ -140,7 +144,18 @@ class Execution:
         # One save at a time (follower, stop, sentinel all save): in order, never racing
         # over the same temporary file.
         async with self._save_lock:
-            await anyio.to_thread.run_sync(self.record.save, self.state_dir)
+            try:
+                await anyio.to_thread.run_sync(self.record.save, self.state_dir)
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL:
+                    raise
+                # The record only lets a restarted agent resume: this job goes on without
+                # it (the next save writes it whole), whoever filled the disk.
+                if not self._unsaved:
+                    log.warning("record_not_saved", job=self.job_id, error=str(exc))
+                self._unsaved = True
+            else:
+                self._unsaved = False
 
     async def run(self) -> None:
         """Launch (or take back) the workload and follow it until its end is reported and
