@@ -28,6 +28,7 @@ from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
 from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
+from jobd.worker.diskspace import DiskWatch
 from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_used
 from jobd.worker.jobrecord import JobRecord
@@ -60,6 +61,7 @@ class Agent:
         self.link: BrokerLink | None = None
         # NVML, where installed: the memory foreign processes use on our GPUs (gpus.py).
         self.nvml = load_nvml() if settings.gpus else None
+        self.disk = DiskWatch(settings.state_dir)  # full: no new job here (diskspace.py)
 
     async def run(self) -> None:
         # A small pool: httpcore looks at every pooled connection on each request.
@@ -82,6 +84,7 @@ class Agent:
         assert self.link is not None
         tg.start_soon(self.link.ship_events_forever)
         tg.start_soon(self._heartbeat_forever)
+        tg.start_soon(self.disk.run)
         if self.settings.checkpoint_ttl_days is not None:
             root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
             tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
@@ -211,12 +214,13 @@ class Agent:
         assert self.link is not None
         interval = self.lease_duration_s / 3
         while True:
-            await anyio.sleep(interval)
+            await self.disk.changed_within(interval)
             attempts = {i: e.attempt for i, e in self.executions.items()}
             body = Heartbeat(
                 running=sorted(self.executions),
                 attempts=attempts,
                 gpu_memory_foreign=self._foreign_memory(),
+                disk_full=self.disk.full,
             )
             answer = await self.link.call(calls.heartbeat(self.settings.name, body))
             if answer is None:

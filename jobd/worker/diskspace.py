@@ -10,7 +10,6 @@ broker places nothing here until space is back (jobd.controllers.capacity).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -76,17 +75,24 @@ def filled_the_disk(state_dir: Path) -> str | None:
 
 
 class DiskWatch:
-    """Looks at the disk of the state directory every interval_s; calls on_change when it
-    fills or has room again."""
+    """Looks at the disk of the state directory every interval_s; `full` says why it is
+    full while it is, and the heartbeat is sent at once when that changes."""
 
-    def __init__(self, path: Path, on_change: Callable[[], None], interval_s: float = 1.0) -> None:
-        self.path, self.on_change, self.interval_s = path, on_change, interval_s
+    def __init__(self, path: Path, interval_s: float = 1.0) -> None:
+        self.path, self.interval_s = path, interval_s
         self.full: str | None = None  # why the disk is full, while it is
+        self._changed: anyio.Event | None = None
 
     async def run(self) -> None:
         while True:
             self.check()
             await anyio.sleep(self.interval_s)
+
+    async def changed_within(self, timeout_s: float) -> None:
+        """Return after timeout_s, or as soon as the disk fills or has room again."""
+        self._changed = anyio.Event()
+        with anyio.move_on_after(timeout_s):
+            await self._changed.wait()
 
     def check(self) -> None:
         full = disk_full(self.path)
@@ -97,4 +103,5 @@ class DiskWatch:
             log.error("worker_disk_full", path=str(self.path), error=full)
         else:
             log.warning("worker_disk_recovered", path=str(self.path))
-        self.on_change()
+        if self._changed is not None:
+            self._changed.set()

@@ -51,7 +51,7 @@ def _condition(jobd: Jobd) -> dict[str, object] | None:
     with jobd.api() as api:
         [worker] = api.get("/workers").json()["items"]
     found = [c for c in worker["status"].get("conditions", []) if c["type"] == "DiskFull"]
-    return found[0] if found and found[0]["status"] else None
+    return found[0] if found and found[0]["status"] == "True" else None
 
 
 def test_the_job_that_filled_the_disk_fails_saying_so_and_the_others_run(
