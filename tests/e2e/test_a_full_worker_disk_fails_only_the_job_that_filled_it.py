@@ -62,7 +62,7 @@ def test_the_job_that_filled_the_disk_fails_saying_so_and_the_others_run(
         jobd = start_jobd(tmp_path, "--slots", "3", env_extra=env)
         try:
             go = tmp_path / "go"
-            calm = _apply(jobd, "calm", write_script(tmp_path, "calm.py", CALM) + [str(go)])
+            calm = _apply(jobd, "calm", [*write_script(tmp_path, "calm.py", CALM), str(go)])
             jobd.wait_phase(calm, "Running")
             flood = _apply(jobd, "flood", write_script(tmp_path, "flood.py", FLOOD))
             doc = jobd.wait_phase(flood, "Failed", "Succeeded", timeout=60)

@@ -69,11 +69,11 @@ def test_a_killed_supervisors_job_is_killed_before_it_is_reported_and_its_slot_r
     try:
         pid_file = tmp_path / "orphan.pids"
         orphan = _apply(
-            jobd, "orphan", write_script(tmp_path, "orphan.py", ORPHAN) + [str(pid_file)]
+            jobd, "orphan", [*write_script(tmp_path, "orphan.py", ORPHAN), str(pid_file)]
         )
         pids = [int(pid) for pid in _wait_for_file(pid_file).split()]
         checker = _apply(
-            jobd, "checker", write_script(tmp_path, "check.py", CHECKER) + [str(pid_file)]
+            jobd, "checker", [*write_script(tmp_path, "check.py", CHECKER), str(pid_file)]
         )
         assert jobd.get(checker)["status"]["phase"] == "Pending"  # one slot, taken
 
