@@ -28,7 +28,7 @@ from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
 from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
-from jobd.worker.diskspace import DiskWatch
+from jobd.worker.diskspace import DiskWatch, filled_the_disk
 from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_used
 from jobd.worker.jobrecord import JobRecord
@@ -61,7 +61,8 @@ class Agent:
         self.link: BrokerLink | None = None
         # NVML, where installed: the memory foreign processes use on our GPUs (gpus.py).
         self.nvml = load_nvml() if settings.gpus else None
-        self.disk = DiskWatch(settings.state_dir)  # full: no new job here (diskspace.py)
+        # Full: no new job here, and a job still filling it is ended (diskspace.py).
+        self.disk = DiskWatch(settings.state_dir, self._end_disk_filler)
 
     async def run(self) -> None:
         # A small pool: httpcore looks at every pooled connection on each request.
@@ -180,6 +181,12 @@ class Agent:
     def _start(self, job: Job) -> None:
         assert self.link is not None
         self._supervise(Execution.new(job, self._host()))
+
+    def _end_disk_filler(self) -> None:
+        for execution in list(self.executions.values()):
+            why = None if execution.over else filled_the_disk(execution.state_dir)
+            if why is not None and self._tg is not None:
+                self._tg.start_soon(execution.end_for_full_disk, why)
 
     def _host(self) -> Host:
         assert self.link is not None

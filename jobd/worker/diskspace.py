@@ -10,6 +10,7 @@ broker places nothing here until space is back (jobd.controllers.capacity).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -78,8 +79,11 @@ class DiskWatch:
     """Looks at the disk of the state directory every interval_s; `full` says why it is
     full while it is, and the heartbeat is sent at once when that changes."""
 
-    def __init__(self, path: Path, interval_s: float = 1.0) -> None:
-        self.path, self.interval_s = path, interval_s
+    def __init__(
+        self, path: Path, while_full: Callable[[], None] = lambda: None, interval_s: float = 1.0
+    ) -> None:
+        # while_full: called at each look while the disk is full (to end a job filling it).
+        self.path, self.while_full, self.interval_s = path, while_full, interval_s
         self.full: str | None = None  # why the disk is full, while it is
         self._changed: anyio.Event | None = None
 
@@ -96,6 +100,8 @@ class DiskWatch:
 
     def check(self) -> None:
         full = disk_full(self.path)
+        if full is not None:
+            self.while_full()
         if (full is None) == (self.full is None):
             return
         self.full = full

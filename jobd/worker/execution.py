@@ -30,7 +30,14 @@ from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
-from jobd.worker.shim.client import Shim, ShimPool, adopt, end_orphaned_job, start_shim
+from jobd.worker.shim.client import (
+    Shim,
+    ShimPool,
+    adopt,
+    end_orphaned_job,
+    read_record,
+    start_shim,
+)
 from jobd.worker.shim.containment import Containment
 from jobd.worker.shim.protocol import RECORD_FILE, SPEC_FILE, ExitStatus, LaunchSpec, as_grace
 from jobd.worker.shim.statedir import read_json
@@ -72,6 +79,7 @@ class Execution:
         self.adopted = job is None
         self.hooks = list(default_hooks() if hooks is None else hooks)
         self.failed = False  # failed alone (start_failed, supervision_failed): never again
+        self.filled_disk: str | None = None  # why it was ended for filling the disk
         self._stop_asked = record.stop_reason is not None
         self._hooked = anyio.Event()  # the poststart hooks ran (or it failed): a stop may act
         self._phase_events: dict[AttemptPhase, anyio.Event] = {}
@@ -241,6 +249,18 @@ class Execution:
         body["message"] = message
         await self.link.report(self.job_id, "complete", self.attempt, **wire_completion(body))
         self.advance(AttemptPhase.REPORTED)
+
+    async def end_for_full_disk(self, why: str) -> None:
+        """SIGKILL a workload whose output filled the disk and goes on writing: it ends
+        `OutputDiskFull` (why). No grace: nothing it would save has room, nor has a stop
+        file; its supervisor sees it killed and ends the job as for any other end."""
+        if self.filled_disk is not None or self.over:
+            return
+        self.filled_disk = why
+        record = await anyio.to_thread.run_sync(read_record, self.state_dir)
+        if record is not None and record.shim.is_running():
+            log.error("job_filled_the_disk", job=self.job_id, error=why)
+            await anyio.to_thread.run_sync(self.host.containment.kill_remains, record)
 
     async def stop(self, reason: str) -> None:
         """Run the stop hooks once (SIGTERM via the shim, the grace, SIGKILL; the sentinel;

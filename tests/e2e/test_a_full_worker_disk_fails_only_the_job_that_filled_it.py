@@ -32,6 +32,17 @@ while not os.path.exists(sys.argv[1]):
 print("calm done", flush=True)
 """
 
+# Goes on writing whatever the disk says, as a logger that drops its errors does.
+STUBBORN_FLOOD = """
+import os, time
+chunk = b"y" * 65535 + b"\\n"
+while True:
+    try:
+        os.write(1, chunk)
+    except OSError:
+        time.sleep(0.01)
+"""
+
 FIVE_LINES = "for i in range(5): print(f'line {i}')"
 
 
@@ -79,6 +90,21 @@ def test_the_job_that_filled_the_disk_fails_saying_so_and_the_others_run(
             go.touch()
             jobd.wait_phase(calm, "Succeeded", timeout=30)
             assert "calm done" in jobd.ok("logs", str(calm))
+        finally:
+            stop_jobd(jobd)
+
+
+def test_a_job_that_goes_on_filling_the_disk_is_ended(tmp_path: Path) -> None:
+    with mounted_tmpfs(tmp_path / "state", "5m") as state:
+        env = {"JOBD_WORKER_STATE_DIR": str(state)}
+        jobd = start_jobd(tmp_path, "--slots", "1", env_extra=env)
+        try:
+            flood = _apply(jobd, "flood", write_script(tmp_path, "flood.py", STUBBORN_FLOOD))
+            status = jobd.wait_phase(flood, "Failed", "Succeeded", timeout=30)["status"]
+            assert status["reason"] == "OutputDiskFull", status
+            assert f"{state}/jobs/{flood}-" in status["message"], status["message"]
+            after = _apply(jobd, "after", [sys.executable, "-c", FIVE_LINES])
+            jobd.wait_phase(after, "Succeeded", timeout=30)
         finally:
             stop_jobd(jobd)
 

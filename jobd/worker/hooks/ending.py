@@ -101,7 +101,7 @@ class ReportCompletion(Hook):
 
 def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
     """A reason of jobd's own where the exit code cannot say what happened."""
-    filled = filled_the_disk(ex.state_dir)
+    filled = ex.filled_disk or filled_the_disk(ex.state_dir)
     if filled is not None:  # whatever it then exited with, or its shim could not write
         return {"reason": "OutputDiskFull", "message": filled}
     if end.lost:
