@@ -240,6 +240,7 @@ class Execution:
         return dataclasses.replace(end, error=(end.error or "") + note)
 
     async def _fail(self, reason: str, exc: Exception) -> None:
+        exc = _cause(exc)
         message = str(exc) if isinstance(exc, StartFailed) else f"{type(exc).__name__}: {exc}"
         self.failed = True
         self.advance(AttemptPhase.EXITED)
@@ -276,6 +277,14 @@ class Execution:
                 await hook.stop(self, reason)
         except Exception:  # a job's stop must never take the agent down
             log.exception("stop_failed", job=self.job_id, reason=reason)
+
+
+def _cause(exc: Exception) -> Exception:
+    """The one error inside a task group's, so the job's message names what went wrong
+    ("OSError: [Errno 28] ...", not "unhandled errors in a TaskGroup")."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _recorded_grace(state_dir: Path) -> float | None:

@@ -101,7 +101,8 @@ class ReportCompletion(Hook):
 
 def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
     """A reason of jobd's own where the exit code cannot say what happened."""
-    filled = ex.filled_disk or filled_the_disk(ex.state_dir)
+    # A stop (preemption, cancel) ends as the stop says, a full disk or not.
+    filled = ex.filled_disk or (filled_the_disk(ex.state_dir) if end.stop is None else None)
     if filled is not None:  # whatever it then exited with, or its shim could not write
         return {"reason": "OutputDiskFull", "message": filled}
     if end.lost:
