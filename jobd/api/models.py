@@ -694,6 +694,9 @@ class WorkerStatus(Strict):
     # Memory in use on each GPU by processes jobd did not start, in bytes (NVML, with the
     # heartbeat); placement counts it as taken. Empty where nothing measures it.
     gpu_memory_foreign: dict[int, StoreInt] = Field(default_factory=dict)
+    # DiskFull while the disk of the worker's state directory is full (no job is placed
+    # here meanwhile: controllers/worker_disk.py).
+    conditions: list[Condition] = Field(default_factory=list)
 
 
 class Worker(Strict):
@@ -718,7 +721,7 @@ def dump(obj: BaseModel) -> dict[str, Any]:
 
 
 def set_condition(
-    status: JobStatus,
+    status: JobStatus | WorkerStatus,
     type_: str,
     value: bool,
     reason: str = "",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Resources, Worker, WorkerPhase
 from jobd.controllers.view import ClusterView
+from jobd.controllers.worker_disk import disk_is_full
 
 __all__ = [
     "Capacity",
@@ -107,12 +108,13 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     """Free slots and GPUs of each Ready worker not cordoned, given the jobs bound to workers.
 
     A cordoned worker has no room to offer: nothing is bound there, and no preemption
-    frees room there for a queued job (`job cordon`, verbs/drain.py).
+    frees room there for a queued job (`job cordon`, verbs/drain.py); nor has a worker
+    whose disk is full (worker_disk.py).
     """
     caps = {
         w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus), _memory_free(w))
         for w in workers
-        if w.status.phase == WorkerPhase.READY and not w.spec.cordoned
+        if w.status.phase == WorkerPhase.READY and not w.spec.cordoned and not disk_is_full(w)
     }
     for job in bound:
         cap = caps.get(job.status.worker or "")

@@ -258,6 +258,9 @@ class Heartbeat(_Body):
     gpu_memory_foreign: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], StoreInt] | None = (
         Field(default=None, json_schema_extra={"propertyNames": {"pattern": GPU_INDEX_TEXT}})
     )
+    # Why the disk of the worker's state directory is full, while it is (None: it has room,
+    # or an agent older than this field): the broker places no job there meanwhile.
+    disk_full: str | None = Field(default=None, max_length=1024)
 
 
 class LogsAppendQuery(_Query):

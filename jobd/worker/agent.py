@@ -28,6 +28,7 @@ from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
 from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
+from jobd.worker.diskspace import DiskWatch, filled_the_disk
 from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_used
 from jobd.worker.jobrecord import JobRecord
@@ -60,6 +61,8 @@ class Agent:
         self.link: BrokerLink | None = None
         # NVML, where installed: the memory foreign processes use on our GPUs (gpus.py).
         self.nvml = load_nvml() if settings.gpus else None
+        # Full: no new job here, and a job still filling it is ended (diskspace.py).
+        self.disk = DiskWatch(settings.state_dir, self._end_disk_filler)
 
     async def run(self) -> None:
         # A small pool: httpcore looks at every pooled connection on each request.
@@ -82,6 +85,7 @@ class Agent:
         assert self.link is not None
         tg.start_soon(self.link.ship_events_forever)
         tg.start_soon(self._heartbeat_forever)
+        tg.start_soon(self.disk.run)
         if self.settings.checkpoint_ttl_days is not None:
             root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
             tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
@@ -178,6 +182,12 @@ class Agent:
         assert self.link is not None
         self._supervise(Execution.new(job, self._host()))
 
+    def _end_disk_filler(self) -> None:
+        for execution in list(self.executions.values()):
+            why = None if execution.over else filled_the_disk(execution.state_dir)
+            if why is not None and self._tg is not None:
+                self._tg.start_soon(execution.end_for_full_disk, why)
+
     def _host(self) -> Host:
         assert self.link is not None
         return Host(self.settings, self.containment, self.link, self.pool)
@@ -211,12 +221,13 @@ class Agent:
         assert self.link is not None
         interval = self.lease_duration_s / 3
         while True:
-            await anyio.sleep(interval)
+            await self.disk.changed_within(interval)
             attempts = {i: e.attempt for i, e in self.executions.items()}
             body = Heartbeat(
                 running=sorted(self.executions),
                 attempts=attempts,
                 gpu_memory_foreign=self._foreign_memory(),
+                disk_full=self.disk.full,
             )
             answer = await self.link.call(calls.heartbeat(self.settings.name, body))
             if answer is None:

@@ -12,6 +12,8 @@ reported before `/complete`, from which the final phase flows.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,14 @@ from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
-from jobd.worker.shim.client import Shim, ShimPool, adopt, kill_orphaned_workload, start_shim
+from jobd.worker.shim.client import (
+    Shim,
+    ShimPool,
+    adopt,
+    end_orphaned_job,
+    read_record,
+    start_shim,
+)
 from jobd.worker.shim.containment import Containment
 from jobd.worker.shim.protocol import RECORD_FILE, SPEC_FILE, ExitStatus, LaunchSpec, as_grace
 from jobd.worker.shim.statedir import read_json
@@ -36,6 +45,8 @@ from jobd.worker.shim.statedir import read_json
 __all__ = ["Execution", "Host"]
 
 log = get_logger()
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass
@@ -68,11 +79,13 @@ class Execution:
         self.adopted = job is None
         self.hooks = list(default_hooks() if hooks is None else hooks)
         self.failed = False  # failed alone (start_failed, supervision_failed): never again
+        self.filled_disk: str | None = None  # why it was ended for filling the disk
         self._stop_asked = record.stop_reason is not None
         self._hooked = anyio.Event()  # the poststart hooks ran (or it failed): a stop may act
         self._phase_events: dict[AttemptPhase, anyio.Event] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._save_lock = anyio.Lock()
+        self._unsaved = False  # the last save found the disk full (logged once)
 
     @classmethod
     def new(cls, job: Job, host: Host, hooks: Sequence[Hook] | None = None) -> Execution:
@@ -139,7 +152,18 @@ class Execution:
         # One save at a time (follower, stop, sentinel all save): in order, never racing
         # over the same temporary file.
         async with self._save_lock:
-            await anyio.to_thread.run_sync(self.record.save, self.state_dir)
+            try:
+                await anyio.to_thread.run_sync(self.record.save, self.state_dir)
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL:
+                    raise
+                # The record only lets a restarted agent resume: this job goes on without
+                # it (the next save writes it whole), whoever filled the disk.
+                if not self._unsaved:
+                    log.warning("record_not_saved", job=self.job_id, error=str(exc))
+                self._unsaved = True
+            else:
+                self._unsaved = False
 
     async def run(self) -> None:
         """Launch (or take back) the workload and follow it until its end is reported and
@@ -198,13 +222,25 @@ class Execution:
 
     async def _wait(self) -> ExitStatus:
         if self.shim is None:
-            await anyio.to_thread.run_sync(kill_orphaned_workload, self.state_dir)
-            return ExitStatus.unrecorded()
+            return await self._end_orphan(ExitStatus.unrecorded())
         if self.record.complete_reported:
             return self.shim.status() or ExitStatus.unrecorded()
-        return await self.shim.wait()
+        end = await self.shim.wait()
+        return await self._end_orphan(end) if end.lost else end
+
+    async def _end_orphan(self, end: ExitStatus) -> ExitStatus:
+        """Its shim died without a word: kill what it left and wait until that is gone,
+        so that nothing of the job runs once its end is reported and its place given."""
+        killed, left = await end_orphaned_job(self.state_dir, self.host.containment)
+        if not killed:
+            return end
+        pids = [member.pid for member in killed]
+        log.warning("orphan_killed", job=self.job_id, pids=pids, surviving=[m.pid for m in left])
+        note = f"; {len(killed)} of its processes, left running, were killed"
+        return dataclasses.replace(end, error=(end.error or "") + note)
 
     async def _fail(self, reason: str, exc: Exception) -> None:
+        exc = _cause(exc)
         message = str(exc) if isinstance(exc, StartFailed) else f"{type(exc).__name__}: {exc}"
         self.failed = True
         self.advance(AttemptPhase.EXITED)
@@ -214,6 +250,18 @@ class Execution:
         body["message"] = message
         await self.link.report(self.job_id, "complete", self.attempt, **wire_completion(body))
         self.advance(AttemptPhase.REPORTED)
+
+    async def end_for_full_disk(self, why: str) -> None:
+        """SIGKILL a workload whose output filled the disk and goes on writing: it ends
+        `OutputDiskFull` (why). No grace: nothing it would save has room, nor has a stop
+        file; its supervisor sees it killed and ends the job as for any other end."""
+        if self.filled_disk is not None or self.over:
+            return
+        self.filled_disk = why
+        record = await anyio.to_thread.run_sync(read_record, self.state_dir)
+        if record is not None and record.shim.is_running():
+            log.error("job_filled_the_disk", job=self.job_id, error=why)
+            await anyio.to_thread.run_sync(self.host.containment.kill_remains, record)
 
     async def stop(self, reason: str) -> None:
         """Run the stop hooks once (SIGTERM via the shim, the grace, SIGKILL; the sentinel;
@@ -229,6 +277,14 @@ class Execution:
                 await hook.stop(self, reason)
         except Exception:  # a job's stop must never take the agent down
             log.exception("stop_failed", job=self.job_id, reason=reason)
+
+
+def _cause(exc: Exception) -> Exception:
+    """The one error inside a task group's, so the job's message names what went wrong
+    ("OSError: [Errno 28] ...", not "unhandled errors in a TaskGroup")."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _recorded_grace(state_dir: Path) -> float | None:

@@ -64,7 +64,7 @@ async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat, who: Pr
 
 def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, Any]:
     worker, stop = worker_lease.heartbeat(
-        state.ctx, name, body.running, body.attempts, body.gpu_memory_foreign
+        state.ctx, name, body.running, body.attempts, body.gpu_memory_foreign, body.disk_full
     )
     return {"worker": doc(worker), "stop": stop}
 

@@ -19,6 +19,7 @@ from jobd.controllers import transitions, worker_phases
 from jobd.controllers.context import Context
 from jobd.controllers.scheduler import QUEUE_KEY
 from jobd.controllers.verbs.reports import report_started
+from jobd.controllers.worker_disk import note_disk
 from jobd.controllers.worker_phases import WorkerVerb
 from jobd.store.base import Conflict, EventRecord
 
@@ -70,6 +71,7 @@ def heartbeat(
     running: list[int],
     attempts: Mapping[int, int] | None = None,
     gpu_memory_foreign: dict[int, int] | None = None,
+    disk_full: str | None = None,
 ) -> tuple[Worker, list[int]]:
     """Renew the lease and reconcile both ways; returns the jobs the worker must stop.
 
@@ -79,7 +81,8 @@ def heartbeat(
     its list of jobs changes. The first word from a worker since this broker started
     makes it schedulable (capacity.schedulable): the scheduler is asked to look now.
     `gpu_memory_foreign` (NVML's measure, where the worker has it) is written when it
-    changes: placement counts it as taken (capacity.py).
+    changes: placement counts it as taken (capacity.py). `disk_full` (why the worker's disk
+    is full, or None) sets its DiskFull condition (worker_disk.py).
     """
     live = ctx.view.workers.get(name)
     if live is None:
@@ -90,8 +93,12 @@ def heartbeat(
     worker = live.model_copy(deep=True)
     came_back = worker.status.phase == WorkerPhase.LOST
     foreign = worker.status.gpu_memory_foreign if gpu_memory_foreign is None else gpu_memory_foreign
+    disk_changed = note_disk(worker, disk_full, now)
+    if disk_changed:
+        ctx.enqueue("scheduler", QUEUE_KEY)  # room here again, or none: place anew
     if (
-        came_back
+        disk_changed
+        or came_back
         or worker.status.jobs != sorted(running)
         or worker.status.gpu_memory_foreign != foreign
     ):

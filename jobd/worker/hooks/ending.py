@@ -15,6 +15,7 @@ import anyio.to_thread
 
 from jobd.wire.models import Completion
 from jobd.worker.checkpoints import checkpoint_dir, find_resume_target
+from jobd.worker.diskspace import filled_the_disk
 from jobd.worker.hooks.base import Hook
 from jobd.worker.hooks.running import FollowOutput
 from jobd.worker.jobrecord import AttemptPhase, boot_id, made_this_boot
@@ -100,6 +101,10 @@ class ReportCompletion(Hook):
 
 def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
     """A reason of jobd's own where the exit code cannot say what happened."""
+    # A stop (preemption, cancel) ends as the stop says, a full disk or not.
+    filled = ex.filled_disk or (filled_the_disk(ex.state_dir) if end.stop is None else None)
+    if filled is not None:  # whatever it then exited with, or its shim could not write
+        return {"reason": "OutputDiskFull", "message": filled}
     if end.lost:
         recorded = ex.record.boot_id
         same_boot = recorded == boot_id() if recorded else made_this_boot(ex.state_dir)

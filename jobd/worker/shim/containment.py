@@ -9,6 +9,9 @@ One strategy interface, chosen once per agent by choose_containment():
   systemd user scope, a cgroup that every descendant stays in even after setsid or a
   double fork, so nothing escapes it.
 
+Either one ends what a shim killed with -9 left of its job (kill_remains): the group and
+session of the workload, and the scope where there is one.
+
 The next shapes (CPU pinning, a memory cap) are further implementations or fields of these,
 never a name compared as a string. `name` is only what the worker reports at registration.
 
@@ -22,7 +25,9 @@ import shutil
 import subprocess
 from typing import Protocol
 
-from jobd.worker.shim.protocol import LaunchSpec
+from jobd.worker.shim.procfs import ProcessIdentity
+from jobd.worker.shim.protocol import LaunchSpec, ShimRecord
+from jobd.worker.shim.remains import kill_job_remains
 
 __all__ = ["Containment", "ProcessGroup", "SystemdScope", "choose_containment"]
 
@@ -42,6 +47,11 @@ class Containment(Protocol):
         None: a shim from the agent's pool holds it."""
         ...
 
+    def kill_remains(self, record: ShimRecord) -> list[ProcessIdentity]:
+        """SIGKILL what is left of the job whose shim (recorded in record) died without
+        recording its end; the processes of its group and session signalled."""
+        ...
+
 
 class ProcessGroup:
     """A pooled shim holds the job in a process group of its own (and as a subreaper)."""
@@ -51,6 +61,9 @@ class ProcessGroup:
     def shim_command_prefix(self, spec: LaunchSpec) -> list[str] | None:
         return None
 
+    def kill_remains(self, record: ShimRecord) -> list[ProcessIdentity]:
+        return [] if record.workload is None else kill_job_remains(record.workload)
+
 
 class SystemdScope:
     """A shim of the job's own starts in the job's systemd user scope, which then holds the
@@ -59,17 +72,26 @@ class SystemdScope:
     name = "systemd"
 
     def shim_command_prefix(self, spec: LaunchSpec) -> list[str] | None:
-        unit = f"--unit=jobd-job-{spec.job_id}-{spec.attempt}"
+        unit = f"--unit={_scope_unit(spec.job_id, spec.attempt)}"
         return ["systemd-run", "--user", "--scope", unit, "--collect", "--quiet", "--"]
 
+    def kill_remains(self, record: ShimRecord) -> list[ProcessIdentity]:
+        # The scope first: it holds even what left the group and the session.
+        if record.job_id is not None and record.attempt is not None:
+            unit = f"{_scope_unit(record.job_id, record.attempt)}.scope"
+            _run_quietly(["systemctl", "--user", "kill", "--signal=SIGKILL", unit])
+        return [] if record.workload is None else kill_job_remains(record.workload)
 
-@functools.cache
-def _user_scopes_work() -> bool:
-    if shutil.which("systemd-run") is None:
-        return False
+
+def _scope_unit(job_id: int | None, attempt: int | None) -> str:
+    return f"jobd-job-{job_id}-{attempt}"
+
+
+def _run_quietly(argv: list[str]) -> bool:
+    """Run argv with no input or output; True if it succeeded within the timeout."""
     try:
-        probe = subprocess.run(
-            ["systemd-run", "--user", "--scope", "--quiet", "--", "true"],
+        done = subprocess.run(
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -78,7 +100,14 @@ def _user_scopes_work() -> bool:
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return probe.returncode == 0
+    return done.returncode == 0
+
+
+@functools.cache
+def _user_scopes_work() -> bool:
+    if shutil.which("systemd-run") is None:
+        return False
+    return _run_quietly(["systemd-run", "--user", "--scope", "--quiet", "--", "true"])
 
 
 def choose_containment() -> Containment:

@@ -10,6 +10,7 @@ Standard library only (the shim and the agent both use it).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -32,14 +33,20 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        payload = json.dumps(data, sort_keys=True).encode() + b"\n"
-        while payload:
-            payload = payload[os.write(fd, payload) :]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            payload = json.dumps(data, sort_keys=True).encode() + b"\n"
+            while payload:
+                payload = payload[os.write(fd, payload) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk, say: leave no half-written file behind to hold its space.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     if not durable:
         return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -6,18 +6,21 @@ directory and the pool's pipes. Its user is jobd.worker.execution (one Execution
 attempt). The only part of jobd.worker.shim that may import more than the standard
 library.
 
-handle      Shim (one job's shim), adopt, scan, kill_orphaned_workload
+handle      Shim (one job's shim), adopt, scan
+orphans     end_orphaned_job, kill_orphaned_workload (the job of a shim gone without a status)
 starting    start_shim (as the containment says), launch (a shim of the job's own),
             ShimPool (the agent's end of the pool process)
 """
 
-from jobd.worker.shim.client.handle import Shim, adopt, kill_orphaned_workload, read_record, scan
+from jobd.worker.shim.client.handle import Shim, adopt, read_record, scan
+from jobd.worker.shim.client.orphans import end_orphaned_job, kill_orphaned_workload
 from jobd.worker.shim.client.starting import ShimPool, launch, start_shim
 
 __all__ = [
     "Shim",
     "ShimPool",
     "adopt",
+    "end_orphaned_job",
     "kill_orphaned_workload",
     "launch",
     "read_record",

@@ -34,7 +34,7 @@ from jobd.worker.shim.protocol import (
 )
 from jobd.worker.shim.statedir import lock_is_held, read_json, write_json_atomic
 
-__all__ = ["END_CHECK_S", "Shim", "adopt", "kill_orphaned_workload", "read_record", "scan"]
+__all__ = ["END_CHECK_S", "Shim", "adopt", "read_record", "scan"]
 
 # How often wait() looks when the kernel cannot say (no pidfd), and started() in any case.
 POLL_INTERVAL_S = 0.02
@@ -202,27 +202,6 @@ def adopt(state_dir: Path) -> Shim | None:
             return Shim(state_dir, identity=identity)
     # It may have finished while we looked.
     return Shim(state_dir) if (state_dir / STATUS_FILE).exists() else None
-
-
-def kill_orphaned_workload(state_dir: Path) -> bool:
-    """SIGKILL the job whose shim died without recording its end; True if one ran.
-
-    What the shim would have done at the end, left to the agent once adopt() says None.
-    Its exit is lost with the shim. Only while the workload itself runs can its group be
-    told from a stranger's, so members that outlive it are beyond reach here.
-    """
-    state_dir = state_dir.resolve()
-    if (state_dir / STATUS_FILE).exists() or lock_is_held(state_dir):
-        return False
-    record = read_record(state_dir)
-    workload = None if record is None else record.workload
-    if workload is None or not workload.is_running():
-        return False
-    try:
-        os.killpg(workload.pid, signal.SIGKILL)  # it leads its group: pgid == pid
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def scan(root: Path) -> list[Shim]:
