@@ -694,6 +694,11 @@ class WorkerStatus(Strict):
     # Memory in use on each GPU by processes jobd did not start, in bytes (NVML, with the
     # heartbeat); placement counts it as taken. Empty where nothing measures it.
     gpu_memory_foreign: dict[int, StoreInt] = Field(default_factory=dict)
+    # Which agent holds the lease: the instance id it keeps in its state directory, and
+    # the fencing epoch, bumped by every registration (controllers/verbs/worker_lease.py).
+    # Another instance is refused while this one's lease runs. None: an agent that says none.
+    instance: str | None = None
+    epoch: StoreInt = 0
 
 
 class Worker(Strict):

@@ -59,6 +59,7 @@ __all__ = [
     "EventsQuery",
     "Health",
     "Heartbeat",
+    "Instance",
     "JobArray",
     "JobsQuery",
     "LogsAppendQuery",
@@ -241,13 +242,36 @@ class WatchQuery(_Query):
 # -- the worker's requests -------------------------------------------------------------------
 
 
+# The agent's instance id (worker/identity.py: made once, kept in its state directory).
+Instance = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def _instance_field() -> Any:
+    return Field(
+        default=None,
+        description="The agent's instance id, kept in its state directory: while one "
+        "instance holds the worker's lease, another is refused (409)",
+    )
+
+
+def _epoch_field() -> Any:
+    return Field(
+        default=None,
+        description="The lease's fencing epoch the agent's registration was answered with "
+        "(status.epoch): a request of an older epoch is refused (409)",
+    )
+
+
 class Registration(_Body):
     spec: WorkerSpec
     hostname: str = ""
     runner: str = ""
+    instance: Instance | None = _instance_field()
 
 
 class Heartbeat(_Body):
+    instance: Instance | None = _instance_field()
+    epoch: StoreInt | None = _epoch_field()
     running: list[StoreId] = Field(default_factory=list)
     # The attempt of each job in `running` (job id -> status.attempt), so the broker
     # tells an old run from a new one of the same job on this worker.
@@ -287,6 +311,12 @@ class Report(_Body):
 
     worker: str
     attempt: Attempt | None = None
+    instance: Instance | None = _instance_field()
+    epoch: StoreInt | None = _epoch_field()
+
+
+# What a report says of its sender, not of its job: a batch says it once, for all.
+_SENDER_FIELDS = ("worker", "instance", "epoch")
 
 
 class Started(Report):
@@ -336,7 +366,7 @@ REPORT_BODIES: dict[str, type[Report]] = {
 
 class _BatchedReportBase(_Body):
     """One report of a batch: the job, the verb, and that verb's own fields (not the worker,
-    which the batch's path names)."""
+    which the batch's path names, nor the instance and epoch, which the batch says)."""
 
     job: StoreId
     verb: str  # one of REPORT_BODIES, as each derived model says
@@ -349,7 +379,7 @@ def _batched_reports(bodies: dict[str, type[Report]]) -> dict[str, type[_Batched
     for verb, body in bodies.items():
         fields: dict[str, Any] = {"verb": (Literal[verb], ...)}
         for name, info in body.model_fields.items():
-            if name != "worker":
+            if name not in _SENDER_FIELDS:
                 fields[name] = (info.annotation, info)
         title = "Batched" + "".join(w.title() for w in verb.split("-"))
         items[verb] = create_model(title, __base__=_BatchedReportBase, **fields)
@@ -369,6 +399,8 @@ else:
 
 
 class ReportBatch(_Body):
+    instance: Instance | None = _instance_field()
+    epoch: StoreInt | None = _epoch_field()
     reports: list[BatchedReport] = Field(default_factory=list)
     events: list[WorkerEvent] = Field(default_factory=list)
 

@@ -23,6 +23,7 @@ from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
 from jobd.wire.reports import ReportBatcher
+from jobd.worker.identity import Refused
 
 __all__ = ["BrokerLink"]
 
@@ -35,6 +36,10 @@ T = TypeVar("T")
 class BrokerLink:
     client: AsyncClient
     worker: str
+    # Who sends: this agent's instance id, and the lease's epoch once registered
+    # (identity.py). The broker refuses a sender that does not hold the lease.
+    instance: str | None = None
+    epoch: int | None = None
     _events: list[WorkerEvent] = field(default_factory=list)
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
     _batcher: ReportBatcher = field(init=False)
@@ -42,8 +47,12 @@ class BrokerLink:
     def __post_init__(self) -> None:
         self._batcher = ReportBatcher(self._send_reports)
 
-    async def call(self, call: Call[T]) -> T | None:
-        """Send until the broker answers; None when it refused (4xx) for good."""
+    async def call(self, call: Call[T], fenced: bool = False) -> T | None:
+        """Send until the broker answers; None when it refused (4xx) for good.
+
+        `fenced`: a 409 means another instance holds the worker's lease; raise Refused
+        with the broker's sentence (registration and heartbeat).
+        """
         delay = 0.05
         path = call.url
         while True:
@@ -52,6 +61,8 @@ class BrokerLink:
             except BrokerUnreachable as exc:
                 log.warning("broker_unreachable", path=path, error=exc.message, retry_s=delay)
             except ApiError as exc:
+                if fenced and exc.status == 409:
+                    raise Refused(exc.message) from None
                 if exc.status in _FINAL_STATUSES:
                     log.warning("report_refused", path=path, status=exc.status, detail=exc.message)
                     return None
@@ -81,7 +92,9 @@ class BrokerLink:
         events, self._events = self._events, []  # they ride along
         sent = False
         try:
-            body = ReportBatch(reports=reports, events=events)
+            body = ReportBatch(
+                instance=self.instance, epoch=self.epoch, reports=reports, events=events
+            )
             results = await self.call(calls.send_reports(self.worker, body)) or []
             sent = True
         finally:

@@ -18,7 +18,7 @@ from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
-from jobd.controllers.verbs import drain, reports, worker_lease
+from jobd.controllers.verbs import drain, lease_holder, reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import (
@@ -48,7 +48,9 @@ async def register(state: BrokerState, path: PathArgs, body: Registration, who: 
     """
     access.as_worker(who, path["name"])
     ctx = state.ctx
-    worker = worker_lease.register_worker(ctx, path["name"], body.spec, body.hostname, body.runner)
+    worker = worker_lease.register_worker(
+        ctx, path["name"], body.spec, body.hostname, body.runner, body.instance
+    )
     return encode_json({"worker": doc(worker), "revision": state.feed.revision})
 
 
@@ -63,8 +65,9 @@ async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat, who: Pr
 
 
 def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, Any]:
+    sender = (body.instance, body.epoch)
     worker, stop = worker_lease.heartbeat(
-        state.ctx, name, body.running, body.attempts, body.gpu_memory_foreign
+        state.ctx, name, body.running, body.attempts, body.gpu_memory_foreign, sender
     )
     return {"worker": doc(worker), "stop": stop}
 
@@ -174,6 +177,7 @@ def _report_route(verb: str) -> FastRoute:
         # A worker token reports as its own worker only; fencing (transitions.fence)
         # refuses a job not bound to that worker, or another run of it.
         access.as_worker(who, body.worker)
+        _check_sender(state, body.worker, body.instance, body.epoch)
         return doc(run(state, reported_job_or_404(state, path["job_id"]), body))
 
     report.__name__ = verb.replace("-", "_")
@@ -183,6 +187,13 @@ def _report_route(verb: str) -> FastRoute:
 REPORT_ROUTES = [_report_route(verb) for verb in _REPORTS]
 for _fast in REPORT_ROUTES:
     declare(router, _fast)
+
+
+def _check_sender(state: BrokerState, name: str, instance: str | None, epoch: int | None) -> None:
+    """A report of an instance that does not hold the worker's lease changes nothing (409)."""
+    worker = state.ctx.view.workers.get(name)
+    if worker is not None:
+        lease_holder.check_holder(worker, instance, epoch)
 
 
 # What refuses one report of a batch and not the others; answered with the status every
@@ -210,6 +221,7 @@ declare(router, REPORT_BATCH)
 def run_report_batch(
     state: BrokerState, name: str, body: ReportBatch, who: Principal | None = None
 ) -> dict[str, Any]:
+    _check_sender(state, name, body.instance, body.epoch)  # refuses the whole batch
     results: list[dict[str, Any]] = []
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
     with state.store.batch():
