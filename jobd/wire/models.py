@@ -311,12 +311,6 @@ class Report(_Body):
 
     worker: str
     attempt: Attempt | None = None
-    instance: Instance | None = _instance_field()
-    epoch: StoreInt | None = _epoch_field()
-
-
-# What a report says of its sender, not of its job: a batch says it once, for all.
-_SENDER_FIELDS = ("worker", "instance", "epoch")
 
 
 class Started(Report):
@@ -366,7 +360,7 @@ REPORT_BODIES: dict[str, type[Report]] = {
 
 class _BatchedReportBase(_Body):
     """One report of a batch: the job, the verb, and that verb's own fields (not the worker,
-    which the batch's path names, nor the instance and epoch, which the batch says)."""
+    which the batch's path names)."""
 
     job: StoreId
     verb: str  # one of REPORT_BODIES, as each derived model says
@@ -379,7 +373,7 @@ def _batched_reports(bodies: dict[str, type[Report]]) -> dict[str, type[_Batched
     for verb, body in bodies.items():
         fields: dict[str, Any] = {"verb": (Literal[verb], ...)}
         for name, info in body.model_fields.items():
-            if name not in _SENDER_FIELDS:
+            if name != "worker":
                 fields[name] = (info.annotation, info)
         title = "Batched" + "".join(w.title() for w in verb.split("-"))
         items[verb] = create_model(title, __base__=_BatchedReportBase, **fields)
@@ -399,6 +393,10 @@ else:
 
 
 class ReportBatch(_Body):
+    """What piled up at a worker: reports and events. The agent reports only so, saying
+    who sends (`instance`, `epoch`): a batch of an instance that does not hold the
+    worker's lease is refused whole (409)."""
+
     instance: Instance | None = _instance_field()
     epoch: StoreInt | None = _epoch_field()
     reports: list[BatchedReport] = Field(default_factory=list)

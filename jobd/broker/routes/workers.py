@@ -177,7 +177,6 @@ def _report_route(verb: str) -> FastRoute:
         # A worker token reports as its own worker only; fencing (transitions.fence)
         # refuses a job not bound to that worker, or another run of it.
         access.as_worker(who, body.worker)
-        _check_sender(state, body.worker, body.instance, body.epoch)
         return doc(run(state, reported_job_or_404(state, path["job_id"]), body))
 
     report.__name__ = verb.replace("-", "_")
