@@ -175,9 +175,9 @@ def test_a_second_instance_is_refused_and_each_job_runs_once(cluster: Cluster) -
 def test_a_second_agent_on_the_same_state_directory_refuses_to_start(cluster: Cluster) -> None:
     first = cluster.worker("first", "state-a")
     cluster.registered(first, "first")
-    instance = cluster.instance_of("state-a")
     second = cluster.worker("second", "state-a")
     line = _refusal(second, cluster.root / "second.log")
+    instance = cluster.instance_of("state-a")
     assert line == (
         f"jobd: error: the state directory {cluster.root / 'state-a'} is in use by another "
         f"jobd agent (pid {first.pid}); stop it, or give this one its own --state-dir"
@@ -191,12 +191,12 @@ def test_a_second_agent_on_the_same_state_directory_refuses_to_start(cluster: Cl
 def test_a_new_instance_takes_over_once_the_lease_ran_out(cluster: Cluster) -> None:
     first = cluster.worker("first", "state-a")
     cluster.registered(first, "first")
-    old = cluster.instance_of("state-a")
     cluster.run_jobs(1)
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     early = cluster.worker("early", "state-b")  # the killed one's lease still runs
     assert "held by another instance" in _refusal(early, cluster.root / "early.log")
+    old = cluster.instance_of("state-a")
     time.sleep(LEASE_S)  # the lease runs out, as the broker observed it
     second = cluster.worker("second", "state-b")
     cluster.registered(second, "second", since=1)
