@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.harness import BIN, REPO, _free_port, end_all_jobs
+from tests.e2e.harness import BIN, REPO, _free_port, end_all_jobs, process_alive
 
 LEASE_S = 2  # the shortest lease a worker may ask for is 1 s; 2 s leaves room on a busy box
 
@@ -213,3 +213,36 @@ def test_a_new_instance_takes_over_once_the_lease_ran_out(cluster: Cluster) -> N
         assert batch.status_code == 409
         assert api.get("/jobs/1").json()["status"].get("exit_code") == 0
         assert api.get("/workers/w1").json()["status"]["instance"] == cluster.instance_of("state-b")
+
+
+def test_an_old_instance_that_wakes_up_replaced_stands_down(cluster: Cluster) -> None:
+    """A paused agent (SIGSTOP, longer than its lease) is replaced; woken, it is fenced off:
+    it stops the job it ran (the broker has ended it) and exits 1, and the job runs once."""
+    first = cluster.worker("first", "state-a")
+    cluster.registered(first, "first")
+    runs = cluster.root / "runs.txt"
+    sleeper = (
+        f"import os, time; open({str(runs)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(120)"
+    )
+    submitted = subprocess.run(
+        [str(BIN / "job"), "submit", "--name", "sleeper", "--", sys.executable, "-c", sleeper],
+        env=cluster.env, cwd=cluster.root, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    deadline = time.monotonic() + 20
+    while not runs.exists() or not runs.read_text().strip():
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.05)
+    [pid] = map(int, runs.read_text().split())
+    first.send_signal(signal.SIGSTOP)
+    time.sleep(LEASE_S + 0.5)
+    second = cluster.worker("second", "state-b")
+    cluster.registered(second, "second", since=1)
+    first.send_signal(signal.SIGCONT)
+    line = _refusal(first, cluster.root / "first.log")
+    assert "must stand down" in line
+    deadline = time.monotonic() + 10
+    while process_alive(pid):
+        assert time.monotonic() < deadline, "the old instance's job still runs"
+        time.sleep(0.05)
+    assert len(runs.read_text().split()) == 1 and second.poll() is None
