@@ -75,8 +75,10 @@ def test_a_new_instance_takes_over_once_the_lease_ran_out_and_fences_the_old(
     heartbeat(ctx, "w", [])  # an agent that names no instance is judged by its worker
 
 
-def test_an_agent_that_says_no_instance_is_one_instance(ctx: Context) -> None:
+def test_an_agent_that_says_no_instance_is_replaced_by_its_upgrade_at_once(ctx: Context) -> None:
     _register(ctx, None)
     assert _register(ctx, None).status.epoch == 2
+    upgraded = _register(ctx, "a")  # the same host's agent, upgraded in place
+    assert (upgraded.status.instance, upgraded.status.epoch) == ("a", 3)
     with pytest.raises(LeaseHeld):
-        _register(ctx, "a")
+        _register(ctx, None)  # an older agent is now another instance

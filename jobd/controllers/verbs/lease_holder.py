@@ -13,7 +13,9 @@ keeps the holder's instance and a fencing epoch (`status.instance`, `status.epoc
   instance or an older epoch is refused (409) and changes nothing: an old instance that
   wakes up after it was replaced is fenced off.
 
-A request that names no instance (an agent older than this) is judged by its worker alone.
+A request that names no instance (an agent older than this) is judged by its worker alone,
+and a worker held by such an agent is taken by the first agent that names one: an agent
+upgraded in place registers again at once, as before.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def _lease_expiry(ctx: Context, worker: Worker) -> datetime | None:
 
 def refuse_other_instance(ctx: Context, live: Worker | None, instance: str | None) -> None:
     """Before a registration: LeaseHeld when another instance's lease is live."""
-    if live is None or live.status.instance == instance:
-        return
+    if live is None or live.status.instance in (None, instance):
+        return  # the holder's own restart; or a holder that said no instance (an older agent)
     expiry = _lease_expiry(ctx, live)
     if expiry is None:
         return  # the holder went silent for a whole lease: the newcomer may take over
