@@ -244,12 +244,11 @@ class Agent:
             await anyio.sleep(interval)
             attempts = {i: e.attempt for i, e in self.executions.items()}
             body = Heartbeat(
-                instance=self.link.instance,
-                epoch=self.link.epoch,
                 running=sorted(self.executions),
                 attempts=attempts,
                 gpu_memory_foreign=self._foreign_memory(),
             )
+            body = self.link.signed(body)
             try:
                 answer = await self.link.call(calls.heartbeat(self.settings.name, body), True)
             except Refused:

@@ -21,7 +21,7 @@ from jobd.wire import calls
 from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
-from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
+from jobd.wire.models import BatchedReport, Heartbeat, ReportBatch, WorkerEvent, WorkerEvents
 from jobd.wire.reports import ReportBatcher
 from jobd.worker.identity import Refused
 
@@ -30,6 +30,7 @@ __all__ = ["BrokerLink"]
 log = get_logger()
 _FINAL_STATUSES = range(400, 500)
 T = TypeVar("T")
+Sent = TypeVar("Sent", Heartbeat, ReportBatch)
 
 
 @dataclass
@@ -70,6 +71,15 @@ class BrokerLink:
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
+    def signed(self, body: Sent) -> Sent:
+        """`body` naming this agent's instance and epoch, where known (else they are left
+        unset, and the request is as an agent older than fencing by instance sent it)."""
+        if self.instance is not None:
+            body.instance = self.instance
+        if self.epoch is not None:
+            body.epoch = self.epoch
+        return body
+
     async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
         """Returns once the broker has acknowledged the report, or refused it for good.
 
@@ -92,9 +102,7 @@ class BrokerLink:
         events, self._events = self._events, []  # they ride along
         sent = False
         try:
-            body = ReportBatch(
-                instance=self.instance, epoch=self.epoch, reports=reports, events=events
-            )
+            body = self.signed(ReportBatch(reports=reports, events=events))
             results = await self.call(calls.send_reports(self.worker, body)) or []
             sent = True
         finally:
