@@ -697,6 +697,11 @@ class WorkerStatus(Strict):
     # DiskFull while the disk of the worker's state directory is full (no job is placed
     # here meanwhile: controllers/worker_disk.py).
     conditions: list[Condition] = Field(default_factory=list)
+    # Which agent holds the lease: the instance id it keeps in its state directory, and
+    # the fencing epoch, bumped by every registration (controllers/verbs/worker_lease.py).
+    # Another instance is refused while this one's lease runs. None: an agent that says none.
+    instance: str | None = None
+    epoch: StoreInt = 0
 
 
 class Worker(Strict):

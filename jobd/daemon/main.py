@@ -33,6 +33,8 @@ from jobd.discovery import default_token
 if TYPE_CHECKING:
     import uvicorn
 
+    from jobd.worker.agent import Agent
+
 __all__ = ["cli", "main"]
 
 
@@ -164,9 +166,18 @@ def worker(**given: Any) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg.cancel_scope)
             await agent.run()  # on a signal: cancelled; its jobs run on
+            tg.cancel_scope.cancel()  # returned: refused (agent.refusal)
 
     _run(run)
+    _refused(agent)
     assemble.say_jobs_run_on(agent)
+
+
+def _refused(agent: Agent) -> None:
+    """An agent that may not run as its worker: its reason, one sentence, and exit 1."""
+    if agent.refusal is not None:
+        click.echo(f"jobd: error: {agent.refusal}", err=True)
+        raise SystemExit(1)
 
 
 @cli.command()
@@ -213,10 +224,12 @@ def dev(**given: Any) -> None:
                 async with anyio.create_task_group() as worker_tg:
                     worker_tg.start_soon(_until_signalled, agent_scope)
                     await agent.run()
+                    agent_scope.cancel()  # returned: refused (agent.refusal)
             # The worker has stopped (its jobs run on); now the broker.
             _stop_broker(app, server)
 
     _run(both)
+    _refused(agent)
     worker_process.say_jobs_run_on(agent)
     _log().info("stopped")
 

@@ -59,6 +59,7 @@ __all__ = [
     "EventsQuery",
     "Health",
     "Heartbeat",
+    "Instance",
     "JobArray",
     "JobsQuery",
     "LogsAppendQuery",
@@ -241,13 +242,36 @@ class WatchQuery(_Query):
 # -- the worker's requests -------------------------------------------------------------------
 
 
+# The agent's instance id (worker/identity.py: made once, kept in its state directory).
+Instance = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def _instance_field() -> Any:
+    return Field(
+        default=None,
+        description="The agent's instance id, kept in its state directory: while one "
+        "instance holds the worker's lease, another is refused (409)",
+    )
+
+
+def _epoch_field() -> Any:
+    return Field(
+        default=None,
+        description="The lease's fencing epoch the agent's registration was answered with "
+        "(status.epoch): a request of an older epoch is refused (409)",
+    )
+
+
 class Registration(_Body):
     spec: WorkerSpec
     hostname: str = ""
     runner: str = ""
+    instance: Instance | None = _instance_field()
 
 
 class Heartbeat(_Body):
+    instance: Instance | None = _instance_field()
+    epoch: StoreInt | None = _epoch_field()
     running: list[StoreId] = Field(default_factory=list)
     # The attempt of each job in `running` (job id -> status.attempt), so the broker
     # tells an old run from a new one of the same job on this worker.
@@ -372,6 +396,12 @@ else:
 
 
 class ReportBatch(_Body):
+    """What piled up at a worker: reports and events. The agent reports only so, saying
+    who sends (`instance`, `epoch`): a batch of an instance that does not hold the
+    worker's lease is refused whole (409)."""
+
+    instance: Instance | None = _instance_field()
+    epoch: StoreInt | None = _epoch_field()
     reports: list[BatchedReport] = Field(default_factory=list)
     events: list[WorkerEvent] = Field(default_factory=list)
 

@@ -8,7 +8,9 @@ longer binds here is stopped. The heartbeat carries the jobs it runs, so the bro
 reconcile the other direction. Each job runs under a shim (jobd.worker.shim) that
 outlives the agent: at start the agent re-adopts every job an earlier agent left running
 (or ended meanwhile) before it says anything to the broker, and on its way out it stops
-none. Next stage: Execution, one per job attempt.
+none. One agent at a time runs as its worker: it locks its state directory and says its
+instance id (identity.py); one the broker refuses, or fences off, stops (`refusal`).
+Next stage: Execution, one per job attempt.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.diskspace import DiskWatch, filled_the_disk
 from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_used
+from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
@@ -40,6 +43,9 @@ from jobd.worker.shim.containment import Containment, choose_containment
 __all__ = ["Agent"]
 
 log = get_logger()
+# How long a fenced-off agent gives its jobs' stops to be asked (each shim then carries
+# its stop out alone, grace and SIGKILL).
+_STAND_DOWN_S = 5.0
 
 
 class Agent:
@@ -63,14 +69,32 @@ class Agent:
         self.nvml = load_nvml() if settings.gpus else None
         # Full: no new job here, and a job still filling it is ended (diskspace.py).
         self.disk = DiskWatch(settings.state_dir, self._end_disk_filler)
+        # Why this agent may not run as its worker, once it stopped for that reason.
+        self.refusal: str | None = None
 
     async def run(self) -> None:
+        """Run until cancelled; return early, with `refusal` said, when this agent may not
+        run as its worker (its state directory in use, or another instance holds it)."""
+        try:
+            identity = claim_state_dir(self.settings.state_dir)
+        except Refused as exc:
+            self.refusal = str(exc)
+            return
+        try:
+            await self._run_as(identity.instance)
+        except* Refused as refused:
+            self.refusal = str(refused.exceptions[0])
+            log.error("worker_refused", worker=self.settings.name, message=self.refusal)
+        finally:
+            identity.release()
+
+    async def _run_as(self, instance: str) -> None:
         # A small pool: httpcore looks at every pooled connection on each request.
         limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
         async with AsyncClient(
             self.server, self.token, timeout=10.0, limits=limits, user_agent="jobd-worker"
         ) as client:
-            self.link = BrokerLink(client, self.settings.name)
+            self.link = BrokerLink(client, self.settings.name, instance)
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
@@ -99,16 +123,22 @@ class Agent:
             gpu_memory=self.settings.gpu_memory,
             lease_duration_s=self.lease_duration_s,
         )
-        runner = self.containment.name
-        body = Registration(spec=spec, hostname=socket.gethostname(), runner=runner)
-        registered = await self.link.call(calls.register_worker(self.settings.name, body))
+        runner, link = self.containment.name, self.link
+        body = Registration(
+            spec=spec, hostname=socket.gethostname(), runner=runner, instance=link.instance
+        )
+        call = calls.register_worker(self.settings.name, body)
+        registered = await link.call(call, fenced=True)  # Refused: another instance holds it
         if registered is None:
             raise RuntimeError(f"the broker refused to register worker {self.settings.name}")
+        link.epoch = registered.worker.get("status", {}).get("epoch")
         log.info(
             "worker_registered",
             worker=self.settings.name,
             runner=runner,
             slots=spec.slots,
+            instance=link.instance,
+            epoch=link.epoch,
         )
 
     async def _watch_forever(self) -> None:
@@ -229,7 +259,12 @@ class Agent:
                 gpu_memory_foreign=self._foreign_memory(),
                 disk_full=self.disk.full,
             )
-            answer = await self.link.call(calls.heartbeat(self.settings.name, body))
+            body = self.link.signed(body)
+            try:
+                answer = await self.link.call(calls.heartbeat(self.settings.name, body), True)
+            except Refused:
+                await self._stand_down()
+                raise
             if answer is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)
                 continue
@@ -238,6 +273,15 @@ class Agent:
                 if execution is not None:
                     assert self._tg is not None
                     self._tg.start_soon(execution.stop, "unknown_to_broker")
+
+    async def _stand_down(self) -> None:
+        """Fenced off: another instance took the worker over while this one was not heard
+        (a paused host). The broker has ended this agent's jobs or will, and may run them
+        elsewhere: stop them (they are this agent's own), so none runs twice."""
+        with anyio.move_on_after(_STAND_DOWN_S):
+            async with anyio.create_task_group() as tg:
+                for execution in list(self.executions.values()):
+                    tg.start_soon(execution.stop, "unknown_to_broker")
 
 
 def _log_watch_error(exc: ApiError | BrokerUnreachable) -> None:

@@ -21,20 +21,26 @@ from jobd.wire import calls
 from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
-from jobd.wire.models import BatchedReport, ReportBatch, WorkerEvent, WorkerEvents
+from jobd.wire.models import BatchedReport, Heartbeat, ReportBatch, WorkerEvent, WorkerEvents
 from jobd.wire.reports import ReportBatcher
+from jobd.worker.identity import Refused
 
 __all__ = ["BrokerLink"]
 
 log = get_logger()
 _FINAL_STATUSES = range(400, 500)
 T = TypeVar("T")
+Sent = TypeVar("Sent", Heartbeat, ReportBatch)
 
 
 @dataclass
 class BrokerLink:
     client: AsyncClient
     worker: str
+    # Who sends: this agent's instance id, and the lease's epoch once registered
+    # (identity.py). The broker refuses a sender that does not hold the lease.
+    instance: str | None = None
+    epoch: int | None = None
     _events: list[WorkerEvent] = field(default_factory=list)
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
     _batcher: ReportBatcher = field(init=False)
@@ -42,8 +48,12 @@ class BrokerLink:
     def __post_init__(self) -> None:
         self._batcher = ReportBatcher(self._send_reports)
 
-    async def call(self, call: Call[T]) -> T | None:
-        """Send until the broker answers; None when it refused (4xx) for good."""
+    async def call(self, call: Call[T], fenced: bool = False) -> T | None:
+        """Send until the broker answers; None when it refused (4xx) for good.
+
+        `fenced`: a 409 means another instance holds the worker's lease; raise Refused
+        with the broker's sentence (registration and heartbeat).
+        """
         delay = 0.05
         path = call.url
         while True:
@@ -52,12 +62,23 @@ class BrokerLink:
             except BrokerUnreachable as exc:
                 log.warning("broker_unreachable", path=path, error=exc.message, retry_s=delay)
             except ApiError as exc:
+                if fenced and exc.status == 409:
+                    raise Refused(exc.message) from None
                 if exc.status in _FINAL_STATUSES:
                     log.warning("report_refused", path=path, status=exc.status, detail=exc.message)
                     return None
                 log.warning("broker_error", path=path, status=exc.status, retry_s=delay)
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def signed(self, body: Sent) -> Sent:
+        """`body` naming this agent's instance and epoch, where known (else they are left
+        unset, and the request is as an agent older than fencing by instance sent it)."""
+        if self.instance is not None:
+            body.instance = self.instance
+        if self.epoch is not None:
+            body.epoch = self.epoch
+        return body
 
     async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
         """Returns once the broker has acknowledged the report, or refused it for good.
@@ -81,7 +102,7 @@ class BrokerLink:
         events, self._events = self._events, []  # they ride along
         sent = False
         try:
-            body = ReportBatch(reports=reports, events=events)
+            body = self.signed(ReportBatch(reports=reports, events=events))
             results = await self.call(calls.send_reports(self.worker, body)) or []
             sent = True
         finally:

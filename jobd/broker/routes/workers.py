@@ -18,7 +18,7 @@ from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
-from jobd.controllers.verbs import drain, reports, worker_lease
+from jobd.controllers.verbs import drain, lease_holder, reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import (
@@ -48,7 +48,9 @@ async def register(state: BrokerState, path: PathArgs, body: Registration, who: 
     """
     access.as_worker(who, path["name"])
     ctx = state.ctx
-    worker = worker_lease.register_worker(ctx, path["name"], body.spec, body.hostname, body.runner)
+    worker = worker_lease.register_worker(
+        ctx, path["name"], body.spec, body.hostname, body.runner, body.instance
+    )
     return encode_json({"worker": doc(worker), "revision": state.feed.revision})
 
 
@@ -63,8 +65,15 @@ async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat, who: Pr
 
 
 def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, Any]:
+    sender = (body.instance, body.epoch)
     worker, stop = worker_lease.heartbeat(
-        state.ctx, name, body.running, body.attempts, body.gpu_memory_foreign, body.disk_full
+        state.ctx,
+        name,
+        body.running,
+        body.attempts,
+        body.gpu_memory_foreign,
+        body.disk_full,
+        sender,
     )
     return {"worker": doc(worker), "stop": stop}
 
@@ -189,6 +198,13 @@ for _fast in REPORT_ROUTES:
     declare(router, _fast)
 
 
+def _check_sender(state: BrokerState, name: str, instance: str | None, epoch: int | None) -> None:
+    """A report of an instance that does not hold the worker's lease changes nothing (409)."""
+    worker = state.ctx.view.workers.get(name)
+    if worker is not None:
+        lease_holder.check_holder(worker, instance, epoch)
+
+
 # What refuses one report of a batch and not the others; answered with the status every
 # route gives it (ERROR_STATUSES). Anything else fails the whole request.
 _REFUSED: tuple[type[Exception], ...] = (NotFound, Conflict, TransitionError)
@@ -215,6 +231,7 @@ declare(router, REPORT_BATCH)
 def run_report_batch(
     state: BrokerState, name: str, body: ReportBatch, who: Principal | None = None
 ) -> dict[str, Any]:
+    _check_sender(state, name, body.instance, body.epoch)  # refuses the whole batch
     results: list[dict[str, Any]] = []
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
     with state.store.batch():

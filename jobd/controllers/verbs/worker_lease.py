@@ -18,6 +18,7 @@ from jobd.api.models import Job, ObjectMeta, Phase, Worker, WorkerPhase, WorkerS
 from jobd.controllers import transitions, worker_phases
 from jobd.controllers.context import Context
 from jobd.controllers.scheduler import QUEUE_KEY
+from jobd.controllers.verbs import lease_holder
 from jobd.controllers.verbs.reports import report_started
 from jobd.controllers.worker_disk import note_disk
 from jobd.controllers.worker_phases import WorkerVerb
@@ -31,15 +32,25 @@ _VANISHED_AFTER = timedelta(seconds=5)
 
 
 def register_worker(
-    ctx: Context, name: str, spec: WorkerSpec, hostname: str, runner: str
+    ctx: Context,
+    name: str,
+    spec: WorkerSpec,
+    hostname: str,
+    runner: str,
+    instance: str | None = None,
 ) -> Worker:
-    """Create or refresh a worker; it is Ready with a fresh lease.
+    """Create or refresh a worker; it is Ready with a fresh lease, held by `instance`.
 
     The worker says what it has (slots, GPUs, lease); whether it is cordoned is the
-    users' to say (`job cordon`), so a registration keeps what is stored.
+    users' to say (`job cordon`), so a registration keeps what is stored. Another
+    instance than the holder is refused while the holder's lease is live (lease_holder.py);
+    each registration taken bumps the fencing epoch.
     """
     live = ctx.store.get_worker(name)
+    lease_holder.refuse_other_instance(ctx, live, instance)
     worker = live.model_copy(deep=True) if live else Worker(metadata=ObjectMeta(name=name))
+    replaced = live is not None and live.status.instance != instance
+    worker.status.instance, worker.status.epoch = instance, worker.status.epoch + 1
     worker.spec = spec.model_copy(update={"cordoned": bool(live and live.spec.cordoned)})
     worker_phases.move(worker, WorkerVerb.REGISTER)
     worker.status.last_renewal = ctx.clock.now()
@@ -48,12 +59,18 @@ def register_worker(
     ctx.leases.heard_from(name, worker.status.last_renewal)
     events = (
         []
-        if live and live.status.phase == WorkerPhase.READY
+        if live and live.status.phase == WorkerPhase.READY and not replaced
         else [
             EventRecord(
                 "worker_registered",
                 worker=name,
-                fields={"slots": spec.slots, "gpus": spec.gpus, "gpu_memory": _memory(spec)},
+                fields={
+                    "slots": spec.slots,
+                    "gpus": spec.gpus,
+                    "gpu_memory": _memory(spec),
+                    "instance": instance,
+                    "epoch": worker.status.epoch,
+                },
             )
         ]
     )
@@ -72,6 +89,7 @@ def heartbeat(
     attempts: Mapping[int, int] | None = None,
     gpu_memory_foreign: dict[int, int] | None = None,
     disk_full: str | None = None,
+    sender: tuple[str | None, int | None] = (None, None),
 ) -> tuple[Worker, list[int]]:
     """Renew the lease and reconcile both ways; returns the jobs the worker must stop.
 
@@ -82,11 +100,13 @@ def heartbeat(
     makes it schedulable (capacity.schedulable): the scheduler is asked to look now.
     `gpu_memory_foreign` (NVML's measure, where the worker has it) is written when it
     changes: placement counts it as taken (capacity.py). `disk_full` (why the worker's disk
-    is full, or None) sets its DiskFull condition (worker_disk.py).
+    is full, or None) sets its DiskFull condition (worker_disk.py). `sender` (instance,
+    epoch) is refused (LeaseHeld) unless it holds the lease.
     """
     live = ctx.view.workers.get(name)
     if live is None:
         raise LookupError(f"worker {name} is not registered")
+    lease_holder.check_holder(live, *sender)
     now = ctx.clock.now()
     if ctx.leases.heard_from(name, now):
         ctx.enqueue("scheduler", QUEUE_KEY)
