@@ -240,7 +240,7 @@ def main() -> None:
     """The `job` console script."""
     # httpx imports its own command-line client (pygments, a third of httpx's import time)
     # when rich is installed; `job` never runs it. Marked absent, httpx goes without it,
-    # as `jobd` does for the worker (jobd_main._without_rich).
+    # as `jobd` does for the worker (daemon/main._without_rich).
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     cli(prog_name="job")
 

@@ -305,7 +305,7 @@ class WorkerStore(Transactions, Protocol):
 
 
 class TokenStore(Protocol):
-    """Bearer tokens, outside the revision and the change feed (broker/tokens.py)."""
+    """Bearer tokens, outside the revision and the change feed (broker/auth/tokens.py)."""
 
     def create_token(self, record: TokenRecord) -> None:
         """Store a new token; Conflict when its label (or digest) is taken."""

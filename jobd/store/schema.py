@@ -122,7 +122,7 @@ events = sa.Table(
     sa.Index("ix_events_event", "event", "seq"),
 )
 
-# Bearer tokens with roles (broker/tokens.py): only a digest of each is kept, never the
+# Bearer tokens with roles (broker/auth/tokens.py): only a digest of each is kept, never the
 # token itself. Not resources: no revision, no change feed; the broker reads the whole
 # (small) table into memory.
 tokens = sa.Table(

@@ -58,7 +58,7 @@ def check_launchable(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> N
 def check_unmasked(job: Job) -> None:
     """Raise StartFailed when a secret env value arrived masked: the workload would get
     the mask for its token. Only a read as this worker, by a token that may speak as it,
-    carries the real values (broker/access.py); anything else is a misconfiguration."""
+    carries the real values (broker/auth/access.py); anything else is a misconfiguration."""
     masked = masked_keys(job)
     if masked:
         raise StartFailed(
