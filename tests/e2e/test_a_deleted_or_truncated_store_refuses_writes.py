@@ -95,3 +95,41 @@ def test_a_truncated_store_refuses_writes_and_its_next_start_says_why(tmp_path: 
     assert code != 0
     assert "Traceback" not in said
     assert f"jobd: the store at {db} is truncated" in said
+
+
+def test_a_store_deleted_while_stopped_numbers_on_past_events_jsonl(tmp_path: Path) -> None:
+    jobd = start_jobd(tmp_path)
+    try:
+        _submit_three(jobd)
+        before = _ids(jobd)
+    finally:
+        stop_jobd(jobd)
+    for end in ("", "-wal", "-shm"):
+        (tmp_path / "data" / f"jobd.db{end}").unlink(missing_ok=True)
+    jobd = start_jobd(tmp_path)
+    try:
+        with jobd.api() as api:
+            answer = _submit(api, "new")
+            assert answer.status_code == 201, answer.text
+            assert answer.json()["metadata"]["id"] > max(before)
+    finally:
+        stop_jobd(jobd)
+    assert "store_counters_advanced" in (tmp_path / "dev.log").read_text()
+    seqs = _seqs(tmp_path)
+    assert seqs == sorted(set(seqs)), "a seq in events.jsonl was used twice"
+
+
+def test_a_store_truncated_while_stopped_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    stop_jobd(start_jobd(tmp_path))
+    db = tmp_path / "data" / "jobd.db"
+    os.truncate(db, 0)
+    again = _launch(tmp_path, _free_port(), (), {})
+    try:
+        code = again.process.wait(60)
+    finally:
+        if again.process.poll() is None:
+            again.process.kill()
+    said = (tmp_path / "dev.log").read_text()
+    assert code != 0
+    assert "Traceback" not in said
+    assert f"jobd: the store at {db} is truncated (0 bytes" in said

@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from jobd.logconfig import get_logger
 from jobd.store.base import StoreUnavailable
 
@@ -37,9 +39,10 @@ class StoreFileLost(StoreUnavailable):
 
 def sqlite_path(url: str) -> Path | None:
     """The file of a SQLite URL; None for PostgreSQL or an in-memory database."""
-    if not url.startswith("sqlite"):
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
         return None
-    path = url.split("///", 1)[-1]
+    path = parsed.database
     return Path(path) if path and path != ":memory:" else None
 
 
