@@ -84,3 +84,12 @@ def test_highest_ids_reads_every_line(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n{half")
     assert highest_ids(path) == {"event_seq": 3, "job_id": 7}
+
+
+def test_a_file_sqlite_finds_malformed_is_refused_at_open_as_damaged(tmp_path: Path) -> None:
+    _store(tmp_path).close()
+    with (tmp_path / "jobd.db").open("r+b") as f:
+        f.seek(100)  # past the header: the schema's page
+        f.write(b"\xff" * 3000)
+    with pytest.raises(StoreUnavailable, match="is damaged: database disk image is malformed"):
+        _store(tmp_path)
