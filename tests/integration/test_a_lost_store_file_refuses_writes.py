@@ -63,7 +63,7 @@ def test_a_truncated_file_is_seen_by_the_checkpoint_and_cut_back_at_close(
 
 def test_a_file_that_is_no_database_is_refused_at_open(tmp_path: Path) -> None:
     (tmp_path / "jobd.db").write_bytes(b"not a database" * 100)
-    with pytest.raises(StoreUnavailable, match="does not start with a SQLite header"):
+    with pytest.raises(StoreUnavailable, match="is damaged: file is not a database"):
         _store(tmp_path)
 
 

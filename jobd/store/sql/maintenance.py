@@ -55,11 +55,11 @@ class SQLMaintenance(SQLEngine):
             self._check_file()
 
     def _check_file(self) -> None:
-        """The file still the one opened, with its header: else writes fail from now on."""
+        """The file still the one opened, and whole: else writes fail from now on."""
         if self._file is None:
             return
         try:
-            self._file.check(header=True)
+            self._file.check()
         except StoreUnavailable as exc:
             self._write_error = exc  # /readyz fails now, not only at the next write
             raise

@@ -5,13 +5,14 @@ by another at the same path): every commit succeeds, and all of it is gone at th
 start. A file truncated under the store is written to as well, and found malformed at the
 next start. So the store remembers the device and inode of its file when it opens it,
 and `check` compares them with what the path names now, before each write transaction
-(one `os.stat`: about a microsecond) and around each checkpoint (with the file's header,
-once a second at most). A difference is permanent for this process: writes are refused
-with `StoreFileLost` until jobd is restarted on a sound file, and it is logged once.
+(one `os.stat`: about two microseconds) and around each checkpoint (once a second at
+most). Only `os.stat`: the file is never opened here, see `damaged_file`. A difference
+is permanent for this process: writes are refused with `StoreFileLost` until jobd is
+restarted on a sound file, and it is logged once.
 
-At open, a file that exists but is empty, shorter than SQLite's header, or without that
-header is refused (`damaged_file`): opening it would either start an empty store in its
-place or fail with a traceback deep in a migration. A file truncated under the store is
+At open, a file that exists but is empty or shorter than SQLite's header is refused
+(`damaged_file`): opening it would start an empty store in its place, or fail with a
+traceback deep in a migration. A file truncated under the store is
 cut back after the store closes (`after_close`), so that the next start refuses it too.
 """
 
@@ -25,11 +26,10 @@ from sqlalchemy.engine import make_url
 from jobd.logconfig import get_logger
 from jobd.store.base import StoreUnavailable
 
-__all__ = ["HEADER", "StoreFile", "StoreFileLost", "damaged_file", "sqlite_path"]
+__all__ = ["StoreFile", "StoreFileLost", "damaged_file", "sqlite_path"]
 
 log = get_logger()
 
-HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 _HEADER_SIZE = 100  # a database file is never shorter than its header
 
 
@@ -47,19 +47,18 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def damaged_file(path: Path) -> str | None:
-    """Why the existing file at `path` cannot be a SQLite store, or None if it may be."""
+    """Why the existing file at `path` cannot be a SQLite store, or None if it may be.
+
+    Only `os.stat`, never an open: closing any descriptor of a file drops every POSIX
+    lock this process holds on it, SQLite's included. A file without SQLite's header
+    is SQLite's to refuse ("file is not a database", said as damaged by faults.py).
+    """
     try:
-        with path.open("rb") as f:
-            head = f.read(len(HEADER))
-            size = os.fstat(f.fileno()).st_size
+        size = os.stat(path).st_size
     except FileNotFoundError:
         return None  # a new store
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
     if size < _HEADER_SIZE:
         return f"is truncated ({size} bytes, shorter than a SQLite header)"
-    if head != HEADER:
-        return "is damaged (it does not start with a SQLite header)"
     return None
 
 
@@ -73,16 +72,16 @@ class StoreFile:
         self.fault: StoreFileLost | None = None  # once set, for good: see the docstring
         self._cut_to: int | None = None  # the size of the file found truncated
 
-    def check(self, header: bool = False) -> None:
+    def check(self) -> None:
         """Raise StoreFileLost unless the path still names the file opened, whole."""
         if self.fault is None:
-            why = self._why_lost(header)
+            why = self._why_lost()
             if why is not None:
                 self._lose(why)
         if self.fault is not None:
             raise self.fault
 
-    def _why_lost(self, header: bool) -> str | None:
+    def _why_lost(self) -> str | None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -92,10 +91,6 @@ class StoreFile:
         if st.st_size < _HEADER_SIZE:
             self._cut_to = st.st_size
             return f"was truncated to {st.st_size} bytes under the running broker"
-        if header:
-            damage = damaged_file(self.path)
-            if damage is not None:
-                return f"{damage} under the running broker"
         return None
 
     def after_close(self) -> None:
