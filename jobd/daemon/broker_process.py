@@ -25,6 +25,7 @@ from jobd.controllers.context import Settings
 from jobd.daemon.listening import ListenError, bind_listener
 from jobd.daemon.settings import BrokerOptions, OutputOptions, default_data_dir
 from jobd.logconfig import redact_url
+from jobd.store.base import StoreUnavailable
 
 if TYPE_CHECKING:
     from jobd.worker.settings import WorkerSettings
@@ -34,6 +35,7 @@ __all__ = [
     "connection_limits",
     "http_server",
     "listen",
+    "open_app",
     "private_paths",
     "refuse_weak_token",
     "say_where",
@@ -87,6 +89,17 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         return bind_listener(host, port)
     except ListenError as exc:
+        click.echo(f"jobd: {exc}", err=True)
+        raise SystemExit(1) from None
+
+
+def open_app(config: BrokerConfig) -> Any:
+    """The broker's app on its store; a store that cannot be opened ends jobd in a line."""
+    from jobd.broker.app import create_app
+
+    try:
+        return create_app(config)
+    except StoreUnavailable as exc:  # e.g. a truncated SQLite file (store/sql/storefile.py)
         click.echo(f"jobd: {exc}", err=True)
         raise SystemExit(1) from None
 

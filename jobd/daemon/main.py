@@ -106,7 +106,6 @@ def cli() -> None:
 @options(BrokerOptions, OutputOptions)
 def broker(**given: Any) -> None:
     """Run the control plane: HTTP API, store, reconcile loops."""
-    from jobd.broker.app import create_app
     from jobd.daemon import broker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
@@ -118,7 +117,7 @@ def broker(**given: Any) -> None:
     listener = assemble.listen(settings.host, settings.port)  # before the store is opened
     configure_logging("broker")
     warn_wide_modes(assemble.private_paths(config), private)
-    app = create_app(config)
+    app = assemble.open_app(config)
     limits = assemble.connection_limits(settings)
     server = assemble.http_server(app, settings.host, settings.port, limits)
     assemble.say_where(config, settings.host, settings.port)
@@ -184,7 +183,6 @@ def _refused(agent: Agent) -> None:
 @options(BrokerOptions, WorkerOptions, OutputOptions)
 def dev(**given: Any) -> None:
     """Broker and one worker in one process, on embedded SQLite: everything on one machine."""
-    from jobd.broker.app import create_app
     from jobd.daemon import broker_process, worker_process
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
@@ -198,7 +196,7 @@ def dev(**given: Any) -> None:
     listener = broker_process.listen(host, port)  # before the store is opened
     worker_process.forget_token()
     configure_logging("dev")
-    app = create_app(config)
+    app = broker_process.open_app(config)
     worker_options = read(WorkerOptions, given)
     settings = worker_process.worker_settings(worker_options, output, broker_settings.data_dir)
     settings.state_dir.mkdir(parents=True, exist_ok=True)  # under the daemon's umask

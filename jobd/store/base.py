@@ -22,7 +22,7 @@ one place that turns the drivers' errors into these.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -342,6 +342,9 @@ class EventStore(Protocol):
         projects: Iterable[str] | None = None,  # only events of these projects' jobs
     ) -> list[EventRecord]: ...
     def last_event_seq(self) -> int: ...  # the newest event's seq; 0 for none
+    def raise_counters(self, floors: Mapping[str, int]) -> dict[str, int]:
+        """Raise id counters (`job_id`, `event_seq`) to at least `floors`; the old values."""
+        ...
 
 
 class Store(

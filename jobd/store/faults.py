@@ -23,6 +23,7 @@ __all__ = ["describe_store", "storage_fault"]
 # SQLite's primary result codes (the low byte of an extended code).
 _SQLITE_WRITE_FAILED = {8: "READONLY", 10: "IOERR", 13: "FULL"}
 _SQLITE_UNREACHABLE = {5: "BUSY", 6: "LOCKED", 11: "CORRUPT", 14: "CANTOPEN", 26: "NOTADB"}
+_SQLITE_DAMAGED = {11, 26}  # CORRUPT, NOTADB: the file, not its disk or its lock
 _FULL_TEXT = ("database or disk is full", "disk i/o error", "readonly database")
 
 
@@ -46,6 +47,8 @@ def storage_fault(exc: BaseException, where: str, doing: str) -> StoreUnavailabl
     if kind is None:
         return None
     reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if _sqlite_code(orig) in _SQLITE_DAMAGED:
+        return kind(f"the store at {where} is damaged: {reason}")
     if kind is StoreUnavailable and doing != "read":
         doing = "be reached"
     return kind(f"the store at {where} could not {doing}: {reason}")
@@ -66,12 +69,18 @@ def _kind(exc: BaseException, orig: BaseException) -> type[StoreUnavailable] | N
     return None
 
 
-def _sqlite_kind(err: sqlite3.Error) -> type[StoreUnavailable] | None:
+def _sqlite_code(err: BaseException) -> int | None:
+    """SQLite's primary result code of `err`, if it is SQLite's and has one."""
     code = getattr(err, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        if code & 0xFF in _SQLITE_WRITE_FAILED:
+    return code & 0xFF if isinstance(err, sqlite3.Error) and isinstance(code, int) else None
+
+
+def _sqlite_kind(err: sqlite3.Error) -> type[StoreUnavailable] | None:
+    code = _sqlite_code(err)
+    if code is not None:
+        if code in _SQLITE_WRITE_FAILED:
             return StorageFull
-        if code & 0xFF in _SQLITE_UNREACHABLE:
+        if code in _SQLITE_UNREACHABLE:
             return StoreUnavailable
     text = str(err).lower()
     if any(part in text for part in _FULL_TEXT):

@@ -28,7 +28,7 @@ from pydantic_core import to_json
 from jobd.logconfig import get_logger
 from jobd.store.base import Change, EventRecord, EventStore
 
-__all__ = ["EventLog", "last_whole_line"]
+__all__ = ["EventLog", "highest_ids", "last_whole_line"]
 
 log = get_logger()
 
@@ -41,6 +41,7 @@ class EventLog:
         self.path = log_dir / "events.jsonl"
         self.store = store
         last = last_whole_line(self.path)  # a half-written line is cut off here
+        self._never_reuse_ids(_seq_of(last))
         self._file: TextIO = self._open()
         # The size after the last whole write: a line written in part is cut back to it.
         self._good_size = self._file.tell()
@@ -59,17 +60,28 @@ class EventLog:
         """The seq of the first event after the file's last line; None: do not append."""
         if last is None:
             return 1
-        try:
-            seq = json.loads(last).get("seq")
-        except (ValueError, AttributeError):
-            seq = None
-        if isinstance(seq, int):
+        seq = _seq_of(last)
+        if seq is not None:
             return seq + 1
         found = self._find_in_table(last.decode("utf-8", "replace"))
         if found is None:
             log.warning("events_file_unmatched", path=str(self.path), line=last[:200].decode())
             return None
         return found + 1
+
+    def _never_reuse_ids(self, last_seq: int | None) -> None:
+        """Number on from the highest job id and seq this file has seen.
+
+        A store younger than its events.jsonl (a SQLite file deleted under the broker,
+        or an older copy put back) would hand out job ids and seqs again that the file
+        already names: its counters are raised past them, once, and that is logged.
+        The file is read whole only then (the store's newest event is below the file's).
+        """
+        if last_seq is None or last_seq <= self.store.last_event_seq():
+            return
+        raised = self.store.raise_counters(highest_ids(self.path))
+        if raised:
+            log.warning("store_counters_advanced", path=str(self.path), before=raised)
 
     def _find_in_table(self, line: str, page: int = 1000) -> int | None:
         """The seq of the newest event whose line (as written before `seq`) is `line`."""
@@ -150,6 +162,36 @@ class EventLog:
     def close(self) -> None:
         with contextlib.suppress(OSError):  # what a full disk kept in the buffer: the table has it
             self._file.close()
+
+
+def _seq_of(line: bytes | None) -> int | None:
+    """The `seq` of an events.jsonl line, if it has one."""
+    if line is None:
+        return None
+    try:
+        seq = json.loads(line).get("seq")
+    except (ValueError, AttributeError):
+        return None
+    return seq if isinstance(seq, int) else None
+
+
+def highest_ids(path: Path) -> dict[str, int]:
+    """The highest job id and seq named in events.jsonl, as the store's counters' floors."""
+    job = seq = 0
+    with path.open("rb") as f:
+        for line in f:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                job = max(job, _int(doc.get("job")))
+                seq = max(seq, _int(doc.get("seq")))
+    return {"event_seq": seq, "job_id": job}
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def last_whole_line(path: Path, block: int = 64 * 1024) -> bytes | None:

@@ -23,6 +23,7 @@ from jobd.store.base import CommitListener, StoreUnavailable
 from jobd.store.faults import describe_store, storage_fault
 from jobd.store.sql.delivery import Delivery
 from jobd.store.sql.statements import HotStatements, Tx
+from jobd.store.sql.storefile import StoreFile, damaged_file, sqlite_path
 
 __all__ = ["SQLEngine", "normalize_url"]
 
@@ -72,6 +73,22 @@ class SQLEngine:
         # Every error of a statement SQLAlchemy runs passes here: storage faults leave
         # as the store's own errors (store/faults.py), with where they happened.
         sa.event.listen(self.engine, "handle_error", self._translate)
+        self._file = self._open_file()
+
+    def _open_file(self) -> StoreFile | None:
+        """A SQLite file, refused if damaged, opened, and remembered (storefile.py)."""
+        path = sqlite_path(self.url)
+        if path is None:
+            return None
+        damage = damaged_file(path)
+        if damage is not None:
+            raise StoreUnavailable(
+                f"the store at {path} {damage}: jobd will not open it; "
+                "restore it from a copy, or move it away to start an empty store"
+            )
+        with self.engine.connect():  # creates a new store's file
+            pass
+        return StoreFile(path)
 
     @staticmethod
     def _make_engine(url: str) -> Engine:
@@ -100,6 +117,8 @@ class SQLEngine:
         succeeded is what /readyz reports, so a success clears the fault.
         """
         try:
+            if self._file is not None:
+                self._file.check()  # one stat: a deleted or truncated file takes no write
             with self.engine.begin() as conn:
                 if self._sqlite:
                     _set_synchronous(conn, "FULL" if durable else "NORMAL")

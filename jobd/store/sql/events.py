@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import sqlalchemy as sa
 
@@ -48,3 +48,19 @@ class SQLEvents(SQLEngine):
         """The newest event's seq (0 for none): where a follower of new events starts."""
         rows = self._rows(sa.select(sa.func.max(t.events.c.seq)))
         return int(rows[0][0] or 0) if rows else 0
+
+    def raise_counters(self, floors: Mapping[str, int]) -> dict[str, int]:
+        """Counters (`job_id`, `event_seq`) raised to at least `floors`, durably.
+
+        Returns the old value of each counter raised. For a store younger than what
+        it already numbered (a SQLite file deleted under the broker): see eventlog.py.
+        """
+        raised: dict[str, int] = {}
+        with self._lock, self._writing(durable=True) as conn:
+            for key, floor in floors.items():
+                row = t.meta.c.key == key
+                value = int(conn.execute(sa.select(t.meta.c.value).where(row)).scalar_one())
+                if value < floor:
+                    conn.execute(sa.update(t.meta).where(row).values(value=floor))
+                    raised[key] = value
+        return raised

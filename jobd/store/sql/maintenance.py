@@ -38,6 +38,8 @@ class SQLMaintenance(SQLEngine):
 
     def close(self) -> None:
         self.engine.dispose()
+        if self._file is not None:
+            self._file.after_close()
 
     def checkpoint(self) -> None:
         """Copy SQLite's write-ahead log back into the database file; nothing elsewhere.
@@ -47,8 +49,20 @@ class SQLMaintenance(SQLEngine):
         a thread, so a commit no longer pays for the copy of the pages before it.
         """
         if self._sqlite:
+            self._check_file()
             with self.engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            self._check_file()
+
+    def _check_file(self) -> None:
+        """The file still the one opened, and whole: else writes fail from now on."""
+        if self._file is None:
+            return
+        try:
+            self._file.check()
+        except StoreUnavailable as exc:
+            self._write_error = exc  # /readyz fails now, not only at the next write
+            raise
 
     def ping(self) -> bool:
         try:
