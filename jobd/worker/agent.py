@@ -37,7 +37,7 @@ from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
-from jobd.worker.shim.client import ShimPool, adopt, kill_orphaned_workload
+from jobd.worker.shim.client import ShimPool, adopt
 from jobd.worker.shim.containment import Containment, choose_containment
 
 __all__ = ["Agent"]
@@ -173,9 +173,9 @@ class Agent:
         record = JobRecord.load(state_dir)
         if record is None or record.drained:
             return  # a stranger, or over and shipped (kept by --keep-job-files)
+        # A shim gone without a word leaves its job to the Execution, which kills what it
+        # left (as the host's containment holds it) and waits until none of it runs.
         shim = adopt(state_dir)
-        if shim is None:  # gone without a word: end what it left running
-            kill_orphaned_workload(state_dir)
         execution = Execution.readopted(state_dir, record, shim, self._host())
         ended = shim is None or shim.status() is not None
         self.link.event(
