@@ -15,7 +15,7 @@ from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
 from jobd.broker.metrics.registry import build_registry
 from jobd.broker.storage import StorageWatch
-from jobd.broker.streams.eventlog import EventLog
+from jobd.broker.streams.eventlog import DEFAULT_EVENTS_KEEP, DEFAULT_EVENTS_MAX_BYTES, EventLog
 from jobd.broker.streams.feed import ChangeFeed
 from jobd.broker.streams.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
 from jobd.broker.wiring import Wiring, broker_listeners
@@ -50,6 +50,8 @@ class BrokerConfig:
     compact_keep: int = 100_000
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES  # per job: the head and the newest bytes
     log_grace_s: float = 3600.0  # how long after its end a job's late output is taken
+    events_max_bytes: int = DEFAULT_EVENTS_MAX_BYTES  # rotate events.jsonl past this; 0: never
+    events_keep: int = DEFAULT_EVENTS_KEEP  # rotated events.jsonl files kept
 
     @property
     def store_url(self) -> str:
@@ -79,7 +81,9 @@ class BrokerState:
         self.token = ensure_token(config)
         self.store: Store = open_store(config.store_url)
         self.tokens = Tokens(self.store, self.token)
-        self.events = EventLog(config.log_dir, self.store)
+        self.events = EventLog(
+            config.log_dir, self.store, config.events_max_bytes, config.events_keep
+        )
         self.feed = ChangeFeed(self.store)
         self.logs = JobLogs(config.log_dir, config.max_log_bytes, config.log_grace_s)
         clock = clock or SystemClock()

@@ -51,6 +51,8 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
         token=broker.token or None,
         projects_file=broker.projects,
         max_log_bytes=output.max_log_bytes,
+        events_max_bytes=broker.events_max_bytes,
+        events_keep=broker.events_keep,
         settings=Settings(
             auto_preempt_queued_s=broker.auto_preempt_queued,
             auto_preempt_min_runtime_s=broker.auto_preempt_min_runtime,

@@ -174,6 +174,20 @@ class BrokerOptions:
     projects: Path | None = setting(
         "--projects", "JOBD_PROJECTS", "A projects.yaml to load and keep applied.", type=_A_PATH
     )
+    events_max_bytes: int = setting(
+        "--events-max-bytes",
+        "JOBD_EVENTS_MAX_BYTES",
+        "Rotate events.jsonl to events.jsonl.1 once it reaches this size (0: never).",
+        default=100 << 20,
+        type=click.IntRange(min=0),
+    )
+    events_keep: int = setting(
+        "--events-keep",
+        "JOBD_EVENTS_KEEP",
+        "Rotated events.jsonl files kept (events.jsonl.1 ... .N); older ones are removed.",
+        default=5,
+        type=click.IntRange(min=1, max=1000),
+    )
     auto_preempt_queued: float = setting(
         "--auto-preempt-queued",
         "JOBD_AUTO_PREEMPT_QUEUED_SECONDS",
