@@ -52,8 +52,11 @@ __all__ = [
     "MAX_ID",
     "MAX_INT",
     "MAX_LEASE_S",
+    "MAX_NOTIFY_TARGETS",
+    "MAX_URL_LENGTH",
     "MIN_LEASE_S",
     "NAME_PATTERN",
+    "NOTIFY_DEFAULT_ON",
     "RUN_LIMITS",
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
@@ -65,6 +68,8 @@ __all__ = [
     "Job",
     "JobSpec",
     "JobStatus",
+    "NotifyPhase",
+    "NotifyTarget",
     "ObjectMeta",
     "Phase",
     "PreemptionStatus",
@@ -324,6 +329,29 @@ class Resources(Strict):
 
 # Each field says how `job submit` and the MCP tool take it (api/field_options.py): one
 # edit adds a field to the document, the command line and the MCP tool alike.
+NotifyPhase = Literal["Running", "Succeeded", "Failed", "Preempted", "Cancelled", "Lost"]
+NOTIFY_DEFAULT_ON: tuple[NotifyPhase, ...] = ("Succeeded", "Failed", "Preempted", "Cancelled")
+MAX_NOTIFY_TARGETS = 8
+MAX_URL_LENGTH = 2048
+_URL = r"^https?://[^\s\x00]+$"
+
+
+class NotifyTarget(Strict):
+    """Where a job's phase changes are posted (broker/notify/): a webhook URL, a secret.
+
+    `url` and `secret` are secrets: every read shows them masked (api/secrets.py).
+    """
+
+    url: str = Field(min_length=8, max_length=MAX_URL_LENGTH, pattern=_URL)
+    on: list[NotifyPhase] = Field(
+        default_factory=lambda: list(NOTIFY_DEFAULT_ON), min_length=1, max_length=6
+    )
+    format: Literal["slack", "discord", "json"] = "json"
+    # The key of an HMAC-SHA256 of each body (X-Jobd-Signature); else the broker's
+    # --webhook-secret, if any.
+    secret: str | None = Field(default=None, min_length=1, max_length=256)
+
+
 class JobSpec(Strict):
     command: Annotated[
         list[str],
@@ -421,6 +449,16 @@ class JobSpec(Strict):
             }
         },
     )
+    notify: Annotated[
+        list[NotifyTarget],
+        Option(
+            "--notify",
+            "Post the job's end (Succeeded, Failed, Preempted, Cancelled) to this webhook "
+            "URL, as JSON.",
+            kind="urls",
+            metavar="URL",
+        ),
+    ] = Field(default_factory=list, max_length=MAX_NOTIFY_TARGETS)
     depends_on_any_exit: Annotated[
         bool,
         Option("--depends-on-any-exit", "Start once the dependencies end, however.", kind="flag"),

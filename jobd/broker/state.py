@@ -14,6 +14,7 @@ from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
 from jobd.broker.metrics.registry import build_registry
+from jobd.broker.notify.outbox import NotifyConfig, Outbox
 from jobd.broker.storage import StorageWatch
 from jobd.broker.streams.eventlog import DEFAULT_EVENTS_KEEP, DEFAULT_EVENTS_MAX_BYTES, EventLog
 from jobd.broker.streams.feed import ChangeFeed
@@ -52,6 +53,7 @@ class BrokerConfig:
     log_grace_s: float = 3600.0  # how long after its end a job's late output is taken
     events_max_bytes: int = DEFAULT_EVENTS_MAX_BYTES  # rotate events.jsonl past this; 0: never
     events_keep: int = DEFAULT_EVENTS_KEEP  # rotated events.jsonl files kept
+    notify: NotifyConfig = field(default_factory=NotifyConfig)  # --webhook and its kin
 
     @property
     def store_url(self) -> str:
@@ -97,9 +99,20 @@ class BrokerState:
         self.creates = CreateBatcher(self.ctx)
         self.metrics = build_registry(self.store, self.ctx.view, self.feed)
         self.event_metrics = EventMetrics(self.metrics, self.ctx.view)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.outbox = Outbox(
+            self.store, self.ctx.runner, config.notify, config.data_dir / "notify-outbox.json"
+        )
+        self.metrics.register(self.outbox.collector())
         self.wiring = Wiring(
             broker_listeners(
-                self.ctx, self.feed, self.manager, self.logs, self.events, self.event_metrics
+                self.ctx,
+                self.feed,
+                self.manager,
+                self.logs,
+                self.events,
+                self.event_metrics,
+                self.outbox,
             )
         )
         self.store.subscribe(self.wiring.on_commit)

@@ -141,6 +141,8 @@ def spec_value(option: Option, value: Any, name: str) -> Any:
         return math.ceil(value)
     if option.kind == "refs":
         return [int(r) if isinstance(r, str) and r.isdigit() else r for r in value]
+    if option.kind == "urls":
+        return [{"url": v} if isinstance(v, str) else v for v in value]
     if option.kind == "pairs" and not isinstance(value, Mapping):
         return _parse_env(value, name)
     return value

@@ -103,7 +103,7 @@ def scrub_secrets(job: Job, now: datetime) -> None:
     is replaced, not changed. The same write that ends the job stores this, so no
     finished job keeps a secret in the store (a Preempted one does: it may be resumed).
     """
-    masked = mask_job(job)
+    masked = mask_job(job, notify=False)  # the end is what notify targets are for
     if masked is job:
         return
     hidden = [key for key, value in job.spec.env.items() if masked.spec.env[key] != value]
