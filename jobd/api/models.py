@@ -333,7 +333,9 @@ NotifyPhase = Literal["Running", "Succeeded", "Failed", "Preempted", "Cancelled"
 NOTIFY_DEFAULT_ON: tuple[NotifyPhase, ...] = ("Succeeded", "Failed", "Preempted", "Cancelled")
 MAX_NOTIFY_TARGETS = 8
 MAX_URL_LENGTH = 2048
-_URL = r"^https?://[^\s\x00]+$"
+# An http(s) URL, or the mask a read shows in its place (applied back, the stored URL
+# stays; as a new job's URL it is refused: controllers/verbs/admission.refuse_masks).
+_URL = r"^(https?://[^\s\x00]+|\*\*\*)$"
 
 
 class NotifyTarget(Strict):
@@ -342,7 +344,7 @@ class NotifyTarget(Strict):
     `url` and `secret` are secrets: every read shows them masked (api/secrets.py).
     """
 
-    url: str = Field(min_length=8, max_length=MAX_URL_LENGTH, pattern=_URL)
+    url: str = Field(min_length=3, max_length=MAX_URL_LENGTH, pattern=_URL)
     on: list[NotifyPhase] = Field(
         default_factory=lambda: list(NOTIFY_DEFAULT_ON), min_length=1, max_length=6
     )
