@@ -159,7 +159,8 @@ class Outbox:
             self.counts[label, "dropped:queue_full"] += 1
         sink.queue.append(delivery)
         self._open[delivery.note.seq] += 1
-        self._poke()
+        if not sink.sending:  # a sink being sent to takes this one in its turn
+            self._poke()
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -177,17 +178,26 @@ class Outbox:
         limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
         timeout = httpx.Timeout(self.config.timeout_s)
         self._limit = anyio.CapacityLimiter(CONCURRENCY)
+        try:
+            await self._serve(timeout, limits)
+        finally:  # the broker stopping: where every delivery stands, for the next start
+            self._save_state()
+
+    async def _serve(self, timeout: httpx.Timeout, limits: httpx.Limits) -> None:
         async with (
             httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False) as http,
             anyio.create_task_group() as tg,
         ):
+            saved_at = 0.0
             while True:
                 self._wake = anyio.Event()
                 for sink in list(self.sinks.values()):
                     if sink.queue and not sink.sending:
                         sink.sending = True
                         tg.start_soon(self._drain, http, sink)
-                self._save_state()
+                if anyio.current_time() - saved_at >= 1.0:  # at most once a second
+                    saved_at = anyio.current_time()
+                    self._save_state()
                 with anyio.move_on_after(1.0):
                     await self._wake.wait()
 
