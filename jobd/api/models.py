@@ -333,9 +333,10 @@ NotifyPhase = Literal["Running", "Succeeded", "Failed", "Preempted", "Cancelled"
 NOTIFY_DEFAULT_ON: tuple[NotifyPhase, ...] = ("Succeeded", "Failed", "Preempted", "Cancelled")
 MAX_NOTIFY_TARGETS = 8
 MAX_URL_LENGTH = 2048
-# An http(s) URL, or the mask a read shows in its place (applied back, the stored URL
-# stays; as a new job's URL it is refused: controllers/verbs/admission.refuse_masks).
-_URL = r"^(https?://[^\s\x00]+|\*\*\*)$"
+# No ASCII control character or space: read alike by Python and by JSON Schema's ECMA
+# regular expressions (whose `\s` differ).
+_URL = r"^https?://[^\x00-\x20\x7f]+$"
+_URL_RE = re.compile(r"https?://[^\x00-\x20\x7f]+")
 
 
 class NotifyTarget(Strict):
@@ -344,7 +345,7 @@ class NotifyTarget(Strict):
     `url` and `secret` are secrets: every read shows them masked (api/secrets.py).
     """
 
-    url: str = Field(min_length=3, max_length=MAX_URL_LENGTH, pattern=_URL)
+    url: str = Field(min_length=3, max_length=MAX_URL_LENGTH, json_schema_extra={"pattern": _URL})
     on: list[NotifyPhase] = Field(
         default_factory=lambda: list(NOTIFY_DEFAULT_ON), min_length=1, max_length=6
     )
@@ -352,6 +353,19 @@ class NotifyTarget(Strict):
     # The key of an HMAC-SHA256 of each body (X-Jobd-Signature); else the broker's
     # --webhook-secret, if any.
     secret: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        """An http(s) URL; or the mask a read shows in its place, which the schema does
+        not publish: applied back, the stored URL stays, and as a new job's URL it is
+        refused (controllers/verbs/admission.refuse_masks)."""
+        if url != "***" and not _URL_RE.fullmatch(url):
+            raise ValueError("must be an http:// or https:// URL, without spaces")
+        return url
+
+
+_BLANK = "\t\n\v\f\r "  # what an empty program may hold, as the schema's pattern says
 
 
 class JobSpec(Strict):
@@ -363,7 +377,8 @@ class JobSpec(Strict):
         json_schema_extra={
             "items": {"type": "string", "pattern": _NO_NUL},
             # JSON Schema's `items` holds only past `prefixItems`: the first word says both.
-            "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}],
+            # Blank is ASCII's spaces only (_BLANK): Python's and ECMA's `\s` differ.
+            "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\t\n\v\f\r ][^\x00]*$"}],
         },
     )
     # Absolute (admission refuses a relative one: verbs/admission.refuse_relative_cwd).
@@ -482,7 +497,7 @@ class JobSpec(Strict):
     @field_validator("command")
     @classmethod
     def _command_words(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        if not value[0].strip():
+        if not value[0].strip(_BLANK):
             raise ValueError("the program (first word) must not be empty")
         if not admitting(info):
             return value

@@ -78,7 +78,7 @@ def notify_config(broker: BrokerOptions) -> NotifyConfig:
             param_hint="--webhook-events",
         )
     for url in broker.webhook:
-        if not re.fullmatch(r"https?://[^\s\x00]+", url):
+        if not re.fullmatch(r"https?://[^\x00-\x20\x7f]+", url):
             raise click.BadParameter(f"{url[:40]!r} is not an http(s) URL", param_hint="--webhook")
     return NotifyConfig(
         sinks=tuple(BrokerSink(url, on, broker.webhook_format) for url in broker.webhook),

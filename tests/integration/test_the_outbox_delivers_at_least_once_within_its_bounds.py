@@ -228,3 +228,16 @@ def test_a_restart_delivers_again_what_was_not_delivered(
     anyio.run(_running, again, lambda: _until(lambda: len(receiver.taken()) == 1))
     assert json.loads(receiver.taken()[0]["body"])["job"]["id"] == job.id
     assert json.loads((tmp_path / "notify.json").read_text())["delivered_through"] >= 1
+
+
+def test_a_url_no_request_can_be_made_to_is_dropped_and_the_rest_go_on(
+    store: SQLStore, receiver: Receiver, tmp_path: Path
+) -> None:
+    outbox = _outbox(store, tmp_path)
+    bad = NotifyTarget(url="http://[::1/broken", on=["Succeeded"])
+    job = _end(store, Phase.SUCCEEDED, bad, NotifyTarget(url=receiver.url("/ok")))
+    anyio.run(_running, outbox, lambda: _until(lambda: len(receiver.taken()) == 1))
+    dropped = store.list_events(job=job.id, event="notify_dropped")
+    assert [(e.fields["sink"], e.fields["error"]) for e in dropped] == [
+        ("notify-0", "refused: InvalidURL")
+    ]

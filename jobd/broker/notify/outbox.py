@@ -205,7 +205,11 @@ class Outbox:
         try:
             while sink.queue:
                 delivery = sink.queue[0]
-                await self._deliver(http, sink, delivery)
+                try:
+                    await self._deliver(http, sink, delivery)
+                except Exception:  # a bug here must not stall the queue or end the task
+                    log.exception("notify_delivery_failed", sink=sink.label)
+                    self.counts[sink.label, "dropped:rejected"] += 1
                 if sink.queue and sink.queue[0] is delivery:  # not dropped meanwhile
                     sink.queue.popleft()
                     self._over(delivery)
@@ -242,6 +246,8 @@ class Outbox:
             return "timed out"
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}"  # its message holds the URL, a secret
+        except (httpx.InvalidURL, ValueError) as exc:  # no request can be made to it
+            return f"refused: {type(exc).__name__}"
         if answer.is_success:
             return None
         if 400 <= answer.status_code < 500 and answer.status_code not in _RETRIED:
