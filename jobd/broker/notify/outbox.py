@@ -188,6 +188,8 @@ class Outbox:
             httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False) as http,
             anyio.create_task_group() as tg,
         ):
+            for sink in self.sinks.values():  # a restarted run (_keep_running) sends anew
+                sink.sending = False
             saved_at = 0.0
             while True:
                 self._wake = anyio.Event()
