@@ -168,18 +168,17 @@ def test_a_receiver_that_never_answers_holds_up_no_job(tmp_path: Path) -> None:
     silent.bind(("127.0.0.1", 0))
     silent.listen(1024)  # connections are taken by the kernel, and never answered
     hook = f"http://127.0.0.1:{silent.getsockname()[1]}/hook"
-    jobd = _jobd(tmp_path, hook, "--webhook-timeout", "60", "--slots", "4")
+    # A request held for 300 s: were a job's transitions waiting on it, no job would end
+    # within the deadlines below (generous, for a loaded machine; not a timing).
+    jobd = _jobd(tmp_path, hook, "--webhook-timeout", "300", "--slots", "4")
     try:
-        started = time.monotonic()
         ids = [_submit(jobd, hook, "true") for _ in range(12)]
         for job_id in ids:
-            jobd.wait_phase(job_id, "Succeeded", timeout=30)
-        took = time.monotonic() - started
+            jobd.wait_phase(job_id, "Succeeded", timeout=120)
         with jobd.api() as api:
             assert api.get("/healthz", timeout=2).status_code == 200
         assert _metric(jobd, "jobd_notify_queued", "webhook-0") >= 1
         assert _metric(jobd, "jobd_notify_delivered_total", "webhook-0") == 0
-        assert took < 30
     finally:
         stop_jobd(jobd)
         silent.close()

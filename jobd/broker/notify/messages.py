@@ -19,7 +19,7 @@ from pydantic_core import to_json
 
 from jobd.api.models import Job
 
-__all__ = ["Notification", "body_of", "headers_of", "sign", "summary"]
+__all__ = ["Notification", "body_of", "headers_of", "idempotency_key", "sign", "summary"]
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,21 @@ def body_of(note: Notification, fmt: str) -> bytes:
     return to_json(_document(note))
 
 
-def headers_of(note: Notification, sink: str, body: bytes, secret: str | None) -> dict[str, str]:
-    """`sink` names the target (`webhook-0`, `notify-1`): one event may reach one receiver
-    through two targets, each a notification of its own."""
+def idempotency_key(note: Notification, sink: str) -> str:
+    """The same on every try and after a restart: the job's uid, the event, the target.
+
+    `sink` names the target (`webhook-0`, `notify-1`): one event may reach one receiver
+    through two targets, each a notification of its own.
+    """
+    return f"{note.job.metadata.uid or note.job.id}-{note.seq}-{sink}"
+
+
+def headers_of(key: str, phase: str, body: bytes, secret: str | None) -> dict[str, str]:
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "jobd-notify/1",
-        "Idempotency-Key": f"{note.job.metadata.uid or note.job.id}-{note.seq}-{sink}",
-        "X-Jobd-Event": note.phase,
+        "Idempotency-Key": key,
+        "X-Jobd-Event": phase,
     }
     if secret:
         headers["X-Jobd-Signature"] = sign(body, secret)

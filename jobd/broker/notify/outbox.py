@@ -38,8 +38,8 @@ import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from jobd.api.models import Job, NotifyTarget
-from jobd.broker.notify.messages import Notification, body_of, headers_of
+from jobd.api.models import Job
+from jobd.broker.notify.messages import Notification, body_of, headers_of, idempotency_key
 from jobd.logconfig import get_logger
 from jobd.store.base import Change, EventRecord, EventStore, JobStore
 from jobd.store.runner import StoreRunner
@@ -77,11 +77,18 @@ class NotifyConfig:
     queue_cap: int = 1000
 
 
-@dataclass
+@dataclass(slots=True)
 class _Delivery:
-    note: Notification
+    """One notification to one target, rendered when queued: a queue holds bytes, not
+    the job's documents (a thousand queued jobs' object graphs would be walked by every
+    full garbage collection of the broker)."""
+
+    seq: int
+    phase: str
+    job: int
     name: str  # as the job's events say it: `webhook-N`, `notify-N`
-    format: str
+    key: str  # Idempotency-Key
+    body: bytes
     secret: str | None
     attempts: int = 0
 
@@ -139,13 +146,21 @@ class Outbox:
                 self._dispatch(Notification(event.seq, phase, job))
 
     def _dispatch(self, note: Notification) -> None:
+        bodies: dict[str, bytes] = {}  # by format: rendered once per event
+
+        def delivery(name: str, fmt: str, secret: str | None) -> _Delivery:
+            body = bodies.get(fmt) or bodies.setdefault(fmt, body_of(note, fmt))
+            key = idempotency_key(note, name)
+            return _Delivery(note.seq, note.phase, note.job.id, name, key, body, secret)
+
         for i, sink in enumerate(self.config.sinks):
             if note.phase in sink.on:
-                delivery = _Delivery(note, f"webhook-{i}", sink.format, self.config.secret)
-                self._enqueue(sink.url, f"webhook-{i}", delivery)
+                name = f"webhook-{i}"
+                self._enqueue(sink.url, name, delivery(name, sink.format, self.config.secret))
         for i, target in enumerate(note.job.spec.notify):
             if note.phase in target.on:
-                self._enqueue(target.url, JOB_SINKS, _job_delivery(note, i, target, self.config))
+                secret = target.secret or self.config.secret
+                self._enqueue(target.url, JOB_SINKS, delivery(f"notify-{i}", target.format, secret))
 
     def _enqueue(self, url: str, label: str, delivery: _Delivery) -> None:
         sink = self.sinks.get(url)
@@ -158,7 +173,7 @@ class Outbox:
             self._over(sink.queue.popleft())
             self.counts[label, "dropped:queue_full"] += 1
         sink.queue.append(delivery)
-        self._open[delivery.note.seq] += 1
+        self._open[delivery.seq] += 1
         if not sink.sending:  # a sink being sent to takes this one in its turn
             self._poke()
 
@@ -167,7 +182,7 @@ class Outbox:
             self._wake.set()
 
     def _over(self, delivery: _Delivery) -> None:
-        seq = delivery.note.seq
+        seq = delivery.seq
         self._open[seq] -= 1
         if self._open[seq] <= 0:
             del self._open[seq]
@@ -223,8 +238,8 @@ class Outbox:
 
     async def _deliver(self, http: httpx.AsyncClient, sink: Sink, delivery: _Delivery) -> None:
         """Post until the receiver takes it or refuses it; back off between tries."""
-        body = body_of(delivery.note, delivery.format)
-        headers = headers_of(delivery.note, delivery.name, body, delivery.secret)
+        body = delivery.body
+        headers = headers_of(delivery.key, delivery.phase, body, delivery.secret)
         delay = self.config.backoff_s
         while sink.queue and sink.queue[0] is delivery:
             delivery.attempts += 1
@@ -267,7 +282,7 @@ class Outbox:
     async def _refused(self, sink: Sink, delivery: _Delivery, error: str) -> None:
         self.counts[sink.label, "dropped:rejected"] += 1
         sink.up = True
-        log.warning("notify_refused", sink=sink.label, job=delivery.note.job.id, error=error)
+        log.warning("notify_refused", sink=sink.label, job=delivery.job, error=error)
         await self._record(delivery, "notify_dropped", reason="rejected", error=error)
 
     async def _failed(self, sink: Sink, delivery: _Delivery, error: str) -> None:
@@ -281,13 +296,12 @@ class Outbox:
 
     async def _record(self, delivery: _Delivery, name: str, **extra: str) -> None:
         """The job's event of what its notification did: what `job describe` shows."""
-        note = delivery.note
-        fields = {"sink": delivery.name, "phase": note.phase, "attempts": delivery.attempts}
-        event = EventRecord(name, job=note.job.id, fields=fields | extra)
+        fields = {"sink": delivery.name, "phase": delivery.phase, "attempts": delivery.attempts}
+        event = EventRecord(name, job=delivery.job, fields=fields | extra)
         try:
             await self.runner.run(self.store.append_events, [event])
         except Exception as exc:  # the store down: the log has it, the metrics count it
-            log.warning("notify_event_not_recorded", job=note.job.id, error=str(exc))
+            log.warning("notify_event_not_recorded", job=delivery.job, error=str(exc))
 
     # Where every delivery stands, across restarts.
 
@@ -336,12 +350,6 @@ class Outbox:
 
     def collector(self) -> Collector:
         return _Metrics(self)
-
-
-def _job_delivery(
-    note: Notification, index: int, target: NotifyTarget, config: NotifyConfig
-) -> _Delivery:
-    return _Delivery(note, f"notify-{index}", target.format, target.secret or config.secret)
 
 
 class _Metrics(Collector):
