@@ -50,6 +50,7 @@ log = get_logger()
 
 CONCURRENCY = 16  # requests in flight over all sinks
 MAX_SINKS = 1000  # distinct receiving URLs with something queued
+REDELIVER_MAX_EVENTS = 100_000  # at start, events read again at most
 JOB_SINKS = "job"  # the metrics label of every job's own targets, summed
 _RETRIED = frozenset({408, 425, 429})
 
@@ -338,6 +339,9 @@ class Outbox:
         if after is None:  # a first start: nothing was promised before it
             return
         newest = self._seen
+        if newest - after > REDELIVER_MAX_EVENTS:  # a receiver down for long: bounded
+            log.warning("notify_redelivery_bounded", skipped=newest - after - REDELIVER_MAX_EVENTS)
+            after = newest - REDELIVER_MAX_EVENTS
         while after < newest:
             records = self.store.list_events(after_seq=after, limit=1000)
             if not records:
