@@ -7,7 +7,6 @@ plain: no colour, no wrapping at 80 columns, no trailing blanks.
 
 from __future__ import annotations
 
-import difflib
 import io
 import json
 import shlex
@@ -598,6 +597,8 @@ def diff_text(
     Secret env values read masked on both sides: an apply that would change only those
     (`action` configured, no line differs) is said in a comment line, values unshown.
     """
+    import difflib
+
     from jobd.api.manifests import dump_yaml
 
     before = dump_yaml([_without_status(live)]) if live is not None else ""
