@@ -75,6 +75,8 @@ class PlainTable:
 
 
 def _plain_cell(cell: str) -> bool:
+    if cell.isascii():  # the common case, answered in C
+        return cell.isprintable()
     return all((ch.isascii() and ch.isprintable()) or ch in _ONE_COLUMN for ch in cell)
 
 
