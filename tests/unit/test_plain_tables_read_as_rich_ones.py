@@ -4,6 +4,8 @@ laid them out before (jobd/cli/tables.py): same columns, same widths, same lines
 from __future__ import annotations
 
 import io
+import os
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -91,3 +93,27 @@ def test_on_a_pipe_print_table_writes_the_plain_lines(capsys: pytest.CaptureFixt
     table = render.jobs_table(JOBS, now=NOW)
     tables.print_table(table)
     assert capsys.readouterr().out == _rich_text(table)
+
+
+def _on_a_terminal(table: PlainTable, columns: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    """What print_table writes to a terminal `columns` wide."""
+    leader, follower = os.openpty()
+    with os.fdopen(follower, "w", encoding="utf-8") as terminal:
+        monkeypatch.setattr(sys, "stdout", terminal)
+        monkeypatch.setenv("COLUMNS", str(columns))
+        monkeypatch.setenv("TERM", "xterm")
+        tables.print_table(table)
+    with os.fdopen(leader, "rb") as written:
+        return os.read(written.fileno(), 65536).decode().replace("\r\n", "\n")
+
+
+def test_on_a_terminal_the_header_is_bold_and_a_narrow_one_folds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = PlainTable("ID", "COMMAND")
+    table.add_row("1", "python train.py --lr 3e-4")
+    wide = _on_a_terminal(table, 80, monkeypatch)
+    assert wide == "\x1b[1mID  COMMAND\x1b[0m\n1   python train.py --lr 3e-4\n"
+    narrow = _on_a_terminal(table, 16, monkeypatch)
+    assert "python train.py --lr 3e-4" not in narrow  # folded by rich over several lines
+    assert len(narrow.splitlines()) > 2 and "3e-4" in narrow
