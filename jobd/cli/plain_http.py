@@ -62,10 +62,6 @@ class Reply:
     def is_error(self) -> bool:
         return self.status_code >= 400
 
-    @property
-    def text(self) -> str:
-        return self.content.decode(self.headers.get_content_charset() or "utf-8", "replace")
-
     def json(self) -> Any:
         return json.loads(self.content)
 
