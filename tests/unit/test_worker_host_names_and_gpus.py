@@ -10,7 +10,7 @@ import pytest
 
 from jobd.api.models import normalise_worker_name
 from jobd.daemon.worker_host import Detected, StartupError, check_gpus, detect_gpus, parse_gpus
-from jobd.worker.gpus import FOREIGN_ROUNDING, foreign_use, nvml_gpus, nvml_used
+from jobd.worker.gpus import FOREIGN_ROUNDING, foreign_use, nvml_gpus, nvml_usage
 
 
 @pytest.mark.parametrize(
@@ -97,10 +97,12 @@ def test_a_hanging_nvidia_smi_is_a_timeout(tmp_path: Path, monkeypatch: pytest.M
 
 
 class _Nvml:
-    """pynvml's calls the worker makes, over a table of GPUs: (total, used) bytes."""
+    """pynvml's calls the worker makes, over a table of GPUs: (total, used) bytes and the
+    utilisation in percent (None: the board does not say, NVML_ERROR_NOT_SUPPORTED)."""
 
-    def __init__(self, gpus: list[tuple[int, int]]) -> None:
+    def __init__(self, gpus: list[tuple[int, int]], busy: list[int | None] | None = None) -> None:
         self.gpus = gpus
+        self.busy = busy or [None] * len(gpus)
 
     def nvmlDeviceGetCount(self) -> int:  # pynvml's names
         return len(self.gpus)
@@ -114,11 +116,20 @@ class _Nvml:
         total, used = self.gpus[handle]
         return SimpleNamespace(total=total, used=used, free=total - used)
 
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
+        percent = self.busy[handle]
+        if percent is None:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return SimpleNamespace(gpu=percent, memory=0)
+
 
 def test_nvml_gives_each_gpus_memory_and_what_is_in_use() -> None:
-    nvml = _Nvml([(24 * GIB, 0), (80 * GIB, 5 * GIB + 1)])
+    nvml = _Nvml([(24 * GIB, 0), (80 * GIB, 5 * GIB + 1)], busy=[40, None])
     assert nvml_gpus(nvml) == {0: 24 * GIB, 1: 80 * GIB}
-    assert nvml_used(nvml, [0, 1, 7]) == {0: 0, 1: 5 * GIB + 1}, "a GPU NVML fails on is left out"
+    assert nvml_usage(nvml, [0, 1, 7]) == {
+        0: {"memory_used": 0, "utilization": 0.4},
+        1: {"memory_used": 5 * GIB + 1},  # no utilisation said: memory still is
+    }, "a GPU NVML fails on is left out"
 
 
 def test_foreign_use_is_what_is_in_use_on_gpus_no_job_here_holds() -> None:
