@@ -1,0 +1,124 @@
+"""`job top` in a real terminal (tmux, 80x24, as over plain SSH) against a real `jobd dev`
+with a declared GPU inventory (`--gpus 0:24GiB,1:80GiB`, no real GPU): the worker's GPUs
+with their memory and the job holding one, the running job's progress, the queue with
+each job's reason, a preemption; `l` opens the selected job's output in the pager, `q`
+leaves it and `q` again quits, leaving the terminal as it was."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import BIN, Jobd, start_jobd, stop_jobd, write_script
+
+TRAIN = """
+import time
+from jobd.client import report_progress
+for step in range(1, 100000):
+    report_progress(step, total=4000, loss=round(1 / step, 4))
+    print("training step", step, flush=True)
+    time.sleep(0.2)
+"""
+SLEEPS = "import time\ntime.sleep(600)\n"
+
+
+def _tmux() -> str:
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        reason = "tmux is not installed (Debian: apt-get install tmux)"
+        if os.environ.get("CI", "").lower() in {"true", "1"}:
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    return tmux
+
+
+@pytest.fixture(scope="module")
+def gpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobd]:
+    jobd = start_jobd(tmp_path_factory.mktemp("top"), "--gpus", "0:24GiB,1:80GiB", "--slots", "1")
+    yield jobd
+    stop_jobd(jobd)
+
+
+class Terminal:
+    """One tmux server of our own (its own socket), one 80x24 window."""
+
+    def __init__(self, tmux: str, root: Path) -> None:
+        self.base = [tmux, "-S", str(root / "tmux.sock"), "-f", "/dev/null"]
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=10)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "top")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "top", *keys)
+
+    def wait_for(self, said: Callable[[str], bool], timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if said(text):
+                return text
+            assert time.monotonic() < deadline, f"the screen never showed it:\n{text}"
+            time.sleep(0.1)
+
+
+def test_top_shows_gpus_jobs_queue_and_preemptions_and_opens_logs(
+    gpus: Jobd, tmp_path: Path
+) -> None:
+    train = int(
+        gpus.ok(
+            "submit",
+            "--name",
+            "train",
+            "--gpus",
+            "1",
+            "--",
+            *write_script(gpus.root, "train.py", TRAIN),
+        ).strip()
+    )
+    victim = int(
+        gpus.ok(
+            "submit", "--name", "victim", "--", *write_script(gpus.root, "s.py", SLEEPS)
+        ).strip()
+    )
+    gpus.wait_phase(train, "Running")
+    gpus.wait_phase(victim, "Running")
+    gpus.ok("preempt", str(victim))
+    gpus.job("submit", "--name", "huge", "--gpus", "1", "--gpu-memory", "90GiB", "--", "true")
+    env = {**gpus.env, "PAGER": "less +G", "TERM": "xterm-256color", "LANG": "C.UTF-8"}
+    command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    top = f"env -i {command} {shlex.quote(str(BIN / 'job'))} top --interval 0.5"
+    command = f"{top}; echo top-exited-$?; sleep 60"  # the window stays to be read
+    terminal = Terminal(_tmux(), tmp_path)
+    terminal.run("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", command)
+    try:
+        screen = terminal.wait_for(lambda s: "training" not in s and "/4000" in s)
+        lines = screen.splitlines()
+        assert len(lines) <= 24 and max(len(line) for line in lines) <= 80
+        rows = {line.split()[0]: line for line in lines if line.strip()}
+        assert "24GiB" in screen and "80GiB" in screen, screen
+        gpu_rows = [line for line in lines if "/24GiB" in line or "/80GiB" in line]
+        assert len(gpu_rows) == 2 and "default/train" in gpu_rows[0], screen
+        assert str(train) in rows and "default/train" in rows[str(train)], screen
+        assert "unschedulable" in screen and "default/huge" in screen, screen
+        assert any("manual" in line and f" {victim} " in line for line in lines), screen
+
+        terminal.keys("l")  # the first running job is selected: train
+        terminal.wait_for(lambda s: "training step" in s)
+        terminal.keys("q")  # leaves the pager
+        terminal.wait_for(lambda s: "RUNNING" in s and "training step" not in s)
+        terminal.keys("q")
+        terminal.wait_for(lambda s: "top-exited-0" in s)
+    finally:
+        subprocess.run([*terminal.base, "kill-server"], capture_output=True, timeout=10)
