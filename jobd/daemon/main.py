@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
+from click.core import ParameterSource
 
 from jobd.cli.mcp_command import mcp
+from jobd.daemon.install import install_command
 from jobd.daemon.settings import (
     AgentConnection,
     BrokerOptions,
@@ -102,10 +104,16 @@ def cli() -> None:
     """jobd: a small, fast job scheduler for the GPU machines you own."""
 
 
-@cli.command()
+@cli.group(invoke_without_command=True)
 @options(BrokerOptions, OutputOptions)
-def broker(**given: Any) -> None:
-    """Run the control plane: HTTP API, store, reconcile loops."""
+@click.pass_context
+def broker(ctx: click.Context, /, **given: Any) -> None:
+    """Run the control plane: HTTP API, store, reconcile loops.
+
+    `jobd broker install [SETTINGS]` writes a systemd unit that runs it instead.
+    """
+    if _installing(ctx):
+        return
     from jobd.daemon import broker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
@@ -138,10 +146,17 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
     server.should_exit = True
 
 
-@cli.command()
+@cli.group(invoke_without_command=True)
 @options(AgentConnection, WorkerOptions, OutputOptions)
-def worker(**given: Any) -> None:
-    """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
+@click.pass_context
+def worker(ctx: click.Context, /, **given: Any) -> None:
+    """Run the agent on this host: runs the jobs bound to it, reports what it sees.
+
+    `jobd worker install --server URL --token-file F [SETTINGS]` writes a systemd unit
+    that runs it instead.
+    """
+    if _installing(ctx):
+        return
     _without_rich()
     from jobd.daemon import worker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
@@ -170,6 +185,20 @@ def worker(**given: Any) -> None:
     _run(run)
     _refused(agent)
     assemble.say_jobs_run_on(agent)
+
+
+def _installing(ctx: click.Context) -> bool:
+    """`jobd broker install ...`: the settings are install's, given after it."""
+    if ctx.invoked_subcommand is None:
+        return False
+    before = [p.opts[0] for p in ctx.command.params if _given(ctx, p.name)]
+    if before:
+        raise click.UsageError(f"give {', '.join(before)} after `install`, not before it")
+    return True
+
+
+def _given(ctx: click.Context, name: str | None) -> bool:
+    return name is not None and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
 def _refused(agent: Agent) -> None:
@@ -280,6 +309,8 @@ def main() -> None:
 
 cli.add_command(token)
 cli.add_command(mcp)
+broker.add_command(install_command("broker"))
+worker.add_command(install_command("worker"))
 
 
 if __name__ == "__main__":
