@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VERBS", "Feed", "keys_of", "press"]
 
-QUEUE_LIMIT = 500
+QUEUE_LIMIT = 200  # a refresh lists no more: ~9 ms of the broker's CPU (docs/performance.md)
 PREEMPTIONS = 8  # the newest kept for the frame
 LOG_LINES = 2000  # the end of a job's output the pager is given
 _PIPE_WIDTH = 200  # as the other verbs print to a pipe
