@@ -23,6 +23,7 @@ import os
 import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import termios
@@ -237,7 +238,7 @@ def _live(feed: Feed, server: str, project: str | None, interval: float) -> None
     screen = Screen(server=server, project=project)
     snapshot = feed.refresh(project)
     live = Live(console=console, screen=True, auto_refresh=False, redirect_stderr=False)
-    with contextlib.suppress(KeyboardInterrupt), _cbreak(), live:
+    with contextlib.suppress(KeyboardInterrupt), _cbreak(), _resizes() as resized, live:
         due = time.monotonic() + interval
         while True:
             screen.width, screen.height = console.size
@@ -245,7 +246,9 @@ def _live(feed: Feed, server: str, project: str | None, interval: float) -> None
             if screen.selected not in jobs:
                 screen.selected = jobs[0] if jobs else None
             live.update(frame(snapshot, screen), refresh=True)
-            data = _read(max(0.0, due - time.monotonic()))
+            data = _read(max(0.0, due - time.monotonic()), resized)
+            if data is None:
+                continue  # the terminal changed size: draw again at once
             actions = [press(screen, key, jobs) for key in keys_of(data)]
             if "quit" in actions:
                 return
@@ -258,12 +261,36 @@ def _live(feed: Feed, server: str, project: str | None, interval: float) -> None
                 due = time.monotonic() + interval
 
 
-def _read(timeout: float) -> str:
-    """What the user typed within `timeout` seconds; "" when nothing."""
-    ready, _, _ = select.select([sys.stdin], [], [], timeout)
+def _read(timeout: float, resized: int | None = None) -> str | None:
+    """What the user typed within `timeout` seconds; "" when nothing, None when the
+    terminal was resized meanwhile (a byte on the `resized` pipe)."""
+    watched = [sys.stdin.fileno(), *([resized] if resized is not None else [])]
+    ready, _, _ = select.select(watched, [], [], timeout)
+    if resized is not None and resized in ready:
+        os.read(resized, 64)
+        return None
     if not ready:
         return ""
     return os.read(sys.stdin.fileno(), 64).decode(errors="replace") or "q"  # EOF: quit
+
+
+@contextlib.contextmanager
+def _resizes() -> Iterator[int]:
+    """A pipe that gets a byte when the terminal is resized (SIGWINCH), for `select`."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    previous = signal.signal(signal.SIGWINCH, lambda *_: _nudge(wake_w))
+    try:
+        yield wake_r
+    finally:
+        signal.signal(signal.SIGWINCH, previous)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _nudge(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):  # already nudged: one byte is enough
+        os.write(fd, b"!")
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 with a declared GPU inventory (`--gpus 0:24GiB,1:80GiB`, no real GPU): the worker's GPUs
 with their memory and the job holding one, the running job's progress, the queue with
 each job's reason, a preemption; `l` opens the selected job's output in the pager, `q`
-leaves it and `q` again quits, leaving the terminal as it was."""
+leaves it and `q` again quits, leaving the terminal as it was; a larger window is used
+at once."""
 
 from __future__ import annotations
 
@@ -113,6 +114,10 @@ def test_top_shows_gpus_jobs_queue_and_preemptions_and_opens_logs(
         assert str(train) in rows and "default/train" in rows[str(train)], screen
         assert "unschedulable" in screen and "default/huge" in screen, screen
         assert any("manual" in line and f" {victim} " in line for line in lines), screen
+
+        terminal.run("resize-window", "-t", "top", "-x", "120", "-y", "40")
+        wide = terminal.wait_for(lambda s: "PHASE" in s)  # a column shown from 100 wide
+        assert len(wide.splitlines()) <= 40 and max(len(line) for line in wide.splitlines()) > 80
 
         terminal.keys("l")  # the first running job is selected: train
         terminal.wait_for(lambda s: "training step" in s)
