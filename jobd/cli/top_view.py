@@ -174,7 +174,7 @@ def _preemption_rows(snapshot: Snapshot) -> Section:
             "JOB": str(event.get("job", "-")),
             "FOR": "-" if candidate is None else str(candidate),
             "REASON": str(event.get("reason", "-")),
-            "PRIO": f"{event.get('priority', '-')}<{event.get('candidate_priority', '-')}",
+            "PRIO": _priorities(event.get("priority"), event.get("candidate_priority")),
         }
         rows.append((None, cells))
     return "RECENT PREEMPTIONS", rows
@@ -301,6 +301,13 @@ def _priority(job: Document) -> str:
     effective = (job.get("status") or {}).get("effective") or {}
     value = effective.get("priority", (job.get("spec") or {}).get("priority"))
     return "-" if value is None else str(value)
+
+
+def _priorities(victim: Any, candidate: Any) -> str:
+    """`40<70`: the preempted job's priority below the queued one's, where both are said."""
+    if victim is None:
+        return "-"
+    return f"{victim}<{candidate}" if candidate is not None else str(victim)
 
 
 def _size(value: Any) -> str:
