@@ -136,6 +136,10 @@ def install_command(daemon: str) -> click.Command:
         )
         name = given["unit_name"] or f"jobd-{daemon}"
         _warn_about_token_file(given.get("token_file"))
+        if daemon == "broker" and not spec.user_unit and spec.run_as is None:
+            click.echo(
+                "note: the broker will run as root; --run-as USER gives it its own", err=True
+            )
         text = render_unit(spec)
         if given["dry_run"]:
             click.echo(text, nl=False)

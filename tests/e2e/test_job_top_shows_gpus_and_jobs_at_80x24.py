@@ -127,3 +127,11 @@ def test_top_shows_gpus_jobs_queue_and_preemptions_and_opens_logs(
         terminal.wait_for(lambda s: "top-exited-0" in s)
     finally:
         subprocess.run([*terminal.base, "kill-server"], capture_output=True, timeout=10)
+
+
+def test_top_into_a_pipe_prints_one_whole_frame(gpus: Jobd) -> None:
+    frame = gpus.ok("top")
+    assert frame.startswith("jobd top") and "WORKERS 1" in frame, frame
+    gpu_rows = [line for line in frame.splitlines() if "/24GiB" in line or "/80GiB" in line]
+    assert len(gpu_rows) == 2, frame
+    assert "q quit" not in frame, "no keys where none are read"
