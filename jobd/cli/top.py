@@ -181,6 +181,7 @@ def keys_of(data: str) -> list[str]:
 def press(screen: Screen, key: str, jobs: Sequence[int]) -> str | None:
     """Apply a key to the screen; the action it asks of the loop, if any: `quit`,
     `logs` (of `screen.selected`) or `refresh` (the project changed)."""
+    screen.notice = None  # said until the next key
     if screen.prompt is not None:
         return _type(screen, key)
     if key in ("q", "Q"):
