@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from jobd.wire.routes import ONE_DOCUMENT
+from jobd.wire import routes
 from tests.e2e.harness import Jobd
 
 
@@ -31,7 +31,7 @@ def _post(jobd: Jobd, path: str, body: bytes, headers: dict[str, str]) -> urllib
     return refused.value
 
 
-@pytest.mark.parametrize("size", [ONE_DOCUMENT + 1, 40 * ONE_DOCUMENT])
+@pytest.mark.parametrize("size", [routes.ONE_DOCUMENT + 1, 40 * routes.ONE_DOCUMENT])
 def test_urllib_reads_413_for_a_job_over_the_cap(jobd: Jobd, size: int) -> None:
     document = {"spec": {"command": ["true"], "env": {"BIG": "x" * size}}}
     body = json.dumps(document).encode()
@@ -41,7 +41,7 @@ def test_urllib_reads_413_for_a_job_over_the_cap(jobd: Jobd, size: int) -> None:
 
 
 def test_urllib_reads_413_for_a_chunked_body_over_the_cap(jobd: Jobd) -> None:
-    chunks = (b"[" * 65536 for _ in range(40 * ONE_DOCUMENT // 65536))
+    chunks = (b"[" * 65536 for _ in range(40 * routes.ONE_DOCUMENT // 65536))
     request_headers = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
     token = (jobd.root / "data" / "admin.token").read_text().strip()
     request = urllib.request.Request(
@@ -56,6 +56,6 @@ def test_urllib_reads_413_for_a_chunked_body_over_the_cap(jobd: Jobd) -> None:
 
 
 def test_the_broker_still_serves_after_refusing(jobd: Jobd) -> None:
-    body = b"[" * (2 * ONE_DOCUMENT)
+    body = b"[" * (2 * routes.ONE_DOCUMENT)
     assert _post(jobd, "/jobs", body, {"Content-Type": "application/json"}).code == 413
     assert jobd.ok("get", "-o", "json") is not None
