@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
 from jobd.api.arrays import JobArray
 from jobd.api.models import Job
@@ -169,8 +169,16 @@ class AsyncClient:
                 return seen
         raise TimeoutError(f"job {job.metadata.id} did not end within {timeout} s")
 
-    async def logs(self, ref: JobRef) -> str:
-        """The job's output so far, as text."""
+    @overload
+    async def logs(self, ref: JobRef, follow: Literal[False] = False) -> str: ...
+
+    @overload
+    async def logs(self, ref: JobRef, follow: Literal[True]) -> AsyncIterator[str]: ...
+
+    async def logs(self, ref: JobRef, follow: bool = False) -> str | AsyncIterator[str]:
+        """The job's output so far, as text; with `follow`, `follow_logs(ref)`."""
+        if follow:
+            return self.follow_logs(ref)
         job_id = await self.job_id(ref)
         return "".join(documents.lines([b async for b in self._log_chunks(job_id, False)]))
 

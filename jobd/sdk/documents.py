@@ -89,7 +89,10 @@ def as_job(document: Document) -> Job:
 
 
 def as_array(document: Document) -> JobArray:
-    return JobArray.model_validate(document)
+    """The array as the model has it: a read's summary of its members (phases, a line per
+    member) is left out of `status`, which keeps the members' ids (`jobs`)."""
+    status = document.get("status") or {}
+    return JobArray.model_validate({**document, "status": {"jobs": status.get("jobs", [])}})
 
 
 def is_terminal(job: Job) -> bool:

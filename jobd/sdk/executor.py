@@ -37,6 +37,8 @@ PIECE_CHARS = 96 * 1024
 # How long a preempted job that checkpointed may take to be resumed before the future
 # gives up on it (the broker's lifecycle loop does it within moments).
 RESUME_WAIT_S = 60.0
+# Output lines read first for the outcome (a larger one makes the future read it all).
+TAIL_LINES = 256
 _PICKLED_CALL = "JOBD_EXECUTOR_DIR"
 
 
@@ -160,13 +162,29 @@ class JobFuture(Generic[T]):
             return None
 
     def _from_output(self) -> bytes | None:
-        last = self._client.log_tail(self.job_id, 1).strip().split()
-        if len(last) != 2 or last[0] != runner.END_MARKER or not last[1].isdigit():
-            return None
-        count = int(last[1])
-        lines = self._client.log_tail(self.job_id, count + 1).splitlines()[:count]
-        pieces = [line.split(" ", 1)[1] for line in lines if line.startswith(runner.RESULT_MARKER)]
-        return base64.b64decode("".join(pieces)) if len(pieces) == count else None
+        """The outcome from the end of the job's output: its last lines, else all of it
+        (stderr is merged with stdout, so lines of the one may come between the other's)."""
+        for text in (
+            self._client.log_tail(self.job_id, TAIL_LINES),
+            self._client.logs(self.job_id),
+        ):
+            data = _outcome_in(text)
+            if data is not None:
+                return data
+        return None
+
+
+def _outcome_in(output: str) -> bytes | None:
+    """The pickled outcome the runner printed (`runner.RESULT_MARKER` lines ended by
+    `runner.END_MARKER <count>`), or None when `output` does not hold all of it."""
+    lines = output.splitlines()
+    ends = [n for n, line in enumerate(lines) if line.startswith(runner.END_MARKER + " ")]
+    if not ends or not (count := lines[ends[-1]].split()[-1]).isdigit():
+        return None
+    marker = runner.RESULT_MARKER + " "
+    pieces = [line[len(marker) :] for line in lines[: ends[-1]] if line.startswith(marker)]
+    pieces = pieces[len(pieces) - int(count) :]
+    return base64.b64decode("".join(pieces)) if len(pieces) == int(count) else None
 
 
 _ENDS = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.PREEMPTED, Phase.CANCELLED})

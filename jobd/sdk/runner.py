@@ -60,12 +60,19 @@ def _index() -> int | None:
     return int(index) if index else None
 
 
-def _outcome(payload: dict[str, Any], index: int | None) -> tuple[Any, ...]:
-    args, kwargs = payload["calls"][index or 0]
+def _outcome(index: int | None) -> tuple[Any, ...]:
+    """The call's value, or what it raised; a payload that cannot be loaded here (a
+    module the job's interpreter lacks) is raised to the caller the same way."""
+    import cloudpickle
+
     try:
+        payload = cloudpickle.loads(_payload())
+        args, kwargs = payload["calls"][index or 0]
         return ("value", payload["fn"](*args, **kwargs))
     except BaseException as exc:  # the caller's to see, whatever it is
-        return ("raise", exc, traceback.format_exc())
+        # From the function down: the runner's own frame says nothing to the caller.
+        frames = exc.__traceback__.tb_next if exc.__traceback__ else None
+        return ("raise", exc, "".join(traceback.format_exception(type(exc), exc, frames)))
 
 
 def _dumped(outcome: tuple[Any, ...]) -> bytes:
@@ -100,10 +107,8 @@ def _send(data: bytes, index: int | None) -> None:
 
 
 def main() -> int:
-    import cloudpickle
-
     index = _index()
-    outcome = _outcome(cloudpickle.loads(_payload()), index)
+    outcome = _outcome(index)
     if outcome[0] == "raise":
         sys.stderr.write(outcome[2])
     _send(_dumped(outcome), index)
