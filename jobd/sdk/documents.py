@@ -52,8 +52,8 @@ def job_document(
     spec_fields: Mapping[str, Any],
 ) -> Document:
     """A Job of `command` (argv, or a string split as a shell would, never run by one) in
-    `cwd` (default: here). `spec_fields` are JobSpec's fields by name; a resource (`gpus`,
-    `cpus`, `memory`, `gpu_memory`) may be said directly. Only what is said is sent, so
+    `cwd` (default: here). `spec_fields` are JobSpec's fields by name; a resource
+    (`gpus`, `gpu_memory`) may be said directly. Only what is said is sent, so
     every default stays the project's and the broker's; the broker checks the values."""
     argv = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
     if not argv:
@@ -65,7 +65,9 @@ def job_document(
         elif key in _RESOURCE_FIELDS:
             spec.setdefault("resources", {})[key] = value
         else:
-            raise TypeError(f"{key!r} is no field of a job's spec (see docs/concepts.md)")
+            raise TypeError(
+                f"{key!r} is no field of a job's spec nor of its resources (see docs/concepts.md)"
+            )
     metadata: Document = {"project": project or DEFAULT_PROJECT}
     if name:
         metadata["name"] = name

@@ -90,7 +90,7 @@ class JobFuture(Generic[T]):
         if self._outcome is not None:
             return True
         job = self._client.get(self.job_id)
-        return job.status.phase in _ENDS and self._next_run(job, wait_s=0.0) is None
+        return job.status.phase in _ENDS and not _resumes(job)
 
     def cancel(self) -> bool:
         """Cancel the job; False when it had already ended."""
@@ -115,27 +115,30 @@ class JobFuture(Generic[T]):
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             job = self._client.wait(self.job_id, timeout=left)
-            following = self._next_run(
-                job, RESUME_WAIT_S if left is None else min(left, RESUME_WAIT_S)
-            )
+            try:
+                wait_s = RESUME_WAIT_S if left is None else min(left, RESUME_WAIT_S)
+                following = self._next_run(job, wait_s)
+            except TimeoutError:
+                if left is not None and left < RESUME_WAIT_S:
+                    raise  # the caller's timeout, not the broker's slowness
+                raise JobFailed(
+                    job, f"job {job.metadata.id} was preempted and not resumed in time"
+                ) from None
             if following is None:
                 return job
             self.job_id = following
 
     def _next_run(self, job: Job, wait_s: float) -> int | None:
-        """The job resuming `job`, when auto_resume will make (or has made) one."""
-        preemption = job.status.preemption
-        resumes = (
-            job.status.phase == Phase.PREEMPTED
-            and job.spec.auto_resume
-            and preemption is not None
-            and preemption.checkpoint_complete
-        )
-        ends = time.monotonic() + wait_s
-        while resumes and job.status.resumed_by is None and time.monotonic() < ends:
-            time.sleep(0.2)
-            job = self._client.get(job.metadata.id or self.job_id)
-        return job.status.resumed_by if resumes else None
+        """The job resuming `job`, when auto_resume makes (or has made) one: the broker's
+        lifecycle loop sets `resumed_by` moments after the preemption, watched for here
+        (TimeoutError when it has not within `wait_s`)."""
+        if not _resumes(job) or job.status.resumed_by is not None:
+            return job.status.resumed_by
+        watching = self._client.watch(job.metadata.project, name=job.metadata.name, timeout=wait_s)
+        for _op, seen in watching:
+            if seen.metadata.id == job.metadata.id and seen.status.resumed_by is not None:
+                return seen.status.resumed_by
+        raise TimeoutError(f"job {job.metadata.id} was not resumed within {wait_s:g} s")
 
     def _read_outcome(self, job: Job) -> tuple[Any, ...]:
         data = self._from_folder() if self._folder is not None else self._from_output()
@@ -188,6 +191,17 @@ def _outcome_in(output: str) -> bytes | None:
 
 
 _ENDS = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.PREEMPTED, Phase.CANCELLED})
+
+
+def _resumes(job: Job) -> bool:
+    """Whether auto_resume continues this job (or has): preempted after a checkpoint."""
+    preemption = job.status.preemption
+    return (
+        job.status.phase == Phase.PREEMPTED
+        and job.spec.auto_resume
+        and preemption is not None
+        and preemption.checkpoint_complete
+    )
 
 
 class Executor:
