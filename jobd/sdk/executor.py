@@ -37,6 +37,9 @@ PIECE_CHARS = 96 * 1024
 # How long a preempted job that checkpointed may take to be resumed before the future
 # gives up on it (the broker's lifecycle loop does it within moments).
 RESUME_WAIT_S = 60.0
+# Through the broker, each member of an array stores the whole payload in its own spec:
+# past this many bytes in all, a shared folder is asked for instead.
+ARRAY_STORE_CAP = 64 * 1024 * 1024
 # Output lines read first for the outcome (a larger one makes the future read it all).
 TAIL_LINES = 256
 _PICKLED_CALL = "JOBD_EXECUTOR_DIR"
@@ -288,6 +291,12 @@ class Executor:
             env[runner.PAYLOAD_DIR_ENV] = str(place)
             return place, {**fields, "env": env}
         text = base64.b64encode(payload).decode()
+        if len(calls) > 1 and len(text) * len(calls) > ARRAY_STORE_CAP:
+            raise ValueError(
+                f"{len(calls):,} members each carrying the {len(text):,} bytes of the calls "
+                f"are over the {ARRAY_STORE_CAP:,} sent through the broker: give the "
+                "Executor a shared folder (folder=, or JOBD_EXECUTOR_DIR)"
+            )
         for n, start in enumerate(range(0, len(text), PIECE_CHARS)):
             env[f"{runner.PAYLOAD_ENV}{n}"] = text[start : start + PIECE_CHARS]
         return None, {**fields, "env": env}

@@ -89,16 +89,22 @@ def test_cancel_and_a_wait_that_times_out(client: Client, jobd: Jobd) -> None:
 
 
 def test_the_async_client_does_the_same(client: Client, jobd: Jobd) -> None:
-    async def scenario() -> tuple[Job, str, list[str]]:
+    async def scenario() -> tuple[Job, str, list[str], list[tuple[str, Phase]]]:
         async with AsyncClient() as aclient:
-            job = await aclient.submit(_script("print('async')"), cwd=str(jobd.root))
+            script = _script("import time; time.sleep(0.5); print('async')")
+            job = await aclient.submit(script, cwd=str(jobd.root), labels={"suite": "async"})
+            final = await aclient.wait(job, timeout=30)  # watched: it runs for half a second
+            seen = [
+                (op, j.status.phase)
+                async for op, j in aclient.watch(selector={"suite": "async"}, timeout=0.5)
+            ]
             followed = [line async for line in await aclient.logs(job, follow=True)]
-            final = await aclient.wait(job, timeout=30)
             with pytest.raises(ApiError) as missing:
                 await aclient.cancel(987654)
             assert missing.value.status == 404
-            return final, await aclient.logs(job), followed
+            return final, await aclient.logs(job), followed, seen
 
-    final, text, followed = asyncio.run(scenario())
+    final, text, followed, seen = asyncio.run(scenario())
     assert final.status.phase == Phase.SUCCEEDED
     assert text == "async\n" and followed == ["async\n"]
+    assert seen == [("ADDED", Phase.SUCCEEDED)]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 
 from jobd.api.models import Job
 from jobd.sdk import documents, runner
-from jobd.sdk.executor import _outcome_in
+from jobd.sdk.client import Client
+from jobd.sdk.executor import Executor, _outcome_in
 from jobd.wire.errors import ApiError
 
 
@@ -97,3 +99,13 @@ def test_the_outcome_is_found_among_merged_stderr_lines() -> None:
     assert _outcome_in(output) == b"x" * 10_000
     assert _outcome_in("\n".join([*lines[1:], f"{runner.END_MARKER} {len(pieces)}"])) is None
     assert _outcome_in("no outcome here") is None
+
+
+def test_an_array_too_large_to_store_through_the_broker_asks_for_a_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("JOBD_EXECUTOR_DIR", raising=False)
+    monkeypatch.setenv("JOBD_CONFIG", str(tmp_path / "none.yaml"))
+    executor = Executor(client=Client("http://127.0.0.1:9", token="t" * 40))
+    with pytest.raises(ValueError, match="shared folder"):  # refused before any request
+        executor.map_array(len, [b"x" * (1 << 20)] * 64)
