@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from jobd import ApiError, Client, Executor
+from jobd import ApiError, Client, Executor, JobFailed
 from jobd.api.models import Phase
 from tests.e2e.harness import Jobd, start_jobd, stop_jobd
 
@@ -134,3 +134,12 @@ def test_a_preempted_job_resumes_and_its_future_resolves(client: Client) -> None
     assert future.job_id != first
     assert client.get(first).status.phase == Phase.PREEMPTED
     assert client.get(first).status.resumed_by == future.job_id
+
+
+def test_a_cancelled_call_raises_job_failed(client: Client) -> None:
+    future = Executor(client=client).submit(time.sleep, 60)
+    assert future.cancel()
+    with pytest.raises(JobFailed, match="Cancelled") as failed:
+        future.result(timeout=60)
+    assert failed.value.job.status.phase == Phase.CANCELLED
+    assert future.done() and not future.cancel()
