@@ -29,7 +29,7 @@ from jobd.sdk import runner
 from jobd.sdk.client import Client
 from jobd.wire.errors import ApiError
 
-__all__ = ["Executor", "JobFailed", "JobFuture", "RemoteTraceback"]
+__all__ = ["FOLDER_ENV", "Executor", "JobFailed", "JobFuture", "RemoteTraceback"]
 
 T = TypeVar("T")
 # One environment variable the kernel takes is under 128 KiB (MAX_ARG_STRLEN).
@@ -42,7 +42,7 @@ RESUME_WAIT_S = 60.0
 ARRAY_STORE_CAP = 64 * 1024 * 1024
 # Output lines read first for the outcome (a larger one makes the future read it all).
 TAIL_LINES = 256
-_PICKLED_CALL = "JOBD_EXECUTOR_DIR"
+FOLDER_ENV = "JOBD_EXECUTOR_DIR"  # the shared folder, when no folder= is given
 
 
 class RemoteTraceback(Exception):
@@ -74,7 +74,6 @@ class JobFuture(Generic[T]):
         self.job_id = job_id
         self._client, self._folder, self._index = client, folder, index
         self._outcome: tuple[Any, ...] | None = None
-        self._final: Job | None = None
 
     def result(self, timeout: float | None = None) -> T:
         """The function's value; its exception (the remote traceback as its cause), or
@@ -229,7 +228,7 @@ class Executor:
         import cloudpickle  # noqa: F401  (refused here, not at the first submit)
 
         self.project, self.cwd = project, os.path.abspath(cwd or ".")
-        chosen = folder or os.environ.get(_PICKLED_CALL) or None
+        chosen = folder or os.environ.get(FOLDER_ENV) or None
         self.folder = Path(chosen).expanduser().resolve() if chosen else None
         self.python = python or sys.executable
         self.client = client or Client()
