@@ -9,11 +9,15 @@ rest (bounded, as nginx's lingering close) before it closes (broker/http/bodylim
 from __future__ import annotations
 
 import json
+import socket
+import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 import pytest
 
+from jobd.broker.http.bodylimit import LINGER_IDLE_S
 from jobd.wire import routes
 from tests.e2e.harness import Jobd
 
@@ -59,3 +63,24 @@ def test_the_broker_still_serves_after_refusing(jobd: Jobd) -> None:
     body = b"[" * (2 * routes.ONE_DOCUMENT)
     assert _post(jobd, "/jobs", body, {"Content-Type": "application/json"}).code == 413
     assert jobd.ok("get", "-o", "json") is not None
+
+
+def test_a_client_waiting_for_100_continue_gets_413_and_the_close_at_once(jobd: Jobd) -> None:
+    """curl's way with a large body: it sends the head, then waits for `100 Continue`.
+    The 413 comes instead, no `100 Continue` after it, and the broker closes at once
+    (nothing of the body is coming to linger for)."""
+    token = (jobd.root / "data" / "admin.token").read_text().strip()
+    where = urlsplit(jobd.url)
+    head = (
+        f"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {50 * routes.ONE_DOCUMENT}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    )
+    with socket.create_connection((where.hostname, where.port), timeout=5) as sock:
+        sock.sendall(head.encode())
+        began, answer = time.monotonic(), b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        closed_after = time.monotonic() - began
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in answer
+    assert closed_after < LINGER_IDLE_S  # not held for the linger (serial: tests/conftest.py)
