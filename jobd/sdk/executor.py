@@ -225,8 +225,13 @@ class Executor:
         client: Client | None = None,
         **spec_fields: Any,
     ) -> None:
-        import cloudpickle  # noqa: F401  (refused here, not at the first submit)
-
+        try:
+            import cloudpickle  # noqa: F401  (refused here, not at the first submit)
+        except ModuleNotFoundError:
+            raise ModuleNotFoundError(
+                "jobd.Executor ships functions with cloudpickle: pip install 'jobd[executor]'",
+                name="cloudpickle",
+            ) from None
         self.project, self.cwd = project, os.path.abspath(cwd or ".")
         chosen = folder or os.environ.get(FOLDER_ENV) or None
         self.folder = Path(chosen).expanduser().resolve() if chosen else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,11 @@ def test_an_array_too_large_to_store_through_the_broker_asks_for_a_folder(
     executor = Executor(client=Client("http://127.0.0.1:9", token="t" * 40))
     with pytest.raises(ValueError, match="shared folder"):  # refused before any request
         executor.map_array(len, [b"x" * (1 << 20)] * 64)
+
+
+def test_without_cloudpickle_the_executor_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"jobd\[executor\]"):
+        Executor()
