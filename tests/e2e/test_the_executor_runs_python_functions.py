@@ -36,7 +36,8 @@ def jobd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobd]:
 
 
 @pytest.fixture
-def client(jobd: Jobd) -> Iterator[Client]:
+def client(jobd: Jobd, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
+    monkeypatch.delenv("JOBD_EXECUTOR_DIR", raising=False)  # through the broker unless told
     token = (jobd.root / "data" / "admin.token").read_text().strip()
     with Client(jobd.url, token=token) as made:
         yield made
