@@ -3,7 +3,8 @@ with a declared GPU inventory (`--gpus 0:24GiB,1:80GiB`, no real GPU): the worke
 with their memory and the job holding one, the running job's progress, the queue with
 each job's reason, a preemption; `l` opens the selected job's output in the pager, `q`
 leaves it and `q` again quits, leaving the terminal as it was; a larger window is used
-at once."""
+at once. The same broker's /metrics exports the declared GPUs and their holder, promtool
+clean."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import BIN, Jobd, start_jobd, stop_jobd, write_script
 
@@ -135,3 +138,34 @@ def test_top_into_a_pipe_prints_one_whole_frame(gpus: Jobd) -> None:
     gpu_rows = [line for line in frame.splitlines() if "/24GiB" in line or "/80GiB" in line]
     assert len(gpu_rows) == 2, frame
     assert "q quit" not in frame, "no keys where none are read"
+
+
+def test_metrics_export_the_declared_gpus_and_their_holder_promtool_clean(gpus: Jobd) -> None:
+    command = write_script(gpus.root, "holds.py", SLEEPS)
+    held = int(gpus.ok("submit", "--name", "holds", "--gpus", "1", "--", *command).strip())
+    gpu = gpus.wait_phase(held, "Running")["status"]["gpus"][0]
+    text = httpx.get(f"{gpus.url}/metrics", timeout=5).text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("jobd_gpu_")
+    }
+    holder = {"job_id": str(held), "job_name": "default/holds", "project": "default"}
+    assert samples[("jobd_gpu_memory_total_bytes", _labels(0))] == 24 * (1 << 30)
+    assert samples[("jobd_gpu_memory_total_bytes", _labels(1))] == 80 * (1 << 30)
+    assert samples[("jobd_gpu_job_info", _labels(gpu, **holder))] == 1
+    assert not any(name == "jobd_gpu_memory_used_bytes" for name, _ in samples), "no NVML here"
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI", "").lower() in {"true", "1"}:
+            pytest.fail("CI=true and promtool is not installed", pytrace=False)
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _labels(gpu: int, **more: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"worker": "w1", "gpu": str(gpu), **more}.items()))
