@@ -107,7 +107,7 @@ def test_top_shows_gpus_jobs_queue_and_preemptions_and_opens_logs(
     terminal = Terminal(_tmux(), tmp_path)
     terminal.run("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", command)
     try:
-        screen = terminal.wait_for(lambda s: "training" not in s and "/4000" in s)
+        screen = terminal.wait_for(lambda s: "/4000" in s and "unschedulable" in s)
         lines = screen.splitlines()
         assert len(lines) <= 24 and max(len(line) for line in lines) <= 80
         rows = {line.split()[0]: line for line in lines if line.strip()}
