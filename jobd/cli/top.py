@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["VERBS", "Feed", "keys_of", "press"]
 
 QUEUE_LIMIT = 200  # a refresh lists no more: ~9 ms of the broker's CPU (docs/performance.md)
-PREEMPTIONS = 8  # the newest kept for the frame
+PREEMPTIONS = 16  # the newest kept for the frame
 LOG_LINES = 2000  # the end of a job's output the pager is given
 _PIPE_WIDTH = 200  # as the other verbs print to a pipe
 _BOUND = sorted(p.value for p in BOUND_PHASES)
@@ -90,6 +90,7 @@ class Feed:
         self.preemptions: deque[Document] = deque(maxlen=PREEMPTIONS)
         self._after: int | None = None
         self._last: Snapshot | None = None
+        self._projects: dict[int, str] = {}  # a preempted job's project, once asked
 
     def refresh(self, project: str | None) -> Snapshot:
         """A fresh snapshot; after the first, a failure keeps the last one, saying why."""
@@ -118,8 +119,22 @@ class Feed:
             queued=sorted(pending.items, key=_queue_order),
             queued_total=len(pending.items),
             queued_more=len(pending.items) >= QUEUE_LIMIT,
-            preemptions=list(self.preemptions),
+            preemptions=[e for e in self.preemptions if self._shown(e, project)],
         )
+
+    def _shown(self, event: Document, project: str | None) -> bool:
+        """Whether a preemption is of the project shown: its job's, asked once each."""
+        if project is None:
+            return True
+        job_id = event.get("job")
+        if not isinstance(job_id, int):
+            return False
+        if job_id not in self._projects:
+            try:
+                self._projects[job_id] = _project(self.broker.get_job(job_id))
+            except ApiError:  # gone (retention), or not ours to read: of no project shown
+                self._projects[job_id] = ""
+        return self._projects[job_id] == project
 
     def _read_preemptions(self) -> None:
         while True:

@@ -132,12 +132,25 @@ def test_top_shows_gpus_jobs_queue_and_preemptions_and_opens_logs(
         subprocess.run([*terminal.base, "kill-server"], capture_output=True, timeout=10)
 
 
-def test_top_into_a_pipe_prints_one_whole_frame(gpus: Jobd) -> None:
+def test_top_into_a_pipe_prints_one_whole_frame_of_the_project_asked(gpus: Jobd) -> None:
+    command = write_script(gpus.root, "s.py", SLEEPS)
+    preempted = int(gpus.ok("submit", "--name", "piped", "--", *command).strip())
+    gpus.wait_phase(preempted, "Running")
+    gpus.ok("preempt", str(preempted))
     frame = gpus.ok("top")
     assert frame.startswith("jobd top") and "WORKERS 1" in frame, frame
     gpu_rows = [line for line in frame.splitlines() if "/24GiB" in line or "/80GiB" in line]
     assert len(gpu_rows) == 2, frame
     assert "q quit" not in frame, "no keys where none are read"
+    assert _preemption_rows(frame, preempted), frame
+    assert _preemption_rows(gpus.ok("top", "-p", "default"), preempted)
+    other = gpus.ok("top", "--project", "nobody")
+    assert "RUNNING 0" in other and not _preemption_rows(other, preempted), other
+
+
+def _preemption_rows(frame: str, job: int) -> list[str]:
+    after = frame.split("RECENT PREEMPTIONS", 1)[1].splitlines()[2:]
+    return [line for line in after if line.split()[1:2] == [str(job)]]
 
 
 def test_metrics_export_the_declared_gpus_and_their_holder_promtool_clean(gpus: Jobd) -> None:
