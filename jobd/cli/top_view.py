@@ -41,21 +41,22 @@ class Snapshot:
     queued: Sequence[Document] = field(default_factory=list)  # Pending, in the scheduler's order
     queued_total: int = 0
     queued_more: bool = False  # the queue is longer than what was listed
-    preemptions: Sequence[Document] = field(
-        default_factory=list
-    )  # auto_preempt events, newest last
+    # auto_preempt events, newest last
+    preemptions: Sequence[Document] = field(default_factory=list)
     error: str | None = None  # the last refresh failed: what is shown is older
 
 
 @dataclass
 class Screen:
+    """What the user sees through: the terminal's size, and what they chose."""
+
     width: int = 80
     height: int = 24
     server: str = ""
     project: str | None = None
     selected: int | None = None  # a job id, running or queued
     prompt: str | None = None  # the project being typed after `p`
-    notice: str | None = None
+    notice: str | None = None  # said in the footer until the next key
     live: bool = True  # full screen: tables span the width, the keys are shown
 
 
@@ -65,6 +66,7 @@ def selectable(snapshot: Snapshot) -> list[int]:
 
 
 def frame(snapshot: Snapshot, screen: Screen, now: datetime | None = None) -> RenderableType:
+    """The title line, the four sections in the rows they were given, the footer."""
     now = now or datetime.now(UTC)
     sections = [_gpu_rows(snapshot), _running_rows(snapshot, now), _queued_rows(snapshot, now)]
     sections.append(_preemption_rows(snapshot))
