@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from jobd.api.vocabulary import BOUND_PHASES, Phase
-from jobd.cli.options import client
+from jobd.cli.options import client, output_option, print_documents
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
 if TYPE_CHECKING:
@@ -64,16 +64,20 @@ Document = Mapping[str, Any]
     metavar="SECONDS",
     help="Time between refreshes.",
 )
-def top(project: str | None, interval: float) -> None:
+@output_option("text")
+def top(project: str | None, interval: float, output: str) -> None:
     """Show workers and their GPUs, running jobs, the queue and preemptions, live.
 
     Keys: q quit, p choose a project (empty: all), ↑/↓ (k/j) select a job, l or Enter
-    read its output in the pager. Not on a terminal: print one frame and exit.
+    read its output in the pager. Not on a terminal: print one frame and exit. With -o
+    json or yaml: print what one frame shows, as documents, and exit.
     """
     settings = click.get_current_context().find_root().obj
     with client() as broker:
         feed = Feed(broker)
-        if sys.stdout.isatty() and sys.stdin.isatty():
+        if output != "text":
+            print_documents([_documents(feed.refresh(project))], output, single=True)
+        elif sys.stdout.isatty() and sys.stdin.isatty():
             _live(feed, settings.server, project, interval)
         else:
             _once(feed, settings.server, project)
@@ -143,6 +147,17 @@ class Feed:
             if not page.items or page.last is None or page.last == self._after:
                 return
             self._after = page.last
+
+
+def _documents(snapshot: Snapshot) -> dict[str, Any]:
+    """What a frame shows, for scripts: the documents as the broker answered them."""
+    return {
+        "workers": list(snapshot.workers),
+        "running": list(snapshot.running),
+        "queued": list(snapshot.queued),
+        "queued_more": snapshot.queued_more,
+        "preemptions": list(snapshot.preemptions),
+    }
 
 
 def _id(job: Document) -> int:
