@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 import httpx
 
-from jobd.api.models import Job, Phase, WorkerSpec
+from jobd.api.models import GpuUsage, Job, Phase, WorkerSpec
 from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
@@ -251,21 +251,26 @@ class Agent:
         used = {g: int(u["memory_used"]) for g, u in usage.items()}
         return usage, foreign_use(used, held)
 
+    def heartbeat_body(self) -> Heartbeat:
+        """What the next heartbeat says: the jobs running here, each one's attempt, what
+        NVML reads of the GPUs (where it is), whether the disk is full."""
+        usage, foreign = self._gpu_usage()
+        body = Heartbeat(
+            running=sorted(self.executions),
+            attempts={i: e.attempt for i, e in self.executions.items()},
+            gpu_memory_foreign=foreign,
+            disk_full=self.disk.full,
+        )
+        if usage is not None:  # only then: a broker older than the field takes the rest
+            body.gpu_usage = {g: GpuUsage.model_validate(u) for g, u in usage.items()}
+        return body
+
     async def _heartbeat_forever(self) -> None:
         assert self.link is not None
         interval = self.lease_duration_s / 3
         while True:
             await self.disk.changed_within(interval)
-            attempts = {i: e.attempt for i, e in self.executions.items()}
-            usage, foreign = self._gpu_usage()
-            body = Heartbeat(
-                running=sorted(self.executions),
-                attempts=attempts,
-                gpu_memory_foreign=foreign,
-                gpu_usage=usage,
-                disk_full=self.disk.full,
-            )
-            body = self.link.signed(body)
+            body = self.link.signed(self.heartbeat_body())
             try:
                 answer = await self.link.call(calls.heartbeat(self.settings.name, body), True)
             except Refused:
