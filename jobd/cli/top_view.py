@@ -22,7 +22,7 @@ from rich.text import Text
 from jobd.api.sizes import format_size
 from jobd.cli import render
 
-__all__ = ["CHROME_LINES", "Screen", "Snapshot", "frame", "selectable"]
+__all__ = ["CHROME_LINES", "Screen", "Snapshot", "frame", "pending_reason", "selectable"]
 
 Document = Mapping[str, Any]
 SECTIONS = 4
@@ -159,11 +159,22 @@ def _queued_rows(snapshot: Snapshot, now: datetime) -> Section:
             "NAME": _ref(job),
             "PRIO": _priority(job),
             "WAIT": _since(status.get("queued_at") or _created(job), now),
-            "REASON": render.waiting_for(job) or "-",
+            "REASON": pending_reason(job),
         }
         rows.append((_job_id(job), cells))
     more = "+" if snapshot.queued_more else ""
     return f"QUEUED {snapshot.queued_total}{more}", rows
+
+
+def pending_reason(job: Document) -> str:
+    """Why a queued job waits: a `Scheduled=False` condition's reason and message where
+    the broker says one (`QuotaExceeded: ...`), else what `job status` says."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        said = cond.get("type") == "Scheduled" and cond.get("status") == "False"
+        if said and cond.get("reason") not in (None, "", "Unschedulable"):
+            message = cond.get("message")
+            return f"{cond['reason']}: {message}" if message else str(cond["reason"])
+    return render.waiting_for(job) or "-"
 
 
 def _preemption_rows(snapshot: Snapshot) -> Section:

@@ -11,7 +11,15 @@ from typing import Any
 from rich.console import Console
 
 from jobd.cli.top import keys_of, press
-from jobd.cli.top_view import CHROME_LINES, Screen, Snapshot, allot, frame, selectable
+from jobd.cli.top_view import (
+    CHROME_LINES,
+    Screen,
+    Snapshot,
+    allot,
+    frame,
+    pending_reason,
+    selectable,
+)
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 GIB = 1 << 30
@@ -143,3 +151,19 @@ def test_keys_select_jobs_open_logs_type_a_project_and_quit() -> None:
 def test_unknown_escape_sequences_are_no_keys() -> None:
     assert keys_of("\x1b[15~q") == ["q"]  # F5, then q
     assert keys_of("\x1bOA\n") == ["up", "enter"]
+
+
+def test_a_queued_job_says_why_it_waits() -> None:
+    def scheduled_false(reason: str, message: str) -> dict[str, Any]:
+        return {"type": "Scheduled", "status": "False", "reason": reason, "message": message}
+
+    quota = scheduled_false("QuotaExceeded", "project vision uses 8 of 8 GPUs")
+    assert pending_reason(_job(1, "Pending", conditions=[quota])) == (
+        "QuotaExceeded: project vision uses 8 of 8 GPUs"
+    )
+    unschedulable = scheduled_false("Unschedulable", "no worker has 2 GPUs")
+    assert pending_reason(_job(2, "Pending", conditions=[unschedulable])) == (
+        "unschedulable: no worker has 2 GPUs"
+    )
+    assert pending_reason(_job(3, "Pending")) == "waiting for capacity"
+    assert pending_reason(_job(4, "Pending", dependencies_met=False)) == "waiting for dependencies"
