@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from jobd.worker.shim.client import ShimPool, adopt, start_shim
+from jobd.worker.shim.client.starting import pool_command
 from jobd.worker.shim.containment import ProcessGroup, SystemdScope, choose_containment
 from jobd.worker.shim.protocol import SHIM_MODULE, LaunchSpec
 from tests.integration.supervised import python_spec
@@ -39,7 +40,7 @@ async def test_a_process_group_takes_its_shim_from_the_pool(state_root: Path) ->
         with anyio.fail_after(10):
             shim = await start_shim(pool, ProcessGroup(), state_root / "42-1", python_spec("pass"))
             assert shim.identity is not None
-            assert "jobd.worker.shim.pool" in _command_line(shim.identity.pid)
+            assert _command_line(shim.identity.pid) == pool_command()  # forked by the pool
             assert (await shim.wait()).exit_code == 0
     finally:
         await pool.aclose()
