@@ -40,7 +40,7 @@ def test_jobd_worker_command_loads_no_store_no_server_no_rich_no_greenlet(tmp_pa
     args += ["--log-dir", str(tmp_path)]
     loaded = _modules_after(
         "from jobd.daemon import main as jobd_main\n"
-        "jobd_main._run = lambda main, uvloop=False: None\n"
+        "jobd_main._run = lambda main, **how: None\n"
         f"jobd_main.cli.main({args!r}, prog_name='jobd', standalone_mode=False)"
     )
     assert {"jobd.worker.agent", "httpx", "structlog"} <= loaded
