@@ -200,12 +200,14 @@ def _result(idle: dict[str, Any], after: dict[str, Any], shim: Memory, drained: 
         f"running shim's own (USS) <= {SHIM_TARGET_MIB:.0f} MiB"
     )
     shim_mib = shim.as_json()
-    result.met = (
-        idle["rss_mib"] <= IDLE_TARGET_MIB
-        and after["rss_mib"] <= AFTER_DRAIN_TARGET_MIB
-        and shim_mib["uss_mib"] <= SHIM_TARGET_MIB
-    )
+    met_each = {
+        "idle": idle["rss_mib"] <= IDLE_TARGET_MIB,
+        "after_drain": after["rss_mib"] <= AFTER_DRAIN_TARGET_MIB,
+        "running_shim": shim_mib["uss_mib"] <= SHIM_TARGET_MIB,
+    }
+    result.met = all(met_each.values())
     result.extra = {"idle": idle, "after_drain": after, "running_shim": shim_mib}
+    result.extra["met_each"] = met_each
     result.extra["load_avg"] = os.getloadavg()[0]
     result.notes = "`jobd worker --slots 8` and all it keeps: RSS / PSS summed over its processes"
     result.details = [

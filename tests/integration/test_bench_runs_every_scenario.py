@@ -120,6 +120,9 @@ def test_the_footprint_scenario_measures_the_worker_and_all_it_keeps(
     assert "pool" in [p["role"] for p in line["after_drain"]["each"]]
     shim = line["running_shim"]
     assert shim["role"] == "shim" and 0 < shim["uss_mib"] <= shim["pss_mib"] <= shim["rss_mib"]
+    met_each = line["met_each"]
+    assert set(met_each) == {"idle", "after_drain", "running_shim"}
+    assert line["met"] == all(met_each.values())
 
 
 def test_scenarios_run_on_a_store_with_a_history(tmp_path: Any) -> None:
