@@ -20,7 +20,6 @@ import click
 from click.core import ParameterSource
 
 from jobd.cli.mcp_command import mcp
-from jobd.daemon.install import install_command
 from jobd.daemon.settings import (
     AgentConnection,
     BrokerOptions,
@@ -113,7 +112,22 @@ def cli() -> None:
     """jobd: a small, fast job scheduler for the GPU machines you own."""
 
 
-@cli.group(invoke_without_command=True)
+class _Daemon(click.Group):
+    """A daemon's command: it runs the daemon, and `install` writes its systemd unit
+    (daemon/install.py, loaded only when asked for: every jobd process would carry it)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return ["install"]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name != "install" or self.name is None:
+            return None
+        from jobd.daemon.install import install_command
+
+        return install_command(self.name)
+
+
+@cli.group(cls=_Daemon, invoke_without_command=True)
 @options(BrokerOptions, OutputOptions)
 @click.pass_context
 def broker(ctx: click.Context, /, **given: Any) -> None:
@@ -155,7 +169,7 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
     server.should_exit = True
 
 
-@cli.group(invoke_without_command=True)
+@cli.group(cls=_Daemon, invoke_without_command=True)
 @options(AgentConnection, WorkerOptions, OutputOptions)
 @click.pass_context
 def worker(ctx: click.Context, /, **given: Any) -> None:
@@ -318,8 +332,6 @@ def main() -> None:
 
 cli.add_command(token)
 cli.add_command(mcp)
-broker.add_command(install_command("broker"))
-worker.add_command(install_command("worker"))
 
 
 if __name__ == "__main__":
