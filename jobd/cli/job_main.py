@@ -81,6 +81,10 @@ _LAZY_VERBS = {
         "Print the shell completion script for bash, zsh or fish (click's own).",
     ),
     "ui": ("dashboard", "Print (and open) a login URL for the web dashboard at /ui."),
+    "top": (
+        "top",
+        "Show workers and their GPUs, running jobs, the queue and preemptions, live.",
+    ),
 }
 VERB_MODULES = {verb: module for verb, (module, _) in _LAZY_VERBS.items()}
 VERB_SUMMARIES = {verb: summary for verb, (_, summary) in _LAZY_VERBS.items()}
