@@ -26,9 +26,10 @@ import httpx
 from jobd.api.models import WorkerSpec
 from jobd.bench.calls import create_job, job_doc
 from jobd.bench.context import BenchContext
-from jobd.bench.harness import Endpoint, raise_open_file_limit, wire_client
+from jobd.bench.harness import BrokerProcess, raise_open_file_limit, wire_client
+from jobd.bench.served import LoopLag, bucket_percentile, route_buckets
 from jobd.bench.stats import Result, Stopwatch, ms, percentile
-from jobd.wire import calls
+from jobd.wire import calls, routes
 from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
@@ -55,6 +56,12 @@ class Fleet:
     retries: int = 0
     register_s: float = 0.0
     client_cpu_pct: float = 0.0
+    broker_cpu_pct: float | None = None
+    # The broker's own time per heartbeat (its /metrics histogram), and how late the
+    # bench's loop ran: which of the two the heartbeat figure is made of.
+    served_p50_s: float | None = None
+    served_p99_s: float | None = None
+    lag: LoopLag = field(default_factory=LoopLag)
 
     def arrived(self, job: int) -> anyio.Event:
         return self.arrivals.setdefault(job, anyio.Event())
@@ -180,9 +187,9 @@ async def _submit(
     return latencies
 
 
-async def _drive(ctx: BenchContext, http: httpx.AsyncClient, endpoint: Endpoint) -> Result:
+async def _drive(ctx: BenchContext, http: httpx.AsyncClient, broker: BrokerProcess) -> Result:
     workers, jobs, min_s = ctx.sized((20, 15, 1.5), (200, 100, 6.0), (1000, 300, 12.0))
-    fleet = Fleet()
+    fleet, endpoint = Fleet(), broker.endpoint
     async with contextlib.AsyncExitStack() as stack:
         sims = [
             SimWorker(
@@ -201,9 +208,17 @@ async def _drive(ctx: BenchContext, http: httpx.AsyncClient, endpoint: Endpoint)
                 # moments have: a fleet renewing in lockstep is not what a broker meets.
                 tg.start_soon(sim.heartbeat_forever, i * HEARTBEAT_S / workers)
             await anyio.sleep(1.0)  # the watches park, the first heartbeats go out
+            tg.start_soon(fleet.lag.run)
+            served = await route_buckets(http, routes.HEARTBEAT.method, routes.HEARTBEAT.path)
+            broker_cpu, measured = broker.cpu_seconds().get("broker", 0.0), Stopwatch()
             latencies = await _submit(ctx, http, fleet, jobs)
             await anyio.sleep(max(0.0, min_s - watch.elapsed()))
             fleet.client_cpu_pct = watch.cpu_pct()
+            used = broker.cpu_seconds().get("broker", 0.0) - broker_cpu
+            fleet.broker_cpu_pct = round(100 * used / measured.elapsed(), 1)
+            now = await route_buckets(http, routes.HEARTBEAT.method, routes.HEARTBEAT.path)
+            fleet.served_p50_s = bucket_percentile(served, now, 50)
+            fleet.served_p99_s = bucket_percentile(served, now, 99)
             tg.cancel_scope.cancel()
     return _result(workers, latencies, fleet)
 
@@ -220,6 +235,11 @@ def _result(workers: int, latencies: list[float], fleet: Fleet) -> Result:
         "heartbeat_p99_ms": ms(percentile(fleet.heartbeats, 99)),
         "register_s": round(fleet.register_s, 3),
         "client_cpu_pct": fleet.client_cpu_pct,
+        "broker_cpu_pct": fleet.broker_cpu_pct,
+        "broker_heartbeat_p50_ms": ms(fleet.served_p50_s),
+        "broker_heartbeat_p99_ms": ms(fleet.served_p99_s),
+        "client_lag_p50_ms": ms(fleet.lag.p(50)),
+        "client_lag_p99_ms": ms(fleet.lag.p(99)),
         "failures": fleet.failures,
         "retries": fleet.retries,
     }
@@ -229,7 +249,12 @@ def _result(workers: int, latencies: list[float], fleet: Fleet) -> Result:
         f"{result.extra['heartbeat_p99_ms']} ms over {len(fleet.heartbeats)}; "
         f"{workers} registered in {fleet.register_s:.2f} s; {fleet.failures} failures, "
         f"{fleet.retries} retries on dropped connections; "
-        f"bench client CPU {fleet.client_cpu_pct}%"
+        f"bench client CPU {fleet.client_cpu_pct}%",
+        f"the broker's own time per heartbeat (its /metrics): p50 "
+        f"{result.extra['broker_heartbeat_p50_ms']} ms, p99 "
+        f"{result.extra['broker_heartbeat_p99_ms']} ms; broker CPU {fleet.broker_cpu_pct}%; "
+        f"the bench's loop late by p50 {result.extra['client_lag_p50_ms']} ms, p99 "
+        f"{result.extra['client_lag_p99_ms']} ms",
     ]
     return result
 
@@ -240,7 +265,7 @@ async def run_scale(ctx: BenchContext) -> Result:
     async with ctx.broker("scale") as (http, broker):
         assert broker is not None
         try:
-            return await _drive(ctx, http, broker.endpoint)
+            return await _drive(ctx, http, broker)
         finally:
             # A graceful stop would wait for the parked watches to time out; nothing to keep.
             broker.stop(signal.SIGKILL)
