@@ -7,7 +7,9 @@ from `GET /metrics` before and after a run); the difference of the two histogram
 what the broker spent on the requests of the run, percentiles interpolated within a
 bucket. `LoopLag` sleeps a few milliseconds over and over in the bench's own loop and
 keeps how late each wake-up was: when the bench's loop is late, so is every reply it
-times, whatever the broker did.
+times, whatever the broker did. `HealthProbe` asks `GET /healthz` (which does no work)
+every few milliseconds on a connection of its own: its latency less the bench's lag is
+how long the broker's loop took to get to a request at all.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobd.bench.stats import percentile
+from jobd.bench.wire import Connection
 from jobd.wire import routes
+from jobd.wire.calls import Call
 
-__all__ = ["Buckets", "LoopLag", "bucket_percentile", "buckets_of", "route_buckets"]
+__all__ = ["Buckets", "HealthProbe", "LoopLag", "bucket_percentile", "buckets_of", "route_buckets"]
 
 _DURATION = "jobd_http_request_duration_seconds"
 
@@ -88,3 +92,23 @@ class LoopLag:
 
     def p(self, q: float) -> float | None:
         return percentile(self.late, q)
+
+
+class HealthProbe:
+    """`GET /healthz` every `every_s` over `conn`, one at a time; each answer's seconds."""
+
+    def __init__(self, conn: Connection, every_s: float = 0.01) -> None:
+        self.conn = conn
+        self.every_s = every_s
+        self.took: list[float] = []
+        self._call = Call(routes.HEALTHZ, routes.HEALTHZ.url(), lambda r: r.status_code)
+
+    async def run(self) -> None:
+        while True:
+            began = time.perf_counter()
+            await self.conn.run(self._call)
+            self.took.append(time.perf_counter() - began)
+            await anyio.sleep(self.every_s)
+
+    def p(self, q: float) -> float | None:
+        return percentile(self.took, q)
