@@ -158,14 +158,24 @@ class SimWorker:
             await anyio.sleep(max(0.0, HEARTBEAT_S - took))
 
 
-async def _register_all(ctx: BenchContext, sims: list[SimWorker]) -> float:
-    """Register every worker, 32 at a time; returns the seconds it took."""
+async def _register_all(
+    ctx: BenchContext, sims: list[SimWorker], beating: anyio.abc.TaskGroup
+) -> float:
+    """Register every worker, 32 at a time; returns the seconds it took.
+
+    Each heartbeats from its registration on, as an agent does: a fleet that waited for
+    the last to register would see its first leases run out while a loaded broker was
+    still registering the rest, and measure the storm of Lost workers that makes.
+    """
     began = time.perf_counter()
-    pending = iter(sims)
+    pending = iter(enumerate(sims))
 
     async def register_some() -> None:
-        for sim in pending:
+        for i, sim in pending:
             await sim.register()
+            # Phases spread over the whole interval, as agents started at different
+            # moments have: a fleet renewing in lockstep is not what a broker meets.
+            beating.start_soon(sim.heartbeat_forever, i * HEARTBEAT_S / len(sims))
 
     async with anyio.create_task_group() as tg:
         for _ in range(32):
@@ -217,17 +227,14 @@ async def _drive(ctx: BenchContext, http: httpx.AsyncClient, broker: BrokerProce
             )
             for i in range(workers)
         ]
-        fleet.register_s = await _register_all(ctx, sims)
-        watch = Stopwatch()
         async with anyio.create_task_group() as tg:
+            fleet.register_s = await _register_all(ctx, sims, tg)
+            watch = Stopwatch()
             for sim in sims:
                 tg.start_soon(sim.watch_forever, tg)
             await _listed(sims)  # the fleet's first lists are not what is measured
-            for i, sim in enumerate(sims):
-                # Phases spread over the whole interval, as agents started at different
-                # moments have: a fleet renewing in lockstep is not what a broker meets.
-                tg.start_soon(sim.heartbeat_forever, i * HEARTBEAT_S / workers)
-            await anyio.sleep(1.0)  # the watches park, the first heartbeats go out
+            await anyio.sleep(1.0)  # the watches park
+            fleet.heartbeats.clear()  # those of the start-up are not what is measured
             tg.start_soon(fleet.lag.run)
             fleet.health = HealthProbe(await stack.enter_async_context(Connection(endpoint)))
             tg.start_soon(fleet.health.run)
