@@ -2,7 +2,8 @@
 
 Its figures are the common ones (`p50_ms`, `p99_ms` of /healthz while clients submit and
 the jobs drain; `per_s` the jobs a second) with the idle probe's beside them, the same
-probe while one apply's jobs drain (`drain_per_s`), and the store it ran on. The default run does not include it.
+probe while one apply's jobs drain (`drain_per_s`), and the store it ran on. The default
+run does not include it.
 """
 
 from __future__ import annotations

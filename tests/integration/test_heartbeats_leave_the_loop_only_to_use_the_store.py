@@ -126,3 +126,17 @@ async def test_a_quiet_heartbeat_needs_no_store(api: httpx.AsyncClient) -> None:
     renewal = worker_lease.renew(ctx, "w1", [])
     assert not renewal.changed and not renewal.needs_store
     assert worker_lease.renew(ctx, "w1", [7]).needs_store  # a job the view does not bind here
+
+
+async def test_a_quiet_heartbeat_answers_the_time_and_leaves_the_view_as_it_was(
+    api: httpx.AsyncClient,
+) -> None:
+    ctx = broker_state(api).ctx
+    held = ctx.view.workers["w1"]
+    before = held.status.last_renewal
+    assert isinstance(ctx.clock.now(), type(before))
+    worker, stop = worker_lease.heartbeat(ctx, "w1", [])
+    assert stop == [] and worker is not held
+    assert worker.status.last_renewal >= before
+    assert ctx.view.workers["w1"] is held and held.status.last_renewal == before
+    assert worker.metadata.resource_version == held.metadata.resource_version  # not written

@@ -21,7 +21,7 @@ from jobd.controllers.context import Context
 from jobd.controllers.scheduler import QUEUE_KEY
 from jobd.controllers.verbs import lease_holder
 from jobd.controllers.verbs.reports import report_started
-from jobd.controllers.worker_disk import note_disk
+from jobd.controllers.worker_disk import DISK_FULL, note_disk
 from jobd.controllers.worker_phases import WorkerVerb
 from jobd.store.base import Conflict, EventRecord
 
@@ -179,10 +179,24 @@ def _renewed(
     disk_full: str | None,
     now: datetime,
 ) -> tuple[Worker, bool, bool]:
-    """The worker as the heartbeat leaves it; whether to write it; whether its disk changed."""
+    """The worker as the heartbeat leaves it; whether to write it; whether its disk changed.
+
+    Most heartbeats bring nothing but the time: the answer is then a shallow copy with
+    the renewal's time (the view's worker is never changed in place), not a deep one.
+    """
+    was = live.status
+    foreign = was.gpu_memory_foreign if gpu_memory_foreign is None else gpu_memory_foreign
+    if (
+        disk_full is None
+        and not any(c.type == DISK_FULL for c in was.conditions)
+        and was.phase != WorkerPhase.LOST
+        and was.jobs == sorted(running)
+        and was.gpu_memory_foreign == foreign
+    ):
+        status = was.model_copy(update={"last_renewal": now})
+        return live.model_copy(update={"status": status}), False, False
     worker = live.model_copy(deep=True)
     came_back = worker.status.phase == WorkerPhase.LOST
-    foreign = worker.status.gpu_memory_foreign if gpu_memory_foreign is None else gpu_memory_foreign
     disk_changed = note_disk(worker, disk_full, now)
     changed = (
         disk_changed
