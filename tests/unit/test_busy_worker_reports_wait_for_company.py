@@ -73,3 +73,20 @@ async def test_a_report_whose_reporter_is_cancelled_while_lingering_goes_with_th
         assert len(sent.batches) == 1
         await batcher.report(3, "started")
     assert sent.batches == [[(1, "started")], [(2, "started"), (3, "started")]]
+
+
+async def test_a_stop_under_way_is_told_at_once_and_takes_the_lingering_reports_along() -> None:
+    sent = Recorder()
+    batcher = ReportBatcher(sent.send, linger_s=LONG)
+    with anyio.fail_after(5):
+        await batcher.report(1, "started")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(batcher.report, 2, "complete")  # busy: it would linger LONG
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(batcher.report, 3, "stopping")
+        await batcher.report(3, "checkpoint-complete")
+    assert sent.batches == [
+        [(1, "started")],
+        [(2, "complete"), (3, "stopping")],
+        [(3, "checkpoint-complete")],
+    ]
