@@ -32,7 +32,7 @@ SendBatch = Callable[[list[BatchedReport]], Awaitable[list[ReportResult]]]
 # A worker that sent a batch less than this long ago is busy: its next batch lingers
 # LINGER_S for company (a job's end is then told at most that much later).
 BUSY_S = 0.05
-LINGER_S = 0.005
+LINGER_S = 0.002
 _LINGERING_VERBS = frozenset({"started", "progress", "complete"})
 
 

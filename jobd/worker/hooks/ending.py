@@ -73,7 +73,7 @@ class ReportCompletion(Hook):
                 reason="grace_expired",
             )
         ckpt = checkpoint_dir(ex.settings.checkpoint_root, ex.job_id)
-        latest = find_resume_target(ckpt) if ckpt.is_dir() else ckpt
+        latest = find_resume_target(ckpt)  # ckpt itself when it holds none (or is gone)
         body: dict[str, Any] = {
             "exit_code": end.exit_code,
             "signal": end.signal,
