@@ -123,10 +123,13 @@ class BrokerLink:
         self._events_ready.set()
 
     async def ship_events_forever(self, interval_s: float = 0.2) -> None:
+        """Send the events no report took along, at most every interval_s. An event first
+        waits that long for a report to carry it: most ride with the report that follows
+        them within milliseconds (`started`, `stopping`, `complete`), at no request."""
         while True:
             await self._events_ready.wait()
             self._events_ready = anyio.Event()
+            await anyio.sleep(interval_s)
             batch, self._events = self._events, []
             if batch:  # else they left with a batch of reports
                 await self.call(calls.ingest_events(WorkerEvents(worker=self.worker, events=batch)))
-            await anyio.sleep(interval_s)
