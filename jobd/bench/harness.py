@@ -181,8 +181,6 @@ class BrokerProcess:
                 "JOBD_WORKER_SLOTS": str(self.slots),
                 "JOBD_WORKER_GPUS": "none",
                 "JOBD_WORKER_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
-                # Its own, or two benches on one host refuse each other's agent.
-                "JOBD_WORKER_STATE_DIR": str(self.root / "state"),
                 "JOBD_WORKER_DEFAULT_GRACE_S": "30",
             }
         )
