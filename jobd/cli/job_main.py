@@ -68,6 +68,7 @@ VERB_MODULES = {
     "config": "config_verbs",
     "completion": "config_verbs",
     "ui": "dashboard",
+    "top": "top",
 }
 # Verbs that must work while the config file is broken: they are how it is fixed.
 STANDALONE = frozenset({"completion", "config"})

@@ -43,6 +43,7 @@ __all__ = [
     "to_json",
     "to_text",
     "victim_line",
+    "waiting_for",
     "watch_line",
     "workers_table",
 ]
@@ -299,6 +300,11 @@ def _unschedulable(status: Document) -> str | None:
         if cond.get("type") == "Scheduled" and cond.get("reason") == "Unschedulable":
             return str(cond.get("message") or "no worker could run it")
     return None
+
+
+def waiting_for(job: Document) -> str:
+    """What a converging job waits for (`unschedulable: ...`, `waiting for capacity`)."""
+    return _why(_status(job))
 
 
 def _why(status: Document) -> str:

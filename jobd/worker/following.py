@@ -12,7 +12,7 @@ side interleaved them before.
 
 A chunk shipped outlives its request: httpx and its connection pool leave the request,
 its body stream and the response in reference cycles, which only the cyclic collector
-frees, and the daemons run it rarely (a young pass per 20,000 allocations, daemon/main.py's
+frees, and `jobd dev` runs it rarely (a young pass per 20,000 allocations, daemon/main.py's
 `_tune_gc`), which a job printing 50 MB in 200 chunks never made: the agent held most of
 it. A young collection after every `SWEEP_BYTES` shipped keeps that garbage bounded,
 however long a line and however much a job prints.

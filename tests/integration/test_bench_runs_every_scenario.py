@@ -16,8 +16,20 @@ from typing import Any
 
 import pytest
 
-SCENARIOS = ["submit", "apply", "dispatch", "drain", "preempt", "scale", "reconcile", "cli"]
+SCENARIOS = [
+    "submit",
+    "apply",
+    "dispatch",
+    "drain",
+    "preempt",
+    "scale",
+    "reconcile",
+    "cli",
+    "footprint",
+]
 RATE_NOT_APPLICABLE = {"dispatch", "preempt", "scale", "reconcile"}
+# Memory, not time: no rate nor latency (their figures are checked below).
+MEMORY = {"footprint"}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +41,7 @@ def bench_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
         [sys.executable, "-m", "jobd", "bench", "--size", "tiny", "--json"],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
         env=env,
     )
 
@@ -57,13 +69,16 @@ def test_scenario_reports_its_figures(
     (line,) = [x for x in _lines(bench_run) if x["scenario"] == scenario]
     assert "error" not in line, line["error"]
     assert line["n"] > 0 and isinstance(line["n"], int)
+    assert isinstance(line["met"], bool) and line["size"] == "tiny"
+    if scenario in MEMORY:
+        assert line["per_s"] is None and line["p50_ms"] is None and line["p99_ms"] is None
+        return
     assert _is_number(line["p50_ms"]) and _is_number(line["p99_ms"])
     assert line["p50_ms"] <= line["p99_ms"]
     if scenario in RATE_NOT_APPLICABLE:
         assert line["per_s"] is None
     else:
         assert _is_number(line["per_s"]) and line["per_s"] > 0
-    assert isinstance(line["met"], bool) and line["size"] == "tiny"
 
 
 def test_submitted_jobs_survive_a_killed_broker(
@@ -86,6 +101,28 @@ def test_the_cli_scenario_reports_get_beside_python_and_apply(
         line["p50_ms"] - line["python_p50_ms"], abs=0.01
     )
     assert line["per_s"] == pytest.approx(300 / line["apply_s"], rel=0.01)
+
+
+def test_the_footprint_scenario_measures_the_worker_and_all_it_keeps(
+    bench_run: subprocess.CompletedProcess[str],
+) -> None:
+    """Idle: the agent (and its pool); after the drain: the pool too; a running job's
+    shim on its own. Each sum is the sum of the processes listed."""
+    (line,) = [x for x in _lines(bench_run) if x["scenario"] == "footprint"]
+    for moment in ("idle", "after_drain"):
+        figures = line[moment]
+        roles = [p["role"] for p in figures["each"]]
+        assert roles[0] == "agent" and figures["processes"] == len(roles)
+        for key in ("rss_mib", "pss_mib", "uss_mib"):
+            total = sum(p[key] for p in figures["each"])
+            assert figures[key] == pytest.approx(total, abs=0.1 * len(roles)), key
+            assert all(p["uss_mib"] <= p["pss_mib"] <= p["rss_mib"] for p in figures["each"])
+    assert "pool" in [p["role"] for p in line["after_drain"]["each"]]
+    shim = line["running_shim"]
+    assert shim["role"] == "shim" and 0 < shim["uss_mib"] <= shim["pss_mib"] <= shim["rss_mib"]
+    met_each = line["met_each"]
+    assert set(met_each) == {"idle", "after_drain", "running_shim"}
+    assert line["met"] == all(met_each.values())
 
 
 def test_scenarios_run_on_a_store_with_a_history(tmp_path: Any) -> None:

@@ -75,6 +75,7 @@ def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, A
         body.disk_full,
         sender,
     )
+    state.gpu_readings.record(name, body.gpu_usage)  # after the lease check: the holder's
     return {"worker": doc(worker), "stop": stop}
 
 
@@ -85,16 +86,15 @@ declare(router, HEARTBEAT)
 @route(router, routes.LIST_WORKERS)
 async def list_workers(request: Request) -> Response:
     state = state_of(request)
-    items = []
-    for worker in state.store.list_workers():
-        worker.status.last_renewal = workers.last_renewal(state.ctx, worker)
-        items.append(doc(worker))
+    items = [_worker_doc(state, w, copy=False) for w in state.store.list_workers()]
     return json_response({"items": items})
 
 
-def _worker_doc(state: BrokerState, worker: Worker) -> RawJSON:
-    worker = worker.model_copy(deep=True)
+def _worker_doc(state: BrokerState, worker: Worker, *, copy: bool = True) -> RawJSON:
+    """The worker with what the broker keeps in memory: its lease, its GPUs' use."""
+    worker = worker.model_copy(deep=True) if copy else worker
     worker.status.last_renewal = workers.last_renewal(state.ctx, worker)
+    worker.status.gpu_usage = state.gpu_readings.of(worker)
     return doc(worker)
 
 

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from jobd.worker.shim.log import log_event, serving
 from jobd.worker.shim.procfs import ProcessIdentity
@@ -46,6 +45,11 @@ from jobd.worker.shim.signals import (
     signal_quietly,
 )
 from jobd.worker.shim.statedir import open_append, read_json, take_lock, write_json_atomic
+
+# typing.TYPE_CHECKING without importing typing, which would cost every shim 0.4 MiB.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["EXIT_ALREADY_SERVED", "own_identity", "run_job"]
 

@@ -23,7 +23,6 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from jobd.worker.shim.lifecycle import own_identity, run_job
 from jobd.worker.shim.log import log_event
@@ -31,6 +30,11 @@ from jobd.worker.shim.procfs import start_time
 from jobd.worker.shim.protocol import LOG_FILE, SHIM_MODULE, Ended, LaunchRequest, Started
 from jobd.worker.shim.signals import Wakeups, become_subreaper, no_children_left
 from jobd.worker.shim.statedir import open_append
+
+# typing.TYPE_CHECKING without importing typing, which would cost every shim 0.4 MiB.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Launch", "PoolLink", "main", "parse_launch", "serve", "write_all"]
 

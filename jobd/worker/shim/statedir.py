@@ -16,9 +16,13 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 from jobd.worker.shim.protocol import LEGACY_LOCK_FILE
+
+# typing.TYPE_CHECKING without importing typing, which would cost every shim 0.4 MiB.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["lock_is_held", "open_append", "read_json", "take_lock", "write_json_atomic"]
 
