@@ -153,8 +153,16 @@ class Agent:
         await informer.run(self._on_change)
 
     def _on_change(self, delta: Delta) -> None:
-        if delta.op != "DELETED":
+        if delta.op != "DELETED" and self._may_act_on(delta.object):
             self._reconcile(Job.model_validate(delta.object))
+
+    def _may_act_on(self, document: dict[str, Any]) -> bool:
+        """Whether _reconcile could act on this job: one running here, or one Scheduled (to
+        start). The rest (the end of a job already gone from here: a third of a drain's
+        changes) is passed over unread, no model built for it."""
+        job_id = (document.get("metadata") or {}).get("id")
+        phase = (document.get("status") or {}).get("phase")
+        return job_id in self.executions or phase == Phase.SCHEDULED
 
     def running_jobs(self) -> int:
         """Jobs whose workload is still running here (they outlive this agent)."""
