@@ -31,6 +31,8 @@ DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 # cannot push them past it.
 SERIAL = frozenset(
     {
+        "tests/e2e/test_a_body_over_its_cap_reads_as_413_everywhere.py"
+        "::test_a_client_waiting_for_100_continue_gets_413_and_the_close_at_once",
         "tests/e2e/test_a_weak_token_beyond_loopback_is_refused.py",
         "tests/e2e/test_finished_jobs_expire_with_their_logs.py",
         "tests/e2e/test_the_everyday_cli.py::test_logs_tail_and_since",

@@ -181,6 +181,8 @@ class BrokerProcess:
                 "JOBD_WORKER_SLOTS": str(self.slots),
                 "JOBD_WORKER_GPUS": "none",
                 "JOBD_WORKER_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
+                # `jobd worker` (split) would use the user's data dir: benches at once collide.
+                "JOBD_WORKER_STATE_DIR": str(self.root / "worker-state"),
                 "JOBD_WORKER_DEFAULT_GRACE_S": "30",
             }
         )

@@ -31,6 +31,7 @@ from jobd.bench.cli import run_cli
 from jobd.bench.context import BenchContext, Size, Skipped
 from jobd.bench.databases import bench_db
 from jobd.bench.dispatch import run_dispatch, run_drain
+from jobd.bench.footprint import run_footprint
 from jobd.bench.harness import Endpoint
 from jobd.bench.loaded import run_healthz
 from jobd.bench.preempt import run_preempt
@@ -52,6 +53,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scale": run_scale,
     "reconcile": run_reconcile,
     "cli": run_cli,
+    "footprint": run_footprint,
 }
 # Run only when named (`--scenario healthz`), not in the default set.
 OPT_IN: dict[str, Scenario] = {"healthz": run_healthz}
@@ -114,6 +116,8 @@ def _run_all(
             result = _run_one(name, ctx)
             if stored and name != "reconcile":  # reconcile fills its stores itself
                 result.extra["stored"] = stored
+            if ctx.store is not None:  # which store the figures were taken on
+                result.extra.setdefault("store", ctx.store)
             results.append(result)
             if as_json:
                 print(json.dumps(result.as_json()), flush=True)

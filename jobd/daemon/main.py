@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
+from click.core import ParameterSource
 
 from jobd.cli.mcp_command import mcp
 from jobd.daemon.settings import (
@@ -45,19 +46,24 @@ def _log() -> Any:
 
 
 def _without_rich() -> None:
-    """Keep rich out of the worker's process: ~4 MB of an idle worker's ~47.
+    """Keep rich and greenlet out of the worker's process: ~4 and ~1 MiB of an idle
+    worker's ~47.
 
     structlog (its console renderer and traceback formatting) and httpx (its command-line
     client) import rich when it is installed, and both run without it; the worker uses
-    neither, nor anything else of rich's. Marking the modules absent before anything
-    imports them is how a program opts out of such an optional import. A process that has
-    already loaded them (tests driving the CLI in-process) keeps them.
+    neither, nor anything else of rich's. structlog imports greenlet, when installed (it
+    comes with SQLAlchemy, the broker's), only to tell greenlets apart in its deprecated
+    thread-local context, which jobd does not use. Marking the modules absent before
+    anything imports them is how a program opts out of such an optional import. A process
+    that has already loaded them (tests driving the CLI in-process) keeps them.
     """
-    for name in ("rich", "httpx._main"):
+    for name in ("rich", "httpx._main", "greenlet"):
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
-def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
+def _run(
+    main: Callable[[], Awaitable[None]], uvloop: bool = False, serves_http: bool = True
+) -> None:
     """Run the program's loop; the broker alone may use uvloop.
 
     uvloop serves HTTP faster. The programs that run workloads (worker, dev) stay on
@@ -69,22 +75,26 @@ def _run(main: Callable[[], Awaitable[None]], uvloop: bool = False) -> None:
             import uvloop as _  # noqa: F401  (installed by uvicorn[standard])
         except ImportError:
             uvloop = False
-    _tune_gc()
+    _tune_gc(serves_http)
     anyio.run(main, backend_options={"use_uvloop": uvloop})
 
 
-def _tune_gc() -> None:
+def _tune_gc(serves_http: bool) -> None:
     """Fewer cyclic garbage collections for a long-running server.
 
     Each request allocates thousands of short-lived objects (pydantic models, rows,
     dicts); at CPython's default of a young collection every 700 allocations, the
     collector took a quarter of a create's CPU. What exists at start-up (modules, the
     app) is frozen out of every later collection; garbage is still collected, in larger
-    and rarer young passes.
+    and rarer young passes — in the processes that serve HTTP (broker, dev). The worker
+    alone keeps CPython's thresholds: rarer passes let garbage pile up and fragment the
+    heap, 2.5-3.5 MiB more RSS kept after a 200-400 job drain, for no CPU per job seen
+    (paired drains, docs/performance.md).
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
+    if serves_http:
+        gc.set_threshold(20_000, 20, 20)
 
 
 async def _until_signalled(scope: anyio.CancelScope) -> None:
@@ -102,10 +112,31 @@ def cli() -> None:
     """jobd: a small, fast job scheduler for the GPU machines you own."""
 
 
-@cli.command()
+class _Daemon(click.Group):
+    """A daemon's command: it runs the daemon, and `install` writes its systemd unit
+    (daemon/install.py, loaded only when asked for: every jobd process would carry it)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return ["install"]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name != "install" or self.name is None:
+            return None
+        from jobd.daemon.install import install_command
+
+        return install_command(self.name)
+
+
+@cli.group(cls=_Daemon, invoke_without_command=True)
 @options(BrokerOptions, OutputOptions)
-def broker(**given: Any) -> None:
-    """Run the control plane: HTTP API, store, reconcile loops."""
+@click.pass_context
+def broker(ctx: click.Context, /, **given: Any) -> None:
+    """Run the control plane: HTTP API, store, reconcile loops.
+
+    `jobd broker install [SETTINGS]` writes a systemd unit that runs it instead.
+    """
+    if _installing(ctx):
+        return
     from jobd.daemon import broker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
@@ -138,10 +169,17 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
     server.should_exit = True
 
 
-@cli.command()
+@cli.group(cls=_Daemon, invoke_without_command=True)
 @options(AgentConnection, WorkerOptions, OutputOptions)
-def worker(**given: Any) -> None:
-    """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
+@click.pass_context
+def worker(ctx: click.Context, /, **given: Any) -> None:
+    """Run the agent on this host: runs the jobs bound to it, reports what it sees.
+
+    `jobd worker install --server URL --token-file F [SETTINGS]` writes a systemd unit
+    that runs it instead.
+    """
+    if _installing(ctx):
+        return
     _without_rich()
     from jobd.daemon import worker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
@@ -167,9 +205,23 @@ def worker(**given: Any) -> None:
             await agent.run()  # on a signal: cancelled; its jobs run on
             tg.cancel_scope.cancel()  # returned: refused (agent.refusal)
 
-    _run(run)
+    _run(run, serves_http=False)
     _refused(agent)
     assemble.say_jobs_run_on(agent)
+
+
+def _installing(ctx: click.Context) -> bool:
+    """`jobd broker install ...`: the settings are install's, given after it."""
+    if ctx.invoked_subcommand is None:
+        return False
+    before = [p.opts[0] for p in ctx.command.params if _given(ctx, p.name)]
+    if before:
+        raise click.UsageError(f"give {', '.join(before)} after `install`, not before it")
+    return True
+
+
+def _given(ctx: click.Context, name: str | None) -> bool:
+    return name is not None and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
 def _refused(agent: Agent) -> None:

@@ -63,7 +63,8 @@ def broker() -> Iterator[str]:
 
 @pytest.fixture
 def daemons_collector() -> Iterator[None]:
-    """The collector as `jobd worker` sets it (daemon/main._tune_gc)."""
+    """The collector as `jobd dev` sets it (daemon/main._tune_gc): the harder case, as
+    `jobd worker` keeps CPython's more frequent young passes."""
     before = gc.get_threshold()
     gc.collect()
     gc.set_threshold(20_000, 20, 20)

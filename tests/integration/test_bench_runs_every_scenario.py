@@ -16,8 +16,20 @@ from typing import Any
 
 import pytest
 
-SCENARIOS = ["submit", "apply", "dispatch", "drain", "preempt", "scale", "reconcile", "cli"]
+SCENARIOS = [
+    "submit",
+    "apply",
+    "dispatch",
+    "drain",
+    "preempt",
+    "scale",
+    "reconcile",
+    "cli",
+    "footprint",
+]
 RATE_NOT_APPLICABLE = {"dispatch", "preempt", "scale", "reconcile"}
+# Memory, not time: no rate nor latency (their figures are checked below).
+MEMORY = {"footprint"}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +41,7 @@ def bench_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
         [sys.executable, "-m", "jobd", "bench", "--size", "tiny", "--json"],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
         env=env,
     )
 
@@ -57,13 +69,16 @@ def test_scenario_reports_its_figures(
     (line,) = [x for x in _lines(bench_run) if x["scenario"] == scenario]
     assert "error" not in line, line["error"]
     assert line["n"] > 0 and isinstance(line["n"], int)
+    assert isinstance(line["met"], bool) and line["size"] == "tiny"
+    if scenario in MEMORY:
+        assert line["per_s"] is None and line["p50_ms"] is None and line["p99_ms"] is None
+        return
     assert _is_number(line["p50_ms"]) and _is_number(line["p99_ms"])
     assert line["p50_ms"] <= line["p99_ms"]
     if scenario in RATE_NOT_APPLICABLE:
         assert line["per_s"] is None
     else:
         assert _is_number(line["per_s"]) and line["per_s"] > 0
-    assert isinstance(line["met"], bool) and line["size"] == "tiny"
 
 
 def test_submitted_jobs_survive_a_killed_broker(
@@ -73,19 +88,48 @@ def test_submitted_jobs_survive_a_killed_broker(
     assert line["durable"] is True
 
 
-def test_the_cli_scenario_reports_get_beside_python_and_apply(
+def test_the_cli_scenario_reports_get_help_and_python_beside_apply(
     bench_run: subprocess.CompletedProcess[str],
 ) -> None:
-    """`cli`: p50/p99 are `job get`'s wall times, per_s `job apply -f`'s documents a second."""
+    """`cli`: p50/p99 are the wall times of `job get` of 200 jobs; beside them the wall and
+    CPU times of `job get` of 3, `job --help` and `python -c pass`; per_s is `job apply -f`'s
+    documents a second."""
     (line,) = [x for x in _lines(bench_run) if x["scenario"] == "cli"]
     assert line["n"] == 5 and line["apply_documents"] == 300
-    for key in ("python_p50_ms", "get_over_python_ms", "get_cpu_p50_ms", "apply_s"):
-        assert _is_number(line[key]), key
-    assert line["python_p50_ms"] < line["p50_ms"]  # job get does more than start Python
+    assert (line["get_jobs"], line["get_few_jobs"]) == (200, 3)
+    for name in ("get", "get_few", "help", "python"):
+        for what in ("p50_ms", "p99_ms", "cpu_p50_ms", "cpu_p99_ms"):
+            assert _is_number(line[f"{name}_{what}"]), f"{name}_{what}"
+        assert line[f"{name}_p50_ms"] <= line[f"{name}_p99_ms"]
+    assert line["get_p50_ms"] == pytest.approx(line["p50_ms"], abs=0.01)
+    assert line["python_cpu_p50_ms"] < line["get_cpu_p50_ms"]  # it does more than start
+    assert line["python_cpu_p50_ms"] < line["help_cpu_p50_ms"]
     assert line["get_over_python_ms"] == pytest.approx(
-        line["p50_ms"] - line["python_p50_ms"], abs=0.01
+        line["p50_ms"] - line["python_p50_ms"], abs=0.02
     )
     assert line["per_s"] == pytest.approx(300 / line["apply_s"], rel=0.01)
+
+
+def test_the_footprint_scenario_measures_the_worker_and_all_it_keeps(
+    bench_run: subprocess.CompletedProcess[str],
+) -> None:
+    """Idle: the agent (and its pool); after the drain: the pool too; a running job's
+    shim on its own. Each sum is the sum of the processes listed."""
+    (line,) = [x for x in _lines(bench_run) if x["scenario"] == "footprint"]
+    for moment in ("idle", "after_drain"):
+        figures = line[moment]
+        roles = [p["role"] for p in figures["each"]]
+        assert roles[0] == "agent" and figures["processes"] == len(roles)
+        for key in ("rss_mib", "pss_mib", "uss_mib"):
+            total = sum(p[key] for p in figures["each"])
+            assert figures[key] == pytest.approx(total, abs=0.1 * len(roles)), key
+            assert all(p["uss_mib"] <= p["pss_mib"] <= p["rss_mib"] for p in figures["each"])
+    assert "pool" in [p["role"] for p in line["after_drain"]["each"]]
+    shim = line["running_shim"]
+    assert shim["role"] == "shim" and 0 < shim["uss_mib"] <= shim["pss_mib"] <= shim["rss_mib"]
+    met_each = line["met_each"]
+    assert set(met_each) == {"idle", "after_drain", "running_shim"}
+    assert line["met"] == all(met_each.values())
 
 
 def test_scenarios_run_on_a_store_with_a_history(tmp_path: Any) -> None:

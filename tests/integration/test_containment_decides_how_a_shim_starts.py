@@ -2,7 +2,7 @@
 
 A process group: the shim comes from the agent's pool. A containment that names a command
 (a systemd scope, on a host that has one): a shim of the job's own starts under that
-command, as `python -m jobd.worker.shim.process STATE_DIR`, and is found again by it.
+command, as `python -I -S -c BOOTSTRAP JOBD_HOME STATE_DIR`, and is found again by it.
 Real pool, shims and workloads; `env` stands in for `systemd-run`, which the test hosts lack.
 """
 
@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from jobd.worker.shim.client import ShimPool, adopt, start_shim
+from jobd.worker.shim.client.starting import pool_command, shim_command
 from jobd.worker.shim.containment import ProcessGroup, SystemdScope, choose_containment
 from jobd.worker.shim.protocol import SHIM_MODULE, LaunchSpec
 from tests.integration.supervised import python_spec
@@ -39,7 +40,7 @@ async def test_a_process_group_takes_its_shim_from_the_pool(state_root: Path) ->
         with anyio.fail_after(10):
             shim = await start_shim(pool, ProcessGroup(), state_root / "42-1", python_spec("pass"))
             assert shim.identity is not None
-            assert "jobd.worker.shim.pool" in _command_line(shim.identity.pid)
+            assert _command_line(shim.identity.pid) == pool_command()  # forked by the pool
             assert (await shim.wait()).exit_code == 0
     finally:
         await pool.aclose()
@@ -57,7 +58,7 @@ async def test_a_containment_with_a_command_starts_a_shim_of_the_jobs_own(
             shim = await start_shim(pool, _UnderEnv(), state_dir, python_spec(code))
             record = shim.record()
             assert record is not None
-            assert _command_line(record.shim.pid)[-3:] == ["-m", SHIM_MODULE, str(state_dir)]
+            assert _command_line(record.shim.pid) == shim_command(SHIM_MODULE, str(state_dir))
             adopted = adopt(state_dir)
             assert adopted is not None and adopted.identity == record.shim
             assert (await shim.wait()).exit_code == 0

@@ -28,6 +28,8 @@ FORBIDDEN = {
     "jobd.broker": ["jobd.worker", "jobd.cli"],
     "jobd.cli": ["jobd.store", "jobd.controllers", "jobd.broker", "jobd.worker"],
     "jobd.bench": ["jobd.broker", "jobd.worker", "jobd.cli"],
+    # The SDK is a client beside the CLI: it shares the CLI's contexts, nothing else of it.
+    "jobd.sdk": ["jobd.store", "jobd.controllers", "jobd.broker", "jobd.worker"],
 }
 FORBIDDEN = {
     package: [*above, *(p for p in _PROGRAMS if p != package)]

@@ -1,4 +1,5 @@
-"""A worker host needs none of the broker's weight: no store, no web server, no rich.
+"""A worker host needs none of the broker's weight: no store, no web server, no rich, no
+greenlet (SQLAlchemy's, which structlog would load).
 
 Each check runs in a fresh interpreter, since this test process has loaded everything.
 """
@@ -33,15 +34,16 @@ def test_importing_the_agent_loads_no_store_and_no_server() -> None:
     assert not _broker_parts(loaded)
 
 
-def test_jobd_worker_command_loads_no_store_no_server_and_no_rich(tmp_path: Path) -> None:
+def test_jobd_worker_command_loads_no_store_no_server_no_rich_no_greenlet(tmp_path: Path) -> None:
     # The command as `jobd worker` runs it, up to the start of its event loop.
     args = ["worker", "--server", "http://127.0.0.1:9", "--token", "t", "--gpus", "none"]
     args += ["--log-dir", str(tmp_path)]
     loaded = _modules_after(
         "from jobd.daemon import main as jobd_main\n"
-        "jobd_main._run = lambda main, uvloop=False: None\n"
+        "jobd_main._run = lambda main, **how: None\n"
         f"jobd_main.cli.main({args!r}, prog_name='jobd', standalone_mode=False)"
     )
     assert {"jobd.worker.agent", "httpx", "structlog"} <= loaded
     assert not _broker_parts(loaded)
     assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}
+    assert "greenlet" not in loaded

@@ -11,8 +11,14 @@ shim that has ended a job, killed and reaped everything it left (it is a child s
 so nothing escapes it), says so on the notes pipe (before its `ID end`, so a launch made on
 hearing of the end finds it idle) and waits for the next request on a pipe of its own;
 the pool hands a request to an idle shim, else forks a new one (at most POOL_MAX are kept;
-past that a shim serves one job and exits). One idle longer than IDLE_RETIRE_S is
-retired: its pipe is closed, it exits.
+past that a shim serves one job and exits).
+
+Idle shims are few: the one most recently idle stays warm (the next job costs no fork),
+every other is retired once idle SPARE_IDLE_S — its pipe is closed, it exits. While jobs
+keep coming a shim is idle for a few milliseconds between them, so a drain keeps its
+shims; a few seconds after it, the agent keeps one. Each shim is a process of ~12 MiB
+RSS (2-3 MiB of it its own: the rest is shared with the pool), which a host pays for
+nothing while no job comes.
 
 A shim that moves on is no longer the earlier job's: a job is alive while its state
 directory's flock is held and it has no status.json, whatever process did it. A stop
@@ -39,11 +45,11 @@ from jobd.worker.shim.process import PoolLink, parse_launch, serve, write_all
 from jobd.worker.shim.protocol import POOL_MODULE
 from jobd.worker.shim.signals import libc
 
-__all__ = ["IDLE_RETIRE_S", "POOL_MAX", "main", "serve_launches"]
+__all__ = ["POOL_MAX", "SPARE_IDLE_S", "WARM", "main", "serve_launches"]
 
-POOL_MAX = 64  # idle shims cost ~10 MB each; past this a shim serves one job
-IDLE_RETIRE_S = 60.0
-_RETIRE_CHECK_S = 5.0
+POOL_MAX = 64  # past this a shim serves one job and exits
+WARM = 1  # idle shims kept however long they idle: the most recently idle
+SPARE_IDLE_S = 3.0  # any other idle shim is retired after this long
 _CHUNK = 65536
 
 
@@ -76,7 +82,7 @@ class _Pool:
     def serve(self) -> int:
         pending = b""
         while True:
-            ready, _, _ = select.select([self.requests, self.notes], [], [], _RETIRE_CHECK_S)
+            ready, _, _ = select.select([self.requests, self.notes], [], [], self._next_retire())
             if self.requests in ready:
                 chunk = os.read(self.requests, _CHUNK)
                 if not chunk:
@@ -148,9 +154,21 @@ class _Pool:
         if pid in self.idle:
             self.idle.remove(pid)
 
+    def _spares(self) -> list[int]:
+        """The idle shims past the warm ones, the longest idle first."""
+        return self.idle[: max(0, len(self.idle) - WARM)]
+
+    def _next_retire(self) -> float | None:
+        """Seconds until the next spare is due to retire; None: no spare (sleep till news)."""
+        spares = self._spares()
+        if not spares:
+            return None
+        oldest = min(self.members[p].idle_since or 0.0 for p in spares)
+        return max(0.0, oldest + SPARE_IDLE_S - time.monotonic())
+
     def _retire_idle(self) -> None:
-        too_old = time.monotonic() - IDLE_RETIRE_S
-        for pid in [p for p in self.idle if (self.members[p].idle_since or 0) < too_old]:
+        too_old = time.monotonic() - SPARE_IDLE_S
+        for pid in [p for p in self._spares() if (self.members[p].idle_since or 0) <= too_old]:
             self._drop(pid)  # it reads EOF and exits
 
 

@@ -8,8 +8,8 @@ take what they know and ignore the rest, so either side may be a release ahead.
 
 A job attempt's state directory (jobd.worker.shim.statedir writes every file whole):
 
-    spec.json        LaunchSpec, for a shim started on its own (`python -m
-                     jobd.worker.shim.process STATE_DIR`, the systemd path): written by the
+    spec.json        LaunchSpec, for a shim started on its own (jobd.worker.shim.process
+                     STATE_DIR, the systemd path): written by the
                      agent (0600), so nothing of the job travels on a command line
     (the directory)  flock'ed until status.json is written: a held lock means the job is
                      supervised (by whichever process holds it: a pooled shim moves on)
@@ -34,9 +34,13 @@ import signal
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from jobd.worker.shim.procfs import ProcessIdentity
+
+# typing.TYPE_CHECKING without importing typing, which would cost every shim 0.4 MiB.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "LEGACY_LOCK_FILE",
@@ -63,6 +67,7 @@ __all__ = [
     "as_grace",
     "as_int",
     "as_str",
+    "bootstrap",
     "decode_reply",
     "utc_now",
 ]
@@ -81,10 +86,20 @@ LOG_FILE = "supervisors.log"  # in the state directories' parent, shared by ever
 LEGACY_LOCK_FILE = "supervisor.lock"
 
 # The command lines that start a shim and the pool; a shim whose record is lost is found
-# by its command line, whichever release started it.
+# by its command line, whichever release started it (`-m MODULE STATE_DIR` before the
+# bootstrap below).
 SHIM_MODULE = "jobd.worker.shim.process"
 POOL_MODULE = "jobd.worker.shim.pool"
 LEGACY_SHIM_MODULE = "jobd.worker.supervisor"
+
+
+def bootstrap(module: str) -> str:
+    """The code of `python -I -S -c CODE JOBD_HOME ARGS...`: jobd's directory first on
+    sys.path (-I drops PYTHONPATH, -S site-packages), then module's main() with ARGS."""
+    return (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        f"from {module} import main; sys.exit(main())"
+    )
 
 
 def utc_now() -> str:

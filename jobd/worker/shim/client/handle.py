@@ -30,11 +30,12 @@ from jobd.worker.shim.protocol import (
     ShimRecord,
     StopRecord,
     StopRequest,
+    bootstrap,
     utc_now,
 )
 from jobd.worker.shim.statedir import lock_is_held, read_json, write_json_atomic
 
-__all__ = ["END_CHECK_S", "Shim", "adopt", "read_record", "scan"]
+__all__ = ["END_CHECK_S", "Shim", "adopt", "is_shim_command", "read_record", "scan"]
 
 # How often wait() looks when the kernel cannot say (no pidfd), and started() in any case.
 POLL_INTERVAL_S = 0.02
@@ -246,7 +247,6 @@ def _inode(device_inode: str) -> int | None:
 
 def _find_by_command_line(state_dir: Path) -> ProcessIdentity | None:
     """A shim started alone for state_dir, by this release or one before the shim's name."""
-    wanted = [["-m", module, str(state_dir)] for module in (SHIM_MODULE, LEGACY_SHIM_MODULE)]
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -254,9 +254,20 @@ def _find_by_command_line(state_dir: Path) -> ProcessIdentity | None:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")[:-1]
         except (OSError, UnicodeDecodeError):
             continue
-        if argv[1:] in wanted:
+        if is_shim_command(argv, state_dir):
             return ProcessIdentity.of(int(entry))
     return None
+
+
+def is_shim_command(argv: list[str], state_dir: Path) -> bool:
+    """Whether argv starts a shim of its own for state_dir: `-c BOOTSTRAP JOBD_HOME
+    STATE_DIR` (starting.shim_command), or `-m MODULE STATE_DIR` as releases before it
+    started one."""
+    if argv[-1:] != [str(state_dir)]:
+        return False
+    if argv[-3:-1] in (["-m", SHIM_MODULE], ["-m", LEGACY_SHIM_MODULE]):
+        return True
+    return argv[-4:-2] == ["-c", bootstrap(SHIM_MODULE)]
 
 
 def _pidfd_of(identity: ProcessIdentity | None) -> int | None:

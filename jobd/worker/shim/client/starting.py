@@ -1,5 +1,5 @@
-"""Starting shims: one of the job's own (`python -m jobd.worker.shim.process`, under the
-containment's command), or one from the agent's pool process (ShimPool)."""
+"""Starting shims: one of the job's own (jobd.worker.shim.process under `python -I -S`,
+under the containment's command), or one from the agent's pool process (ShimPool)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,12 @@ from jobd.worker.shim.protocol import (
     Ended,
     LaunchRequest,
     LaunchSpec,
+    bootstrap,
     decode_reply,
 )
 from jobd.worker.shim.statedir import open_append, write_json_atomic
 
-__all__ = ["ShimPool", "launch", "prepare", "start_shim"]
+__all__ = ["ShimPool", "launch", "pool_command", "prepare", "shim_command", "start_shim"]
 
 # A waiter whose end is forgotten (the oldest, past this many) looks within END_CHECK_S.
 _ENDS_KEPT = 4096
@@ -76,7 +77,7 @@ def launch(state_dir: Path, spec: LaunchSpec, prefix: list[str] | None = None) -
     log = open_append(state_dir.parent / LOG_FILE)
     try:
         child = subprocess.Popen(
-            [*(prefix or []), sys.executable, "-m", SHIM_MODULE, str(state_dir)],
+            [*(prefix or []), *shim_command(SHIM_MODULE, str(state_dir))],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -204,7 +205,7 @@ class ShimPool:
     async def _start(self) -> anyio.abc.Process:
         self._replies = b""
         return await anyio.open_process(
-            [sys.executable, "-m", POOL_MODULE],
+            pool_command(),
             stderr=None,
             cwd="/",
             env=_shim_env(),
@@ -218,6 +219,25 @@ class ShimPool:
             with anyio.CancelScope(shield=True):
                 await self._process.aclose()
             self._process = None
+
+
+def shim_command(module: str, *args: str) -> list[str]:
+    """How the pool, or a shim of a job's own, is started: the interpreter with the
+    standard library and jobd's own directory only (`-I -S`: no site, no site-packages,
+    no PYTHON* variables), running module's main() with args.
+
+    Nothing of the agent's environment runs in a shim (a .pth file, sitecustomize,
+    PYTHONSTARTUP), and the interpreter starts on a third of the CPU: 7 ms against 22
+    with `site` (measured with an editable install, whose finder loads pathlib and
+    importlib.util). `-I` drops PYTHONPATH, so protocol.bootstrap puts jobd's directory
+    first itself.
+    """
+    return [sys.executable, "-I", "-S", "-c", bootstrap(module), _JOBD_HOME, *args]
+
+
+def pool_command() -> list[str]:
+    """The pool's command; a forked shim keeps all it imported, and nothing more."""
+    return shim_command(POOL_MODULE)
 
 
 def _shim_env() -> dict[str, str]:
