@@ -38,7 +38,7 @@ from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
-from jobd.worker.shim.containment import Containment, choose_containment
+from jobd.worker.shim.containment import Containment, ProcessGroup, choose_containment
 
 __all__ = ["Agent"]
 
@@ -98,6 +98,8 @@ class Agent:
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    if isinstance(self.containment, ProcessGroup):  # its shims are pooled
+                        await self.pool.start()  # now, not at the first job
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
                     await self._serve(tg)

@@ -195,6 +195,11 @@ class ShimPool:
         if self._process is process:
             self._process = None
 
+    async def start(self) -> None:
+        """Start the pool process now (the agent's start), so that the first launch does
+        not wait for an interpreter to start and import: it costs what every other does."""
+        await self._started()
+
     async def _started(self) -> anyio.abc.Process:
         async with self._start_lock:  # launches at once must not start a pool each
             if self._process is None or self._process.returncode is not None:
