@@ -36,8 +36,10 @@ _SCAN_LIMIT = 128
 
 class SchedulerController:
     name = "scheduler"
-    # Under load, the changes of a couple of milliseconds make one pass, not one each.
-    coalesce_s = 0.002
+    # A change on an idle broker is looked at at once (a job waits for no timer to be
+    # bound); under load, passes start at least this far apart, so the changes of a
+    # couple of milliseconds make one pass, not one each.
+    pass_spacing_s = 0.002
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
