@@ -208,7 +208,3 @@ class ChangeFeed:
             if left <= 0 or notifier.closed:
                 return revision, []
             await notifier.wait(left)
-            # What the commit set off in the same turn of the loop commits first (the
-            # scheduler's pass after a report freed a slot): one answer carries both,
-            # where it took two, each a request and a wake-up of the agent.
-            await anyio.sleep(0)
