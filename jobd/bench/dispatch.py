@@ -90,8 +90,13 @@ async def _first_instruction(http: httpx.AsyncClient, job: int) -> float:
 async def _start_times(http: httpx.AsyncClient, job: int) -> tuple[float, float, float]:
     """Its first instruction; when the worker saw its process start (the process_started
     event's `observed_at`: shipped in batches, so waited for); status.started_at."""
-    event = await wait_event(http, job, "process_started")
     status = (await http.get(routes.GET_JOB.url(job_id=job))).json()["status"]
+    if status["phase"] != "Succeeded":  # a --server whose workers lack this interpreter
+        raise RuntimeError(
+            f"job {job} ended {status['phase']} (exit code {status.get('exit_code')}): "
+            f"its worker must be able to run {FIRST_INSTRUCTION[0]}"
+        )
+    event = await wait_event(http, job, "process_started")
     first = await _first_instruction(http, job)
     return first, parse_ts(event["observed_at"]), parse_ts(status["started_at"])
 
