@@ -45,7 +45,10 @@ class Manager:
                 RetentionController(ctx),
             )
         }
-        self.queues = {name: WorkQueue(clock=ctx.clock) for name in self.controllers}
+        self.queues = {
+            name: WorkQueue(clock=ctx.clock, spacing_s=getattr(c, "pass_spacing_s", 0.0))
+            for name, c in self.controllers.items()
+        }
         ctx.enqueue = self.enqueue
 
     def enqueue(self, controller: str, key: str) -> None:
@@ -57,7 +60,9 @@ class Manager:
             # again (the scheduler's `queue`): each is handed to the queue once.
             keys = dict.fromkeys(chain.from_iterable(map(controller.keys_for, changes)))
             # A controller whose decisions run on minutes may gather a burst of
-            # changes into one pass instead of one pass per change.
+            # changes into one pass instead of one pass per change (`coalesce_s`: each
+            # change waits that long); one that must answer at once spaces its passes
+            # instead (`pass_spacing_s`: the queue's own, see WorkQueue).
             coalesce = getattr(controller, "coalesce_s", 0.0)
             queue = self.queues[name]
             for key in keys:

@@ -36,8 +36,10 @@ _SCAN_LIMIT = 128
 
 class SchedulerController:
     name = "scheduler"
-    # Under load, the changes of a couple of milliseconds make one pass, not one each.
-    coalesce_s = 0.002
+    # A change on an idle broker is looked at at once (a job waits for no timer to be
+    # bound); under load, passes start at least this far apart, so the changes of a
+    # couple of milliseconds make one pass, not one each.
+    pass_spacing_s = 0.002
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -75,7 +77,17 @@ class SchedulerController:
         return DONE
 
     def _bind_queued(self, caps: dict[str, Capacity]) -> bool:
-        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race."""
+        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race.
+
+        The pass's binds share one commit (a bind that loses its race changes nothing and
+        the others go on): one transaction and one hearing by the listeners for the jobs a
+        burst of freed slots lets start, not one each, and the worker's watch gets them
+        in one answer.
+        """
+        with self.ctx.store.batch():
+            return self._bind_pages(caps)
+
+    def _bind_pages(self, caps: dict[str, Capacity]) -> bool:
         after: tuple[int, int] | None = None
         scanned, raced = 0, False
         while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
