@@ -70,12 +70,17 @@ class SchedulerController:
         if not any(c.has_room() for c in caps.values()):
             return DONE
         reserve_nominated(view, caps)
-        if await self.ctx.runner.run(self._bind_queued, caps):
+        # Copied here, on the loop: the store's thread binds against the copy.
+        arrays = dict(view.array_bound)
+        if await self.ctx.runner.run(self._bind_queued, caps, arrays):
             self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
         return DONE
 
-    def _bind_queued(self, caps: dict[str, Capacity]) -> bool:
-        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race."""
+    def _bind_queued(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
+        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race.
+
+        `arrays`: how many members of each array with a parallelism cap are bound; a
+        member past its array's cap is passed over (Slurm's JobArrayTaskLimit)."""
         after: tuple[int, int] | None = None
         scanned, raced = 0, False
         while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
@@ -90,9 +95,14 @@ class SchedulerController:
             )
             page = self.ctx.store.queue_head(size, fits, after)
             for job in page:
+                if not _under_array_cap(job, arrays):
+                    continue
                 cap = choose_worker(job, caps)
                 if cap is not None:
-                    raced = not self._bind(job, cap) or raced
+                    bound = self._bind(job, cap)
+                    raced = not bound or raced
+                    if bound and job.metadata.array is not None:
+                        arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
             scanned += len(page)
             if len(page) < size:
                 break
@@ -106,6 +116,15 @@ class SchedulerController:
         except Conflict:
             return False
         return True
+
+
+def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
+    """Whether one more member of `job`'s array may be bound (always, outside an array
+    or without a cap)."""
+    array = job.metadata.array
+    if array is None or array.parallelism is None:
+        return True
+    return arrays.get(array.id, 0) < array.parallelism
 
 
 def _room(caps: Iterable[Capacity]) -> int:
