@@ -173,6 +173,9 @@ class ArrayRef(Strict):
     # The array's `parallelism`: at most this many of its members bound at once (the
     # scheduler keeps the count); None: no cap.
     parallelism: int | None = Field(default=None, ge=1)
+    # The id of its last member: an array's members have consecutive ids (one insert), so
+    # the scheduler passes over a full array's queued members in one step.
+    last_member: int | None = Field(default=None, ge=1, le=MAX_ID)
 
 
 class ObjectMeta(Strict):
@@ -347,6 +350,9 @@ BackoffSeconds = Annotated[
 ]
 
 
+ExitCode = Annotated[int, Field(ge=0, le=255, description="an exit code; a signal N is 128+N")]
+
+
 class RetryPolicy(Strict):
     """When a failed attempt is run again (controllers/retries.py), Kubernetes' backoffLimit
     and SkyPilot's recover_on_exit_codes in one: the same job, queued again after an
@@ -372,23 +378,11 @@ class RetryPolicy(Strict):
     ] = 600.0
     # Retried only on these exit codes (a signal N counts as 128+N); None: any failure.
     on_exit_codes: Annotated[
-        list[int] | None, NoOption("in a manifest: spec.retry.on_exit_codes")
-    ] = Field(
-        default=None,
-        max_length=MAX_EXIT_CODES,
-        json_schema_extra={"items": {"type": "integer", "minimum": 0, "maximum": 255}},
-    )
+        list[ExitCode] | None, NoOption("in a manifest: spec.retry.on_exit_codes")
+    ] = Field(default=None, max_length=MAX_EXIT_CODES)
     # Retried too when its worker was lost (lease expired past the lost timeout, or the
     # host restarted under it); off by default: a partitioned worker may still run it.
     on_lost: Annotated[bool, NoOption("in a manifest: spec.retry.on_lost")] = False
-
-    @field_validator("on_exit_codes")
-    @classmethod
-    def _exit_codes(cls, codes: list[int] | None) -> list[int] | None:
-        for code in codes or []:
-            if not 0 <= code <= 255:
-                raise ValueError(f"{code} is not an exit code (0 to 255)")
-        return codes
 
     def wait_s(self, retry: int) -> float:
         """The backoff before retry number `retry` (1 for the first): doubling, capped."""

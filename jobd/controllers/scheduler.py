@@ -94,20 +94,36 @@ class SchedulerController:
                 max(len(c.free_gpus) for c in caps.values()),
             )
             page = self.ctx.store.queue_head(size, fits, after)
-            for job in page:
-                if not _under_array_cap(job, arrays):
-                    continue
-                cap = choose_worker(job, caps)
-                if cap is not None:
-                    bound = self._bind(job, cap)
-                    raced = not bound or raced
-                    if bound and job.metadata.array is not None:
-                        arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+            lost, past_full_array = self._bind_page(page, caps, arrays)
+            raced = raced or lost
             scanned += len(page)
-            if len(page) < size:
+            if past_full_array is not None:  # the rest of that array's members: unread
+                after = past_full_array
+            elif len(page) < size:
                 break
-            after = (page[-1].status.effective.priority, page[-1].id)
+            else:
+                after = (page[-1].status.effective.priority, page[-1].id)
         return raced
+
+    def _bind_page(
+        self, page: list[Job], caps: dict[str, Capacity], arrays: dict[int, int]
+    ) -> tuple[bool, tuple[int, int] | None]:
+        """Bind what fits of one page; True when a bind lost a race, and, when a member of
+        a full array was met, where the next page starts: past that array's members."""
+        raced = False
+        for job in page:
+            if not _under_array_cap(job, arrays):
+                past = _past_array(job)
+                if past is not None:
+                    return raced, past
+                continue
+            cap = choose_worker(job, caps)
+            if cap is not None:
+                bound = self._bind(job, cap)
+                raced = not bound or raced
+                if bound and job.metadata.array is not None:
+                    arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+        return raced, None
 
     def _bind(self, job: Job, cap: Capacity) -> bool:
         bound, events = transitions.bind(job, cap.worker, cap.take(job), self.ctx.clock.now())
@@ -125,6 +141,15 @@ def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
     if array is None or array.parallelism is None:
         return True
     return arrays.get(array.id, 0) < array.parallelism
+
+
+def _past_array(job: Job) -> tuple[int, int] | None:
+    """The queue's position after the last member of `job`'s array (members have
+    consecutive ids); None when the array does not say its last member."""
+    array = job.metadata.array
+    if array is None or array.last_member is None or array.last_member <= job.id:
+        return None
+    return (job.status.effective.priority, array.last_member)
 
 
 def _room(caps: Iterable[Capacity]) -> int:

@@ -82,7 +82,7 @@ def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
     status = job.status
     status.phase = status.desired_phase = phase
     status.finished_at = now
-    status.nominated_worker = None
+    status.nominated_worker = status.retry_at = None
     status.reason = reason or status.reason
     set_condition(status, "Finished", True, phase.value, reason or "", now=now)
     if phase in SCRUBBED_PHASES:

@@ -9,7 +9,9 @@ attempt; a broker started anew on the same store finds the timer again. An array
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from jobd.api.arrays import ArrayMeta, ArraySpec, JobArray, JobArraySpec
@@ -23,7 +25,7 @@ from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.arrays import create_array
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import open_store
-from tests.integration.conftest import reread
+from tests.integration.conftest import broker_state, job_document, reread
 
 pytestmark = pytest.mark.anyio
 
@@ -107,3 +109,66 @@ async def test_an_array_never_has_more_members_bound_than_its_parallelism(ctx: C
         _fail(ctx, bound[0], exit_code=0)
         ended += 1
     assert len(ctx.store.list_jobs(phases=[Phase.SUCCEEDED])) == 6
+
+
+async def test_a_full_array_keeps_no_job_behind_it_waiting(ctx: Context) -> None:
+    # More queued members than a pass reads (128): the pass steps over the full array's
+    # members in one read instead of reading them all, and reaches the job behind.
+    register_worker(ctx, "w", WorkerSpec(slots=4), "host", "procgroup")
+    array = JobArray(
+        metadata=ArrayMeta(name="big", project="p"),
+        spec=JobArraySpec(command=["x"], array=ArraySpec(indices=list(range(300)), parallelism=1)),
+    )
+    create_array(ctx.store, array, ctx.clock)
+    behind = Job(metadata=ObjectMeta(name="behind", project="p"), spec=JobSpec(command=["x"]))
+    behind = create_jobs(ctx.store, [behind], ctx.clock)[0]
+    await _schedule(ctx)
+    bound = ctx.store.list_jobs(phases=[Phase.SCHEDULED])
+    assert sorted(j.metadata.name or "" for j in bound) == ["behind", "big-0"]
+
+
+@pytest.mark.parametrize(
+    ("retry", "field"),
+    [
+        ({"limit": -1}, "spec.retry.limit"),
+        ({"limit": 10**30}, "spec.retry.limit"),
+        ({"limit": 1, "backoff_s": -5}, "spec.retry.backoff_s"),
+        ({"limit": 1, "backoff_max_s": 1e300}, "spec.retry.backoff_max_s"),
+        ({"limit": 1, "on_exit_codes": [-1]}, "spec.retry.on_exit_codes"),
+        ({"limit": 1, "on_exit_codes": list(range(257))}, "spec.retry.on_exit_codes"),
+        ({"limit": 1, "on_lost": "sometimes"}, "spec.retry.on_lost"),
+    ],
+)
+async def test_hostile_retry_policies_get_422_naming_the_field(
+    api: httpx.AsyncClient, retry: dict[str, Any], field: str
+) -> None:
+    answer = await api.post("/jobs", json=job_document("hostile", retry=retry))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"].startswith(f"{field}"), answer.text
+    assert broker_state(api).store.list_jobs() == []
+
+
+@pytest.mark.parametrize("parallelism", [0, -1, 10**30, "2"])
+async def test_a_hostile_array_cap_gets_422_naming_the_field(
+    api: httpx.AsyncClient, parallelism: object
+) -> None:
+    array = {"indices": [0, 1], "parallelism": parallelism}
+    document = {
+        "apiVersion": "jobd/v1",
+        "kind": "JobArray",
+        "metadata": {"name": "capped"},
+        "spec": {"command": ["true"], "array": array},
+    }
+    answer = await api.post("/arrays", json=document)
+    assert answer.status_code == 422 and "spec.array.parallelism" in answer.text, answer.text
+
+
+async def test_the_openapi_document_bounds_the_new_fields(api: httpx.AsyncClient) -> None:
+    schemas = (await api.get("/openapi.json")).json()["components"]["schemas"]
+    retry = schemas["RetryPolicy"]["properties"]
+    assert (retry["limit"]["minimum"], retry["limit"]["maximum"]) == (0, 100)
+    assert retry["backoff_s"]["maximum"] == retry["backoff_max_s"]["maximum"] == 86400
+    codes = retry["on_exit_codes"]["anyOf"][0]
+    assert codes["maxItems"] == 256 and codes["items"]["maximum"] == 255
+    cap = schemas["ArraySpec"]["properties"]["parallelism"]["anyOf"][0]
+    assert (cap["minimum"], cap["maximum"]) == (1, 10_000)
