@@ -9,6 +9,7 @@ members at once although four slots are free.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -114,3 +115,42 @@ def test_an_array_capped_at_two_never_runs_more_than_two(jobd: Jobd) -> None:
         running += step
         most = max(most, running)
     assert most <= 2
+
+
+ONCE = """
+import os, sys
+marker = sys.argv[1]
+if os.path.exists(marker):
+    print("second run", flush=True)
+    sys.exit(0)
+open(marker, "w").close()
+print("first run", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_retry_waiting_out_its_backoff_survives_a_broker_restart(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    root = tmp_path_factory.mktemp("restart")
+    jobd = start_jobd(root)
+    try:
+        command = [*write_script(root, "once.py", ONCE), str(root / "marker")]
+        retry = {"limit": 1, "backoff_s": 4}
+        jobd.ok("apply", "-f", "-", input=manifest("once", command, cwd=str(root), retry=retry))
+        job_id = jobd.get("once")["metadata"]["id"]
+        deadline = time.monotonic() + 30
+        while not jobd.events(event="job_retrying", job=job_id):
+            assert time.monotonic() < deadline, "the first run did not fail in time"
+            time.sleep(0.05)
+        assert jobd.get(job_id)["status"]["retry_at"]  # stopped within its 4 s backoff
+    finally:
+        stop_jobd(jobd)
+    jobd = start_jobd(root)  # the same store: the timer is taken up again
+    try:
+        final = jobd.wait_phase(job_id, "Succeeded", "Failed", timeout=60)
+        assert final["status"]["phase"] == "Succeeded"
+        assert [a["attempt"] for a in final["status"]["attempts"]] == [1, 2]
+        assert jobd.ok("logs", str(job_id)).splitlines() == ["first run", "second run"]
+    finally:
+        stop_jobd(jobd)
