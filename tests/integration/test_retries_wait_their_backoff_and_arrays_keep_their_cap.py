@@ -8,7 +8,6 @@ attempt; a broker started anew on the same store finds the timer again. An array
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,17 +16,23 @@ import pytest
 from jobd.api.arrays import ArrayMeta, ArraySpec, JobArray, JobArraySpec
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, RetryPolicy, WorkerSpec
 from jobd.controllers.clock import FakeClock
-from jobd.controllers.context import Context
+from jobd.controllers.context import Context, Settings
 from jobd.controllers.retries import RetriesController
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.arrays import create_array
 from jobd.controllers.verbs.worker_lease import register_worker
-from jobd.store.sql import open_store
+from jobd.store.sql import SQLStore, open_store
 from tests.integration.conftest import broker_state, job_document, reread
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def ctx(store: SQLStore) -> Context:
+    """On SQLite and on PostgreSQL (tests/conftest.py `store`)."""
+    return Context(store, Settings(), FakeClock())
 
 
 async def _schedule(ctx: Context) -> None:
@@ -73,7 +78,7 @@ async def test_a_failed_attempt_waits_out_its_backoff_then_runs_again(ctx: Conte
     assert [(e.fields["attempt"], e.fields["wait_s"]) for e in retrying] == [(2, 5.0), (3, 8.0)]
 
 
-async def test_a_broker_started_anew_finds_the_backoff_timer(ctx: Context, tmp_path: Path) -> None:
+async def test_a_broker_started_anew_finds_the_backoff_timer(ctx: Context, store_url: str) -> None:
     register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     spec = JobSpec(command=["x"], retry=RetryPolicy(limit=1, backoff_s=30))
     job = create_jobs(
@@ -81,7 +86,7 @@ async def test_a_broker_started_anew_finds_the_backoff_timer(ctx: Context, tmp_p
     )[0]
     await _schedule(ctx)
     _fail(ctx, job)
-    again = open_store(f"sqlite:///{tmp_path}/jobd.db")
+    again = open_store(store_url)
     try:
         fresh = Context(again, ctx.settings, ctx.clock)
         retries = RetriesController(fresh)
