@@ -400,9 +400,13 @@ def complete(
         # Driven to Failed (a hang guard): however it exited, it ends as it was driven.
         phase, reason = P.FAILED, job.status.reason
     elif failure is not None:
+        # Retried only as a lost run (on_lost): a host that restarted under the job lost
+        # it, as a lost worker does; a job that could not start, or filled the disk,
+        # would do so again.
         reason, job.status.message = failure
-        # A host that restarted under the job lost it, as a lost worker does.
-        return job, _fail_or_retry(job, now, reason, lost=reason in _UNRECORDED_ENDS)
+        if reason in _UNRECORDED_ENDS:
+            return job, _fail_or_retry(job, now, reason, lost=True)
+        phase = P.FAILED
     elif exit_code == 0:
         phase, reason = P.SUCCEEDED, "exit 0"
     else:

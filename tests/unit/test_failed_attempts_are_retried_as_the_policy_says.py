@@ -104,10 +104,18 @@ def test_a_lost_job_is_retried_only_on_lost() -> None:
         assert after.status.phase == phase
         vanished, _ = transitions.process_vanished(job, NOW)
         assert vanished.status.phase == phase
-    restarted = running({"limit": 1})  # its host restarted: lost, so not retried
-    failure = ("host_restarted", "the host restarted")
-    after, _ = transitions.complete(restarted, "w", None, None, NOW, 1, failure)
-    assert after.status.phase == Phase.FAILED
+    for on_lost, phase in ((True, Phase.PENDING), (False, Phase.FAILED)):
+        restarted = running({"limit": 1, "on_lost": on_lost})  # its host restarted: lost
+        failure = ("host_restarted", "the host restarted")
+        after, _ = transitions.complete(restarted, "w", None, None, NOW, 1, failure)
+        assert after.status.phase == phase
+
+
+@pytest.mark.parametrize("reason", ["start_failed", "OutputDiskFull"])
+def test_a_run_that_could_not_start_or_filled_the_disk_is_not_retried(reason: str) -> None:
+    job = running({"limit": 3, "on_lost": True})
+    failed, _ = transitions.complete(job, "w", None, None, NOW, 1, (reason, "why"))
+    assert failed.status.phase == Phase.FAILED and failed.status.reason == reason
 
 
 def test_attempts_keep_only_the_newest() -> None:
