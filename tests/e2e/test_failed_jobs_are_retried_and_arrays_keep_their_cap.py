@@ -9,6 +9,7 @@ members at once although four slots are free.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -154,3 +155,19 @@ def test_a_retry_waiting_out_its_backoff_survives_a_broker_restart(
         assert jobd.ok("logs", str(job_id)).splitlines() == ["first run", "second run"]
     finally:
         stop_jobd(jobd)
+
+
+def test_submit_retries_then_cancel_during_the_backoff(jobd: Jobd) -> None:
+    command = [sys.executable, "-c", "raise SystemExit(1)"]
+    job_id = jobd.ok("submit", "--retries", "1", "--", *command).strip()
+    assert jobd.get(job_id)["spec"]["retry"]["limit"] == 1
+    deadline = time.monotonic() + 30
+    while not jobd.get(job_id)["status"].get("retry_at"):  # failed once, waits 30 s
+        assert time.monotonic() < deadline, "the first run did not fail in time"
+        time.sleep(0.2)
+    pending = jobd.get(job_id)["status"]
+    assert pending["phase"] == "Pending" and pending["attempts"][0]["exit_code"] == 1
+    assert "run again in 30 s" in jobd.ok("status")  # what it waits for
+    jobd.ok("cancel", job_id)
+    final = jobd.wait_phase(job_id, "Cancelled", timeout=10)
+    assert final["status"]["retries"] == 1 and len(final["status"]["attempts"]) == 1
