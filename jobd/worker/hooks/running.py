@@ -122,6 +122,7 @@ async def _continue_output(ex: Execution) -> None:
     end = await ex.link.call(calls.append_logs(ex.job_id, 0, b""))
     if end:
         ex.record.log_offset = end
+        await ex.save()  # an agent that re-adopts the run goes on from there too
 
 
 class WatchSentinel(Hook):
