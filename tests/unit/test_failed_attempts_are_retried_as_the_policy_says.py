@@ -8,12 +8,22 @@ attempt recorded and the `job_retrying` event; anything else ends it as before.
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from jobd.api.models import ADMISSION, MAX_ATTEMPTS_KEPT, Job, JobSpec, Phase, RetryPolicy
+from jobd.api.models import (
+    ADMISSION,
+    MAX_ATTEMPTS_KEPT,
+    Job,
+    JobSpec,
+    ObjectMeta,
+    Phase,
+    RetryPolicy,
+)
 from jobd.controllers import transitions
+from jobd.worker.settings import WorkerSettings, workload_env
 from tests.unit.conftest import NOW, job_in
 
 
@@ -147,3 +157,22 @@ def test_hostile_policies_are_refused_naming_the_field(
     with pytest.raises(ValidationError) as refused:
         JobSpec.model_validate({"command": ["x"], "retry": retry}, context=ADMISSION)
     assert [("retry", field)] == [tuple(e["loc"][:2]) for e in refused.value.errors()]
+
+
+def test_the_next_run_gets_resume_from_over_the_submitters() -> None:
+    settings = WorkerSettings(
+        name="w",
+        slots=1,
+        gpus=[],
+        checkpoint_root=Path("/ckpt"),
+        default_grace_s=60,
+        state_dir=Path("/tmp/state"),
+        base_env={"RESUME_FROM": "/the/workers/own"},
+    )
+    spec = JobSpec(command=["x"], env={"RESUME_FROM": "/old/job/latest.pt"})
+    job = Job(metadata=ObjectMeta(id=7, name="j"), spec=spec)
+    assert workload_env(job, settings, Path("/ckpt/7"))["RESUME_FROM"] == "/old/job/latest.pt"
+    job.status.resume_from = "/ckpt/7/latest.pt"  # its last run checkpointed there
+    assert workload_env(job, settings, Path("/ckpt/7"))["RESUME_FROM"] == "/ckpt/7/latest.pt"
+    fresh = Job(metadata=ObjectMeta(id=8, name="k"), spec=JobSpec(command=["x"]))
+    assert "RESUME_FROM" not in workload_env(fresh, settings, Path("/ckpt/8"))
