@@ -62,6 +62,7 @@ __all__ = [
     "Attempt",
     "Condition",
     "Effective",
+    "GpuUsage",
     "Grace",
     "GuardSeconds",
     "Job",
@@ -777,6 +778,15 @@ class WorkerSpec(Strict):
         return lease
 
 
+class GpuUsage(Strict):
+    """One GPU as its worker's NVML read it for the newest heartbeat."""
+
+    memory_used: StoreInt = Field(description="bytes in use, by any process")
+    utilization: float | None = Field(
+        default=None, ge=0, le=1, description="busy share of NVML's last sample period"
+    )
+
+
 class WorkerStatus(Strict):
     phase: WorkerPhase = WorkerPhase.READY
     last_renewal: datetime = Field(default_factory=utcnow)
@@ -787,6 +797,10 @@ class WorkerStatus(Strict):
     # Memory in use on each GPU by processes jobd did not start, in bytes (NVML, with the
     # heartbeat); placement counts it as taken. Empty where nothing measures it.
     gpu_memory_foreign: dict[int, StoreInt] = Field(default_factory=dict)
+    # Each GPU's memory in use and utilisation (NVML, with the newest heartbeat). Kept in
+    # the broker's memory, never in the store, and filled in when a worker is read; empty
+    # where nothing measures it (a declared inventory: its totals are in spec.gpu_memory).
+    gpu_usage: dict[int, GpuUsage] = Field(default_factory=dict)
     # DiskFull while the disk of the worker's state directory is full (no job is placed
     # here meanwhile: controllers/worker_disk.py).
     conditions: list[Condition] = Field(default_factory=list)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import socket
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
 import httpx
 
-from jobd.api.models import Job, Phase, WorkerSpec
+from jobd.api.models import GpuUsage, Job, Phase, WorkerSpec
 from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
@@ -32,7 +33,7 @@ from jobd.wire.models import Heartbeat, Registration
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.diskspace import DiskWatch, filled_the_disk
 from jobd.worker.execution import Execution, Host
-from jobd.worker.gpus import foreign_use, load_nvml, nvml_used
+from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
@@ -66,7 +67,7 @@ class Agent:
         self.pool = ShimPool()
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
-        # NVML, where installed: the memory foreign processes use on our GPUs (gpus.py).
+        # NVML, where installed: each GPU's use, and what foreign processes take (gpus.py).
         self.nvml = load_nvml() if settings.gpus else None
         # Full: no new job here, and a job still filling it is ended (diskspace.py).
         self.disk = DiskWatch(settings.state_dir, self._end_disk_filler)
@@ -153,8 +154,16 @@ class Agent:
         await informer.run(self._on_change)
 
     def _on_change(self, delta: Delta) -> None:
-        if delta.op != "DELETED":
+        if delta.op != "DELETED" and self._may_act_on(delta.object):
             self._reconcile(Job.model_validate(delta.object))
+
+    def _may_act_on(self, document: dict[str, Any]) -> bool:
+        """Whether _reconcile could act on this job: one running here, or one Scheduled (to
+        start). The rest (the end of a job already gone from here: a third of a drain's
+        changes) is passed over unread, no model built for it."""
+        job_id = (document.get("metadata") or {}).get("id")
+        phase = (document.get("status") or {}).get("phase")
+        return job_id in self.executions or phase == Phase.SCHEDULED
 
     def running_jobs(self) -> int:
         """Jobs whose workload is still running here (they outlive this agent)."""
@@ -248,26 +257,36 @@ class Agent:
 
         self._tg.start_soon(supervise)
 
-    def _foreign_memory(self) -> dict[int, int] | None:
-        """Memory in use on our GPUs that no job here holds; None where NVML is absent."""
+    def _gpu_usage(self) -> tuple[dict[int, Any] | None, dict[int, int] | None]:
+        """Each GPU's memory in use and utilisation, and the memory in use on GPUs no job
+        here holds; (None, None) where NVML is absent."""
         if self.nvml is None:
-            return None
+            return None, None
+        usage = nvml_usage(self.nvml, self.settings.gpus)
         held = {g for e in self.executions.values() if e.job for g in e.job.status.gpus}
-        return foreign_use(nvml_used(self.nvml, self.settings.gpus), held)
+        used = {g: int(u["memory_used"]) for g, u in usage.items()}
+        return usage, foreign_use(used, held)
+
+    def heartbeat_body(self) -> Heartbeat:
+        """What the next heartbeat says: the jobs running here, each one's attempt, what
+        NVML reads of the GPUs (where it is), whether the disk is full."""
+        usage, foreign = self._gpu_usage()
+        body = Heartbeat(
+            running=sorted(self.executions),
+            attempts={i: e.attempt for i, e in self.executions.items()},
+            gpu_memory_foreign=foreign,
+            disk_full=self.disk.full,
+        )
+        if usage is not None:  # only then: a broker older than the field takes the rest
+            body.gpu_usage = {g: GpuUsage.model_validate(u) for g, u in usage.items()}
+        return body
 
     async def _heartbeat_forever(self) -> None:
         assert self.link is not None
         interval = self.lease_duration_s / 3
         while True:
             await self.disk.changed_within(interval)
-            attempts = {i: e.attempt for i, e in self.executions.items()}
-            body = Heartbeat(
-                running=sorted(self.executions),
-                attempts=attempts,
-                gpu_memory_foreign=self._foreign_memory(),
-                disk_full=self.disk.full,
-            )
-            body = self.link.signed(body)
+            body = self.link.signed(self.heartbeat_body())
             try:
                 answer = await self.link.call(calls.heartbeat(self.settings.name, body), True)
             except Refused:
