@@ -21,6 +21,7 @@ from jobd.controllers.placement import PlacementController
 from jobd.controllers.projects import ProjectsController
 from jobd.controllers.queueing import Reconciler, WorkQueue, run_controller, run_resync
 from jobd.controllers.retention import RetentionController
+from jobd.controllers.retries import RetriesController
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.sweeper import SweeperController
 from jobd.controllers.workers import WorkersController
@@ -43,6 +44,7 @@ class Manager:
                 PlacementController(ctx),
                 GuardsController(ctx),
                 RetentionController(ctx),
+                RetriesController(ctx),
             )
         }
         self.queues = {

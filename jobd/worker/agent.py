@@ -65,6 +65,7 @@ class Agent:
         self.lease_duration_s = lease_duration_s
         self.executions: dict[int, Execution] = {}
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
+        self.next_attempts: dict[int, Job] = {}  # a retry's, once the last attempt is over
         self.pool = ShimPool()
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
@@ -226,7 +227,11 @@ class Agent:
                     return
                 self._start(job)
             return
-        if job.status.worker != self.settings.name or job.status.phase.terminal:
+        if running.attempt < attempt_of(job) and job.status.worker == self.settings.name:
+            # A retry bound here again while the last attempt still ships its output: it
+            # starts once that one is over (supervise).
+            self.next_attempts[job.id] = job
+        elif job.status.worker != self.settings.name or job.status.phase.terminal:
             self._tg.start_soon(running.stop, "unbound")
         elif job.status.signal is not None:
             self._tg.start_soon(running.stop, job.status.signal)
@@ -260,6 +265,9 @@ class Agent:
                 self.failed_starts.add((execution.job_id, execution.attempt))
             if self.executions.get(execution.job_id) is execution:
                 del self.executions[execution.job_id]
+                following = self.next_attempts.pop(execution.job_id, None)
+                if following is not None:
+                    self._reconcile(following)
 
         self._tg.start_soon(supervise)
 
