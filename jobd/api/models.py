@@ -19,6 +19,7 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from jobd.api.field_options import NoOption, Option
@@ -416,17 +417,15 @@ class LabelExpression(Strict):
     def _valid_key(cls, key: str) -> str:
         return check_label_key(key)
 
-    @field_validator("values")
-    @classmethod
-    def _values_for_operator(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        key, operator = info.data.get("key", ""), info.data.get("operator")
-        for value in values:
-            check_label_value(key, value)
-        if operator in ("In", "NotIn") and not values:
-            raise ValueError(f"{key}: {operator} needs at least one value")
-        if operator in ("Exists", "DoesNotExist") and values:
-            raise ValueError(f"{key}: {operator} takes no values")
-        return values
+    @model_validator(mode="after")
+    def _values_for_operator(self) -> LabelExpression:
+        for value in self.values:
+            check_label_value(self.key, value)
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"{self.key}: {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"{self.key}: {self.operator} takes no values")
+        return self
 
 
 # Each field says how `job submit` and the MCP tool take it (api/field_options.py): one

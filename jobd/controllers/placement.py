@@ -117,10 +117,8 @@ def _too_big(needs: Resources, shapes: Collection[Shape]) -> str:
     if needs.memory_bytes:
         asked.append(f"{format_size(needs.memory_bytes)} of memory")
         largest.append(f"{format_size(max(s.memory for s in shapes))} of memory")
-    return (
-        f"no worker has {' and '.join(asked)} (with its GPUs); "
-        f"the largest has {' and '.join(largest)}"
-    )
+    gpus = f" besides {_count(needs.gpus, 'GPU')}" if needs.gpus else ""
+    return f"no worker has {' and '.join(asked)}{gpus}; the largest has {' and '.join(largest)}"
 
 
 def _cpus(millicpus: int) -> str:
