@@ -391,6 +391,9 @@ _NODE_LABELS_SCHEMA: dict[str, Any] = {
     "additionalProperties": _LABEL_VALUE_SCHEMA,
 }
 _MAX_SELECTOR_TERMS = 64
+# A worker's name as a pin: any case (worker names are lower-cased hostnames).
+_WORKER_PIN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+_WORKER_PIN_RE = re.compile(_WORKER_PIN)
 
 
 def check_node_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -399,11 +402,28 @@ def check_node_labels(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
+def _values_by_operator(schema: dict[str, Any]) -> None:
+    """LabelExpression's JSON Schema says what `_values_for_operator` does."""
+    schema["anyOf"] = [
+        {
+            "properties": {"operator": {"enum": ["In", "NotIn"]}, "values": {"minItems": 1}},
+            "required": ["values"],
+        },
+        {
+            "properties": {
+                "operator": {"enum": ["Exists", "DoesNotExist"]},
+                "values": {"maxItems": 0},
+            }
+        },
+    ]
+
+
 class LabelExpression(Strict):
     """One of Kubernetes' matchExpressions on worker labels: `In` and `NotIn` take
     values (a NotIn also holds where the key is absent), `Exists` and `DoesNotExist`
     none."""
 
+    model_config = ConfigDict(json_schema_extra=_values_by_operator)
     key: str = Field(json_schema_extra=_LABEL_KEY_SCHEMA)
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[str] = Field(
@@ -501,7 +521,7 @@ class JobSpec(Strict):
     worker: Annotated[
         str | None,
         Option("--worker", "Run only on this worker (a pin).", metavar="NAME"),
-    ] = Field(default=None, json_schema_extra=_NAME_SCHEMA)
+    ] = Field(default=None, json_schema_extra={"pattern": _WORKER_PIN})
     # The run limits (RunLimits, declared here again to keep the document's order).
     max_runtime_s: Annotated[
         GuardSeconds | None,
@@ -594,7 +614,9 @@ class JobSpec(Strict):
     @field_validator("worker")
     @classmethod
     def _worker_name(cls, value: str | None) -> str | None:
-        return None if value is None else normalise_worker_name(value)
+        if value is not None and not _WORKER_PIN_RE.fullmatch(value):
+            raise ValueError(f"{value!r} is not a worker name (letters, digits, '.', '_', '-')")
+        return None if value is None else value.lower()  # as workers' names are
 
     @field_validator("cwd")
     @classmethod
