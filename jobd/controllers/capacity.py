@@ -50,6 +50,10 @@ class Capacity:
     # The worker's spec, for eligibility (labels, mount roots: eligibility.py) and for
     # its whole inventory (best fit); None: every job is eligible, inventory none.
     spec: WorkerSpec | None = None
+    rooted: bool = field(init=False)  # whether the worker names mount roots
+
+    def __post_init__(self) -> None:
+        self.rooted = bool(self.spec and self.spec.mount_roots)
 
     def pick(self, job: Job) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
@@ -58,14 +62,22 @@ class Capacity:
         memory, and the GPUs they would be given (those free now that fit them, up to
         their count).
         """
-        if self.spec is not None and not eligible(job.spec, self.worker, self.spec):
+        spec = job.spec
+        # Eligibility first, checked only where there is something to check: this runs
+        # for every queued job against every worker on the scheduler's hot path.
+        where = self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
+        if where and self.spec is not None and not eligible(spec, self.worker, self.spec):
             return None
-        slots, gpus, millicpus, memory = self._offered(job)
-        needs = job.spec.resources
-        fitting = self._fitting(needs, gpus)
+        if self.reserved:
+            slots, gpus, millicpus, memory = self._offered(job)
+        else:
+            slots, gpus = self.free_slots, self.free_gpus
+            millicpus, memory = self.free_millicpus, self.free_memory
+        needs = spec.resources
+        fitting = self._fitting(needs, gpus) if needs.gpus else []
         if slots < needs.slots or len(fitting) < needs.gpus:
             return None
-        if millicpus < needs.millicpus or memory < needs.memory_bytes:
+        if (needs.cpus and millicpus < needs.millicpus) or (needs.memory and memory < needs.memory):
             return None
         return fitting[: needs.gpus]
 
