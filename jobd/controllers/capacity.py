@@ -50,10 +50,10 @@ class Capacity:
     # The worker's spec, for eligibility (labels, mount roots: eligibility.py) and for
     # its whole inventory (best fit); None: every job is eligible, inventory none.
     spec: WorkerSpec | None = None
-    rooted: bool = field(init=False)  # whether the worker names mount roots
-
-    def __post_init__(self) -> None:
-        self.rooted = bool(self.spec and self.spec.mount_roots)
+    rooted: bool = False  # whether the worker names mount roots
+    # The whole inventory in CPUs (thousandths) and memory: the best fit's measure.
+    total_millicpus: int = 0
+    total_memory: int = 0
 
     def pick(self, job: Job) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
@@ -132,13 +132,11 @@ class Capacity:
     def left_after(self, needs: Resources) -> float:
         """What placing `needs` here leaves of the CPUs and memory it names, as shares of
         the worker's inventory summed: the best fit leaves least (0 when it names none)."""
-        total_cpus = self.spec.millicpus if self.spec else 0
-        total_memory = (self.spec.memory or 0) if self.spec else 0
         left = 0.0
-        if needs.millicpus:
-            left += (self.free_millicpus - needs.millicpus) / max(1, total_cpus)
-        if needs.memory_bytes:
-            left += (self.free_memory - needs.memory_bytes) / max(1, total_memory)
+        if needs.cpus:
+            left += (self.free_millicpus - needs.millicpus) / max(1, self.total_millicpus)
+        if needs.memory:
+            left += (self.free_memory - needs.memory) / max(1, self.total_memory)
         return left
 
     def has_room(self) -> bool:
@@ -155,6 +153,9 @@ class Capacity:
             self.free_millicpus,
             self.free_memory,
             self.spec,
+            self.rooted,
+            self.total_millicpus,
+            self.total_memory,
         )
 
 
@@ -176,15 +177,7 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     whose disk is full (worker_disk.py).
     """
     caps = {
-        w.name: Capacity(
-            w.name,
-            w.spec.slots,
-            sorted(w.spec.gpus),
-            _memory_free(w),
-            free_millicpus=w.spec.millicpus,
-            free_memory=w.spec.memory or 0,
-            spec=w.spec,
-        )
+        w.name: _capacity(w)
         for w in workers
         if w.status.phase == WorkerPhase.READY and not w.spec.cordoned and not disk_is_full(w)
     }
@@ -197,6 +190,25 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
             cap.free_memory -= needs.memory_bytes
             cap.free_gpus = [g for g in cap.free_gpus if g not in job.status.gpus]
     return caps
+
+
+def _capacity(worker: Worker) -> Capacity:
+    """An empty worker's capacity: all of it free."""
+    spec = worker.spec
+    millicpus, memory = spec.millicpus, spec.memory or 0
+    return Capacity(
+        worker.name,
+        spec.slots,
+        sorted(spec.gpus),
+        _memory_free(worker),
+        {},
+        millicpus,
+        memory,
+        spec,
+        bool(spec.mount_roots),
+        millicpus,
+        memory,
+    )
 
 
 def _memory_free(worker: Worker) -> dict[int, int]:
@@ -231,9 +243,16 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
         cap = caps.get(job.status.nominated_worker)
         return cap if cap is not None and cap.fits(job) else None
     needs = job.spec.resources
-    sized = bool(needs.millicpus or needs.memory_bytes)
+    slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
+    sized = bool(millicpus or memory)
     best: tuple[tuple[float, float, int, str], Capacity] | None = None
     for cap in caps.values():
+        # What is free before reservations bounds what pick() offers: most workers a job
+        # does not fit are passed over here, at the cost of four comparisons.
+        if cap.free_slots < slots or cap.free_millicpus < millicpus or cap.free_memory < memory:
+            continue
+        if len(cap.free_gpus) < count:
+            continue
         gpus = cap.pick(job)
         if gpus is None:
             continue
