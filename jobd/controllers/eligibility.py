@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from jobd.api.labels import expression_holds
 from jobd.api.models import JobSpec, WorkerSpec
 
-__all__ = ["asks_where", "eligible", "under_a_root", "why_not"]
+__all__ = ["admits", "asks_where", "eligible", "under_a_root", "why_not"]
 
 
 def asks_where(spec: JobSpec) -> bool:
@@ -28,15 +28,18 @@ def eligible(spec: JobSpec, name: str, worker: WorkerSpec) -> bool:
     """Whether worker `name` of this spec may take the job (the capacity model's test)."""
     if not worker.mount_roots and not asks_where(spec):
         return True  # the common case, on the scheduler's hot path: nothing to check
-    # why_not's rules without its words: this runs for every queued job and worker.
+    return admits(spec, name, worker.labels, worker.mount_roots)
+
+
+def admits(spec: JobSpec, name: str, labels: Mapping[str, str], mount_roots: Sequence[str]) -> bool:
+    """why_not's rules without its words: this runs for every queued job and worker."""
     if spec.worker is not None and spec.worker != name:
         return False
-    labels = worker.labels
     if any(labels.get(key) != value for key, value in spec.node_selector.items()):
         return False
     if not all(expression_holds(labels, e.key, e.operator, e.values) for e in spec.node_affinity):
         return False
-    return not worker.mount_roots or under_a_root(spec.cwd, worker.mount_roots)
+    return not mount_roots or under_a_root(spec.cwd, mount_roots)
 
 
 def why_not(

@@ -78,18 +78,23 @@ def placement_message(
     sized = needs.gpus or needs.millicpus or needs.memory_bytes
     if not shapes or not (sized or rooted or eligibility.asks_where(spec)):
         return None
-    welcome, refusals = [], []
-    for shape in shapes:
-        why = eligibility.why_not(spec, shape.name, dict(shape.labels), shape.mount_roots)
-        if why is None:
-            welcome.append(shape)
-        else:
-            refusals.append(f"{shape.name}: {why}")
+    welcome = [s for s in shapes if _admits(spec, s)]
     if not welcome:
+        refusals = [
+            f"{s.name}: {eligibility.why_not(spec, s.name, dict(s.labels), s.mount_roots)}"
+            for s in shapes
+        ]
         return _no_worker_may(spec, sorted(refusals))
     if any(_holds(shape, needs) for shape in welcome):
         return None
     return unschedulable_message(needs, welcome) or _too_big(needs, welcome)
+
+
+def _admits(spec: JobSpec, shape: Shape) -> bool:
+    if not shape.mount_roots and not eligibility.asks_where(spec):
+        return True
+    labels = dict(shape.labels) if spec.node_selector or spec.node_affinity else {}
+    return eligibility.admits(spec, shape.name, labels, shape.mount_roots)
 
 
 def _no_worker_may(spec: JobSpec, refusals: list[str]) -> str:
