@@ -1,12 +1,14 @@
 """Placement: a queued job that no registered worker could ever run is said to be so.
 
 The scheduler (scheduler.py) reads only the jobs that fit some worker's *free* room, so a
-job asking for more GPUs (or more GPU memory) than any worker *has* would wait in silence. This loop
-compares each queued job with the workers' whole capacity (every registered worker,
-cordoned or Lost alike: each may run jobs again) and sets the condition
-`Scheduled=False, reason=Unschedulable` with a message naming the largest worker
-("no worker has 5 GPUs; the largest has 4", "no worker has 1 GPU with 100GiB each (the
-most on one worker is 0; the largest GPU has 80GiB)"), with one `job_unschedulable` event. The
+job asking for more GPUs (or GPU memory, CPUs, memory) than any worker *has*, or that no
+worker admits (its pin, selector or affinity; its cwd under none of a worker's mount
+roots: eligibility.py), would wait in silence. This loop compares each queued job with the
+workers' whole capacity (every registered worker, cordoned or Lost alike: each may run
+jobs again) and sets the condition `Scheduled=False, reason=Unschedulable` with a message
+naming the largest eligible worker ("no worker has 5 GPUs; the largest has 4", "no worker
+has 16 CPUs; the largest has 8 CPUs") or what kept each worker out ("no worker may run it
+(a: label site=lab1, not lab3; ...)"), with one `job_unschedulable` event. The
 job keeps waiting, since a worker may join; once one could run it the condition goes.
 With no worker registered at all, nothing is said: a worker is usually on its way.
 A job created through `job submit` is judged at admission already (verbs/admission.py),

@@ -1,4 +1,5 @@
-"""The scheduler: binds pending jobs to workers with a free slot (CPU jobs) or free GPUs.
+"""The scheduler: binds pending jobs to workers with a free slot (CPU jobs) or free GPUs,
+and the CPUs and memory a job names free there, among the workers it may run on.
 
 One key, "queue": each pass reads the workers and the jobs bound to them (work that
 grows with what runs, not with history), then walks ready Pending jobs highest priority
