@@ -12,6 +12,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Resources, Worker, WorkerPhase, WorkerSpec
+from jobd.controllers import eligibility
 from jobd.controllers.eligibility import eligible
 from jobd.controllers.view import ClusterView
 from jobd.controllers.worker_disk import disk_is_full
@@ -242,9 +243,12 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
     if job.status.nominated_worker:
         cap = caps.get(job.status.nominated_worker)
         return cap if cap is not None and cap.fits(job) else None
-    needs = job.spec.resources
+    spec = job.spec
+    needs = spec.resources
     slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
     sized = bool(millicpus or memory)
+    # Whether pick() has more to check than the comparisons below, whatever the worker.
+    where = count > 0 or eligibility.asks_where(spec)
     best: tuple[tuple[float, float, int, str], Capacity] | None = None
     for cap in caps.values():
         # What is free before reservations bounds what pick() offers: most workers a job
@@ -253,9 +257,13 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
             continue
         if len(cap.free_gpus) < count:
             continue
-        gpus = cap.pick(job)
-        if gpus is None:
-            continue
+        if where or cap.reserved or cap.rooted:
+            picked = cap.pick(job)
+            if picked is None:
+                continue
+            gpus = picked
+        else:
+            gpus = []  # no GPUs, holds, nor rules: the comparisons above were pick()'s
         snug = -cap.left_after(needs) if sized else 0.0
         if needs.gpus:
             given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
