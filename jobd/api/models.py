@@ -56,6 +56,7 @@ __all__ = [
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
     "GPU_INDEX_TEXT",
+    "MAX_ATTEMPTS_KEPT",
     "MAX_CPUS",
     "MAX_GPU_INDEX",
     "MAX_GRACE_S",
@@ -69,8 +70,10 @@ __all__ = [
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
     "ArrayRef",
+    "Attempt",
     "Condition",
     "Effective",
+    "GpuUsage",
     "Grace",
     "GuardSeconds",
     "Job",
@@ -86,6 +89,7 @@ __all__ = [
     "ProjectSpec",
     "Resource",
     "Resources",
+    "RetryPolicy",
     "RunLimits",
     "Size",
     "StoreId",
@@ -180,6 +184,12 @@ class ArrayRef(Strict):
     id: int = Field(ge=1, le=MAX_ID)
     name: str
     index: int = Field(ge=0)
+    # The array's `parallelism`: at most this many of its members bound at once (the
+    # scheduler keeps the count); None: no cap.
+    parallelism: int | None = Field(default=None, ge=1)
+    # The id of its last member: an array's members have consecutive ids (one insert), so
+    # the scheduler passes over a full array's queued members in one step.
+    last_member: int | None = Field(default=None, ge=1, le=MAX_ID)
 
 
 class ObjectMeta(Strict):
@@ -448,6 +458,66 @@ class LabelExpression(Strict):
         return self
 
 
+# Bounds of a retry policy (OpenAPI says them; admission refuses past them).
+MAX_RETRIES = 100
+MAX_BACKOFF_S = 86_400.0  # a day between two attempts at most
+MAX_EXIT_CODES = 256  # every exit code once
+
+
+def _seconds(value: Any) -> Any:
+    if isinstance(value, bool):  # a number of seconds, never a flag read as 0 or 1
+        raise ValueError("a number of seconds, not true or false")
+    return value
+
+
+BackoffSeconds = Annotated[
+    float,
+    Field(ge=0, le=MAX_BACKOFF_S, description=f"seconds, 0 to {MAX_BACKOFF_S:g}"),
+    BeforeValidator(_seconds),
+]
+
+
+ExitCode = Annotated[int, Field(ge=0, le=255, description="an exit code; a signal N is 128+N")]
+
+
+class RetryPolicy(Strict):
+    """When a failed attempt is run again (controllers/retries.py), Kubernetes' backoffLimit
+    and SkyPilot's recover_on_exit_codes in one: the same job, queued again after an
+    exponential backoff, `limit` times at most. Preempted and cancelled jobs are never
+    retried; a job that a guard failed (MaxRuntimeExceeded, ...) neither."""
+
+    limit: Annotated[
+        int,
+        Option(
+            "--retries",
+            "Run it again up to N times ({minimum} to {maximum}) when it fails.",
+            kind="integer",
+            metavar="N",
+            parameter="retries",
+        ),
+    ] = Field(default=0, ge=0, le=MAX_RETRIES)
+    # The wait before retry n is backoff_s * 2**(n-1), at most backoff_max_s.
+    backoff_s: Annotated[
+        BackoffSeconds, NoOption("in a manifest: spec.retry.backoff_s (default 30)")
+    ] = 30.0
+    backoff_max_s: Annotated[
+        BackoffSeconds, NoOption("in a manifest: spec.retry.backoff_max_s (default 600)")
+    ] = 600.0
+    # Retried only on these exit codes (a signal N counts as 128+N); None: any failure.
+    on_exit_codes: Annotated[
+        list[ExitCode] | None, NoOption("in a manifest: spec.retry.on_exit_codes")
+    ] = Field(default=None, max_length=MAX_EXIT_CODES)
+    # Retried too when its worker was lost (lease expired past the lost timeout, or the
+    # host restarted under it); off by default: a partitioned worker may still run it.
+    on_lost: Annotated[bool, NoOption("in a manifest: spec.retry.on_lost")] = False
+
+    def wait_s(self, retry: int) -> float:
+        """The backoff before retry number `retry` (1 for the first): doubling, capped."""
+        if retry < 1:
+            return 0.0
+        return min(self.backoff_s * 2.0 ** min(retry - 1, 64), self.backoff_max_s)
+
+
 # Each field says how `job submit` and the MCP tool take it (api/field_options.py): one
 # edit adds a field to the document, the command line and the MCP tool alike.
 class JobSpec(Strict):
@@ -572,6 +642,8 @@ class JobSpec(Strict):
         bool,
         Option("--depends-on-any-exit", "Start once the dependencies end, however.", kind="flag"),
     ] = False
+    # None: a failed job stays failed (RetryPolicy, controllers/retries.py).
+    retry: RetryPolicy | None = None
     # Beyond the seed, opt-in: resubmit automatically after a preemption whose checkpoint
     # completed (see docs/preemption.md).
     auto_resume: Annotated[
@@ -680,6 +752,21 @@ class PreemptionStatus(Strict):
     checkpoint_complete: bool = False
 
 
+MAX_ATTEMPTS_KEPT = 20  # status.attempts keeps the newest of them
+
+
+class Attempt(Strict):
+    """One run of a job that has a retry policy, as it ended (status.attempts)."""
+
+    attempt: int  # its fencing number (status.attempt while it ran)
+    worker: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
 class JobStatus(Strict):
     desired_phase: Phase = Phase.RUNNING
     phase: Phase = Phase.PENDING
@@ -689,6 +776,13 @@ class JobStatus(Strict):
     worker: str | None = None
     # The run's fencing number: bumped by every bind; every worker report carries it.
     attempt: int = 0
+    # Jobs with spec.retry: each run's end (the newest MAX_ATTEMPTS_KEPT), how often it
+    # was queued again, until when it waits out its backoff (not queued before), and the
+    # checkpoint the next run resumes from (its RESUME_FROM).
+    attempts: list[Attempt] = Field(default_factory=list)
+    retries: int = 0
+    retry_at: datetime | None = None
+    resume_from: str | None = None
     gpus: list[int] = Field(default_factory=list)
     nominated_worker: str | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -874,6 +968,15 @@ class WorkerSpec(Strict):
         return lease
 
 
+class GpuUsage(Strict):
+    """One GPU as its worker's NVML read it for the newest heartbeat."""
+
+    memory_used: StoreInt = Field(description="bytes in use, by any process")
+    utilization: float | None = Field(
+        default=None, ge=0, le=1, description="busy share of NVML's last sample period"
+    )
+
+
 class WorkerStatus(Strict):
     phase: WorkerPhase = WorkerPhase.READY
     last_renewal: datetime = Field(default_factory=utcnow)
@@ -884,6 +987,10 @@ class WorkerStatus(Strict):
     # Memory in use on each GPU by processes jobd did not start, in bytes (NVML, with the
     # heartbeat); placement counts it as taken. Empty where nothing measures it.
     gpu_memory_foreign: dict[int, StoreInt] = Field(default_factory=dict)
+    # Each GPU's memory in use and utilisation (NVML, with the newest heartbeat). Kept in
+    # the broker's memory, never in the store, and filled in when a worker is read; empty
+    # where nothing measures it (a declared inventory: its totals are in spec.gpu_memory).
+    gpu_usage: dict[int, GpuUsage] = Field(default_factory=dict)
     # DiskFull while the disk of the worker's state directory is full (no job is placed
     # here meanwhile: controllers/worker_disk.py).
     conditions: list[Condition] = Field(default_factory=list)

@@ -46,6 +46,7 @@ class BenchContext:
     stored: int = 0  # jobs of history in each store before its broker starts (--stored)
     started: float = 0.0
     db: str | None = None  # a PostgreSQL server for the brokers' stores (JOBD_BENCH_DB)
+    store: str | None = None  # the store of the last broker started (sqlite, postgresql)
 
     def sized(self, tiny: T, small: T, full: T) -> T:
         return {"tiny": tiny, "small": small, "full": full}[self.size]
@@ -95,6 +96,7 @@ class BenchContext:
                 yield http, None
             return
         root = self.scratch(name)
+        self.store = self.db_backend
         with contextlib.ExitStack() as stack:
             url = self._store_url(stack, name, root)
             if self.stored:

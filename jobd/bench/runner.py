@@ -118,6 +118,8 @@ def _run_all(
             result = _run_one(name, ctx)
             if stored and name != "reconcile":  # reconcile fills its stores itself
                 result.extra["stored"] = stored
+            if ctx.store is not None:  # which store the figures were taken on
+                result.extra.setdefault("store", ctx.store)
             results.append(result)
             if as_json:
                 print(json.dumps(result.as_json()), flush=True)

@@ -13,6 +13,7 @@ from jobd.api.models import Job
 from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
+from jobd.broker.metrics.gpus import GpuReadings
 from jobd.broker.metrics.registry import build_registry
 from jobd.broker.storage import StorageWatch
 from jobd.broker.streams.eventlog import EventLog
@@ -91,7 +92,8 @@ class BrokerState:
         self.ctx.last_output = self.logs.last_output
         self.manager = Manager(self.ctx)
         self.creates = CreateBatcher(self.ctx)
-        self.metrics = build_registry(self.store, self.ctx.view, self.feed)
+        self.gpu_readings = GpuReadings()  # each worker's newest, from its heartbeats
+        self.metrics = build_registry(self.store, self.ctx.view, self.feed, self.gpu_readings)
         self.event_metrics = EventMetrics(self.metrics, self.ctx.view)
         self.wiring = Wiring(
             broker_listeners(

@@ -2,9 +2,12 @@
 
 `JobdClient` is the synchronous client of `jobd.wire` with a method per operation the
 CLI uses; `job get -w` and `job wait` follow jobs through the wire's informer
-(`job_changes`). The requests, the envelopes of the answers and the two exceptions
-(`ApiError`, `BrokerUnreachable`) are the wire's, re-exported here for the CLI. Next
-stage: the broker's routes in `jobd/broker/`.
+(`job_changes`). It sends each call through the standard library's HTTP client to an
+http:// broker (`plain_http.py`: httpx is not even imported), and through the wire's httpx
+`Client` to an https:// one, through a proxy, or over a transport a test hands in. The
+requests, the envelopes of the answers and the two exceptions (`ApiError`,
+`BrokerUnreachable`) are the wire's, re-exported here for the CLI. Next stage: the
+broker's routes in `jobd/broker/`.
 
 Configuration follows CONTRACT.md §2 and §8: `default_server()`, `data_dir()` and
 `default_token()` (from `jobd.discovery`, which needs no httpx) give the values a flag
@@ -14,8 +17,8 @@ would otherwise carry.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-
-import httpx
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from jobd.api.vocabulary import DEFAULT_PROJECT
 from jobd.discovery import DEFAULT_SERVER, data_dir, default_server, default_token
@@ -31,7 +34,13 @@ from jobd.wire.answers import (
     WatchChange,
     WatchPage,
 )
-from jobd.wire.client import ApiError, BrokerUnreachable, Client
+from jobd.wire.calls import Call
+from jobd.wire.errors import ApiError, BrokerUnreachable
+
+if TYPE_CHECKING:
+    import httpx
+
+    from jobd.wire.client import Client
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -56,7 +65,30 @@ __all__ = [
 # -- the client ------------------------------------------------------------------------------
 
 
-class JobdClient(Client):
+T = TypeVar("T")
+
+
+class _Sender(Protocol):
+    server: str
+
+    def run(self, call: Call[T]) -> T: ...
+
+    def close(self) -> None: ...
+
+
+def _sender(
+    server: str, token: str | None, timeout: float, transport: httpx.BaseTransport | None
+) -> _Sender:
+    from jobd.cli.plain_http import PlainClient, plain_http_serves
+
+    if transport is None and plain_http_serves(server):
+        return PlainClient(server, token, timeout=timeout)
+    from jobd.wire.client import Client
+
+    return Client(server, token, timeout=timeout, transport=transport)
+
+
+class JobdClient:
     """A synchronous client of one broker; use it as a context manager or call close()."""
 
     def __init__(
@@ -67,10 +99,26 @@ class JobdClient(Client):
         timeout: float = 15.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        super().__init__(server or default_server(), token, timeout=timeout, transport=transport)
+        self._sender = _sender(server or default_server(), token, timeout, transport)
+        self.server = self._sender.server
+
+    def run(self, call: Call[T]) -> T:
+        """Send the call; its answer's value, or ApiError / BrokerUnreachable."""
+        return self._sender.run(call)
+
+    def close(self) -> None:
+        self._sender.close()
 
     def __enter__(self) -> JobdClient:
         return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # -- resources
 
@@ -260,4 +308,5 @@ class JobdClient(Client):
         from jobd.wire.informer import Informer, JobFilter
 
         jobs = JobFilter(project=project, name=name, phases=tuple(phases), selector=selector)
-        return iter(Informer(self, jobs, known=known, deadline=deadline))
+        sender = cast("Client", self)  # the informer only calls run()
+        return iter(Informer(sender, jobs, known=known, deadline=deadline))

@@ -16,10 +16,12 @@ answers in about 100 ms (docs/performance.md).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from gettext import gettext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,30 +47,47 @@ if TYPE_CHECKING:
 
     from jobd.cli.broker_client import ApplyResult, Document, JobdClient
 
-__all__ = ["VERB_MODULES", "Settings", "cli", "main", "printed_name"]
+__all__ = ["VERB_MODULES", "VERB_SUMMARIES", "Settings", "cli", "main", "printed_name"]
 
-# The verbs defined elsewhere, by the module whose VERBS holds them.
-VERB_MODULES = {
-    "get": "reading",
-    "describe": "reading",
-    "status": "reading",
-    "workers": "reading",
-    "logs": "streams",
-    "events": "streams",
-    "cancel": "acting",
-    "delete": "acting",
-    "preempt": "acting",
-    "preempt-blockers": "acting",
-    "rerun": "acting",
-    "resume": "acting",
-    "wait": "acting",
-    "cordon": "drain",
-    "uncordon": "drain",
-    "drain": "drain",
-    "config": "config_verbs",
-    "completion": "config_verbs",
-    "ui": "dashboard",
+# The verbs defined elsewhere: the module whose VERBS holds each, and the first paragraph of
+# its help, from which `job --help` summarises it without importing the module (a test holds
+# each summary to the verb's own help).
+_LAZY_VERBS = {
+    "get": ("reading", "List jobs (or projects, workers), or show some."),
+    "describe": ("reading", "Show jobs' spec, status, conditions and events."),
+    "status": ("reading", "Show the jobs still converging, and since when."),
+    "workers": ("reading", "List workers, their capacity, lease and jobs (as `job get workers`)."),
+    "logs": ("streams", "Print a job's output (stdout and stderr, as captured)."),
+    "events": ("streams", "Print events, from the same records as events.jsonl."),
+    "cancel": ("acting", "Stop jobs, queued or running; each ends Cancelled."),
+    "delete": (
+        "acting",
+        "Remove jobs that have ended (cancel a live one first), and their output.",
+    ),
+    "preempt": ("acting", "Request preemption of running jobs."),
+    "preempt-blockers": ("acting", "Preempt what keeps a queued job from running."),
+    "rerun": ("acting", "Submit a copy of a job that has ended, as a new job; print its id."),
+    "resume": ("acting", "Resubmit preempted jobs from their checkpoints."),
+    "wait": (
+        "acting",
+        "Block until jobs end (each member of an array A<id>); exit with what ended them.",
+    ),
+    "cordon": ("drain", "Place no new job on WORKER; the jobs running there go on."),
+    "uncordon": ("drain", "Place jobs on WORKER again."),
+    "drain": ("drain", "Cordon WORKER, then wait until no job is bound to it."),
+    "config": ("config_verbs", "Contexts: named brokers with their token files, as kubeconfig's."),
+    "completion": (
+        "config_verbs",
+        "Print the shell completion script for bash, zsh or fish (click's own).",
+    ),
+    "ui": ("dashboard", "Print (and open) a login URL for the web dashboard at /ui."),
+    "top": (
+        "top",
+        "Show workers and their GPUs, running jobs, the queue and preemptions, live.",
+    ),
 }
+VERB_MODULES = {verb: module for verb, (module, _) in _LAZY_VERBS.items()}
+VERB_SUMMARIES = {verb: summary for verb, (_, summary) in _LAZY_VERBS.items()}
 # Verbs that must work while the config file is broken: they are how it is fixed.
 STANDALONE = frozenset({"completion", "config"})
 
@@ -107,6 +126,19 @@ class _JobGroup(click.Group):
                 self.add_command(verb)
         return self.commands.get(cmd_name)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing of the verbs, each verb not loaded summarised from
+        VERB_SUMMARIES as click would its help: `job --help` imports no verb's module."""
+        listed = [(name, self.commands.get(name)) for name in self.list_commands(ctx)]
+        shown = [(name, verb) for name, verb in listed if verb is None or not verb.hidden]
+        limit = formatter.width - 6 - max(len(name) for name, _ in shown)
+        rows = [
+            (name, _summary(name, limit) if verb is None else verb.get_short_help_str(limit))
+            for name, verb in shown
+        ]
+        with formatter.section(gettext("Commands")):
+            formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -121,6 +153,11 @@ class _JobGroup(click.Group):
             if message is None:
                 raise
             raise Failure(message) from None
+
+
+def _summary(verb: str, limit: int) -> str:
+    """The verb's summary, shortened by click as it shortens a loaded verb's help."""
+    return click.Command(verb, help=VERB_SUMMARIES[verb]).get_short_help_str(limit)
 
 
 def _refusal(exc: Exception) -> str | None:
@@ -238,6 +275,11 @@ pass_settings = click.make_pass_decorator(Settings)
 
 def main() -> None:
     """The `job` console script."""
+    # What is loaded by now lives as long as the command: kept out of every collection,
+    # and the collector run less often, as the daemons do (daemon/main.py). A short
+    # command pays ~5 % fewer instructions; a long one (-w, -f, wait) still collects.
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
     # httpx imports its own command-line client (pygments, a third of httpx's import time)
     # when rich is installed; `job` never runs it. Marked absent, httpx goes without it,
     # as `jobd` does for the worker (daemon/main._without_rich).
@@ -372,8 +414,9 @@ _COMMAND_ARGS = {"allow_interspersed_args": False}
 @click.option(
     "--array",
     "indices",
-    metavar="0-7|1,3,5|0-15:2",
-    help="A job array: a member per index, `{i}` in COMMAND replaced by it; prints A<id>.",
+    metavar="0-7|1,3,5|0-15:2[%N]",
+    help="A job array: a member per index, `{i}` in COMMAND replaced by it; `%N`: at most N "
+    "run at once; prints A<id>.",
 )
 @click.option(
     "--sweep",

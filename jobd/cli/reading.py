@@ -177,7 +177,7 @@ def _show_jobs(jobs: list[Document], output: str, *, single: bool) -> None:
     if output in ("json", "yaml"):
         print_documents(jobs, output, single=single)
     elif jobs:
-        render.emit(render.make_console(), render.jobs_table(jobs, wide=output == "wide"))
+        render.print_table(render.jobs_table(jobs, wide=output == "wide"))
     else:
         warn("No jobs found.")
 
@@ -210,7 +210,7 @@ def _show_projects(
     if output in ("json", "yaml"):
         print_documents(found, output, single=len(names) == 1)
     elif found:
-        render.emit(render.make_console(), render.projects_table(found, wide=output == "wide"))
+        render.print_table(render.projects_table(found, wide=output == "wide"))
     else:
         warn("No projects found.")
 
@@ -253,7 +253,7 @@ def _show_workers(
         return
     bound = broker.list_jobs(phase=_BOUND).items
     table = render.workers_table(found, bound, wide=output == "wide")
-    render.emit(render.make_console(), table)
+    render.print_table(table)
 
 
 def _worker_name(raw: str) -> str:
@@ -315,7 +315,7 @@ def status(output: str) -> None:
     elif not converging:
         warn("Every job is in its desired phase.")
     elif output == "wide":
-        render.emit(render.make_console(), render.status_table(converging))
+        render.print_table(render.status_table(converging))
     else:
         for job in converging:
             click.echo(render.status_line(job))

@@ -7,21 +7,20 @@ plain: no colour, no wrapping at 80 columns, no trailing blanks.
 
 from __future__ import annotations
 
-import difflib
 import io
 import json
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
-
-from rich.console import Console, RenderableType
-from rich.padding import Padding
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from jobd.api.sizes import format_size
 from jobd.api.vocabulary import TERMINAL_PHASES, Phase
+from jobd.cli.tables import PIPE_WIDTH, PlainTable, print_table
+
+if TYPE_CHECKING:  # rich is loaded only for what plain text cannot show (tables.py)
+    from rich.console import Console, RenderableType
 
 __all__ = [
     "array_line",
@@ -37,18 +36,19 @@ __all__ = [
     "jobs_table",
     "make_console",
     "phase_text",
+    "print_table",
     "projects_table",
     "status_line",
     "status_table",
     "to_json",
     "to_text",
     "victim_line",
+    "waiting_for",
     "watch_line",
     "workers_table",
 ]
 
 Document = Mapping[str, Any]
-_PIPE_WIDTH = 200  # wide enough that a table on a pipe never wraps mid-row
 _EVENT_KEYS = ("ts", "event", "job", "seq", "reason")
 
 
@@ -57,11 +57,13 @@ _EVENT_KEYS = ("ts", "event", "job", "seq", "reason")
 
 def make_console(stderr: bool = False) -> Console:
     """A console that colours and measures a terminal, and writes plain text to a pipe."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     return Console(
         file=stream,
-        width=None if tty else _PIPE_WIDTH,
+        width=None if tty else PIPE_WIDTH,
         color_system="auto" if tty else None,
         highlight=False,
         emoji=False,  # nothing jobd shows is meant as :emoji: (and the codes take ~5 ms to load)
@@ -80,19 +82,22 @@ def emit(console: Console, renderable: RenderableType) -> None:
     console.file.write("".join(line.rstrip() + "\n" for line in lines))
 
 
-def to_text(renderable: RenderableType, width: int = _PIPE_WIDTH) -> str:
+def to_text(renderable: RenderableType | PlainTable, width: int = PIPE_WIDTH) -> str:
     """The renderable as plain text, the way a pipe would see it."""
+    if isinstance(renderable, PlainTable):
+        if renderable.is_plain() and renderable.text_width() <= width:
+            return "".join(line + "\n" for line in renderable.lines())
+        renderable = renderable.as_rich()
+    from rich.console import Console
+
     console = Console(width=width, color_system=None, highlight=False, file=io.StringIO())
     with console.capture() as capture:
         console.print(renderable)
     return "".join(line.rstrip() + "\n" for line in capture.get().splitlines())
 
 
-def _table(*headers: str) -> Table:
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for header in headers:
-        table.add_column(header, overflow="fold")
-    return table
+def _table(*headers: str) -> PlainTable:
+    return PlainTable(*headers)
 
 
 # -- time ------------------------------------------------------------------------------------
@@ -242,7 +247,7 @@ def _number(value: Any) -> str:
 
 def jobs_table(
     jobs: Iterable[Document], *, wide: bool = False, now: datetime | None = None
-) -> Table:
+) -> PlainTable:
     now = _now(now)
     headers = ["ID", "NAME", "PHASE", "PRIO", "WORKER", "PROGRESS", "AGE"]
     if wide:
@@ -299,6 +304,11 @@ def _unschedulable(status: Document) -> str | None:
         if cond.get("type") == "Scheduled" and cond.get("reason") == "Unschedulable":
             return str(cond.get("message") or "no worker could run it")
     return None
+
+
+def waiting_for(job: Document) -> str:
+    """What a converging job waits for (`unschedulable: ...`, `waiting for capacity`)."""
+    return _why(_status(job))
 
 
 def _why(status: Document) -> str:
@@ -362,11 +372,13 @@ def describe_job(
     head = (
         f"Job {_id(job)}  {_ref(job)}  {phase_text(job)}  (age {_age(meta.get('created_at'), now)})"
     )
+    from rich.padding import Padding
+
     from jobd.api.manifests import dump_yaml
 
     spec_yaml, status_yaml = dump_yaml([dict(_spec(job))]), dump_yaml([status])
-    conditions_block = _conditions_table(conditions, now) if conditions else "<none>"
-    events_block = events_table(events) if events else "<none>"
+    conditions_block = _conditions_table(conditions, now).as_rich() if conditions else "<none>"
+    events_block = events_table(events).as_rich() if events else "<none>"
     return [
         head,
         *_section("Spec", _indent(spec_yaml)),
@@ -384,7 +396,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.rstrip("\n").splitlines())
 
 
-def _conditions_table(conditions: Sequence[Document], now: datetime) -> Table:
+def _conditions_table(conditions: Sequence[Document], now: datetime) -> PlainTable:
     table = _table("TYPE", "STATUS", "REASON", "MESSAGE", "SINCE")
     for cond in conditions:
         since = _age(cond.get("last_transition_time"), now)
@@ -430,7 +442,7 @@ def _event_reason(event: Document) -> str:
     return "-"
 
 
-def events_table(events: Iterable[Document], *, wide: bool = False) -> Table:
+def events_table(events: Iterable[Document], *, wide: bool = False) -> PlainTable:
     """TIME EVENT JOB REASON, and every other field under DETAILS when wide."""
     table = _table("TIME", "EVENT", "JOB", "REASON", *(["DETAILS"] if wide else []))
     for event in events:
@@ -476,7 +488,7 @@ def workers_table(
     now: datetime | None = None,
     *,
     wide: bool = False,
-) -> Table:
+) -> PlainTable:
     """NAME STATUS SLOTS GPUS LEASE JOBS. SLOTS: CPU jobs running / slots; GPUS: each GPU
     as `index:memory(job)`, `-` for a free one (`job workers` shows who holds what)."""
     now = _now(now)
@@ -563,7 +575,7 @@ def _worker_status(spec: Document, status: Document) -> str:
 
 def projects_table(
     projects: Iterable[Document], now: datetime | None = None, *, wide: bool = False
-) -> Table:
+) -> PlainTable:
     """NAME PRIORITY PREEMPTIBLE GRACE AGE: what a project gives its jobs by default."""
     now = _now(now)
     table = _table("NAME", "PRIORITY", "PREEMPTIBLE", "GRACE", "AGE", *(["LABELS"] if wide else []))
@@ -586,7 +598,7 @@ def projects_table(
     return table
 
 
-def status_table(jobs: Iterable[Document], now: datetime | None = None) -> Table:
+def status_table(jobs: Iterable[Document], now: datetime | None = None) -> PlainTable:
     """`job status -o wide`: the converging jobs with their names and workers."""
     now = _now(now)
     table = _table("ID", "NAME", "PHASE", "WORKER", "FOR", "WAITING FOR")
@@ -618,6 +630,8 @@ def diff_text(
     Secret env values read masked on both sides: an apply that would change only those
     (`action` configured, no line differs) is said in a comment line, values unshown.
     """
+    import difflib
+
     from jobd.api.manifests import dump_yaml
 
     before = dump_yaml([_without_status(live)]) if live is not None else ""

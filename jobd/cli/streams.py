@@ -93,7 +93,7 @@ def _show_events(found: list[Document], output: str) -> None:
     if output in ("json", "yaml"):
         print_documents([_as_recorded(e) for e in found], output)
     elif found:
-        render.emit(render.make_console(), render.events_table(found, wide=output == "wide"))
+        render.print_table(render.events_table(found, wide=output == "wide"))
     else:
         click.echo("No events found.", err=True)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
+from click.core import ParameterSource
 
 from jobd.cli.mcp_command import mcp
 from jobd.daemon.settings import (
@@ -111,10 +112,31 @@ def cli() -> None:
     """jobd: a small, fast job scheduler for the GPU machines you own."""
 
 
-@cli.command()
+class _Daemon(click.Group):
+    """A daemon's command: it runs the daemon, and `install` writes its systemd unit
+    (daemon/install.py, loaded only when asked for: every jobd process would carry it)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return ["install"]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name != "install" or self.name is None:
+            return None
+        from jobd.daemon.install import install_command
+
+        return install_command(self.name)
+
+
+@cli.group(cls=_Daemon, invoke_without_command=True)
 @options(BrokerOptions, OutputOptions)
-def broker(**given: Any) -> None:
-    """Run the control plane: HTTP API, store, reconcile loops."""
+@click.pass_context
+def broker(ctx: click.Context, /, **given: Any) -> None:
+    """Run the control plane: HTTP API, store, reconcile loops.
+
+    `jobd broker install [SETTINGS]` writes a systemd unit that runs it instead.
+    """
+    if _installing(ctx):
+        return
     from jobd.daemon import broker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
@@ -147,10 +169,17 @@ def _stop_broker(app: Any, server: uvicorn.Server) -> None:
     server.should_exit = True
 
 
-@cli.command()
+@cli.group(cls=_Daemon, invoke_without_command=True)
 @options(AgentConnection, WorkerOptions, OutputOptions)
-def worker(**given: Any) -> None:
-    """Run the agent on this host: runs the jobs bound to it, reports what it sees."""
+@click.pass_context
+def worker(ctx: click.Context, /, **given: Any) -> None:
+    """Run the agent on this host: runs the jobs bound to it, reports what it sees.
+
+    `jobd worker install --server URL --token-file F [SETTINGS]` writes a systemd unit
+    that runs it instead.
+    """
+    if _installing(ctx):
+        return
     _without_rich()
     from jobd.daemon import worker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
@@ -179,6 +208,20 @@ def worker(**given: Any) -> None:
     _run(run, serves_http=False)
     _refused(agent)
     assemble.say_jobs_run_on(agent)
+
+
+def _installing(ctx: click.Context) -> bool:
+    """`jobd broker install ...`: the settings are install's, given after it."""
+    if ctx.invoked_subcommand is None:
+        return False
+    before = [p.opts[0] for p in ctx.command.params if _given(ctx, p.name)]
+    if before:
+        raise click.UsageError(f"give {', '.join(before)} after `install`, not before it")
+    return True
+
+
+def _given(ctx: click.Context, name: str | None) -> bool:
+    return name is not None and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
 def _refused(agent: Agent) -> None:

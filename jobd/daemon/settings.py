@@ -40,6 +40,7 @@ __all__ = [
     "OutputOptions",
     "WorkerOptions",
     "default_data_dir",
+    "environment_variables",
     "options",
     "read",
 ]
@@ -103,6 +104,11 @@ def options(*groups: type[DataclassInstance]) -> Callable[[F], F]:
         return f
 
     return decorate
+
+
+def environment_variables(*groups: type[DataclassInstance]) -> dict[str, str]:
+    """Each setting's environment variable, by its name, in the declared order."""
+    return {f.name: f.metadata[_FLAG].env for group in groups for f in dataclasses.fields(group)}
 
 
 def read(group: type[S], given: Mapping[str, Any]) -> S:

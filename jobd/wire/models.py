@@ -21,6 +21,7 @@ from jobd.api.models import (
     MAX_ID,
     MAX_INT,
     NAME_PATTERN,
+    GpuUsage,
     Job,
     ObjectMeta,
     Phase,
@@ -281,6 +282,10 @@ class Heartbeat(_Body):
     # Bytes in use on each GPU no job here holds (NVML); None: the worker cannot measure.
     gpu_memory_foreign: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], StoreInt] | None = (
         Field(default=None, json_schema_extra={"propertyNames": {"pattern": GPU_INDEX_TEXT}})
+    )
+    # Each GPU's memory in use and utilisation (NVML); None: the worker cannot measure.
+    gpu_usage: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], GpuUsage] | None = Field(
+        default=None, json_schema_extra={"propertyNames": {"pattern": GPU_INDEX_TEXT}}
     )
     # Why the disk of the worker's state directory is full, while it is (None: it has room,
     # or an agent older than this field): the broker places no job there meanwhile.

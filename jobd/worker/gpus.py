@@ -5,7 +5,8 @@ only when a worker starts and only where it is installed; without it the worker 
 `nvidia-smi` for each GPU's index and total memory. NVML also says how much memory is
 in use on each GPU, which the agent reports with its heartbeat (`foreign_use`): memory
 in use on a GPU that no job of this worker holds was taken by something jobd did not
-start, and placement counts it as taken.
+start, and placement counts it as taken. With it goes each GPU's memory in use and
+utilisation (`gpu_usage`), which the broker exports in `/metrics` and `job top` shows.
 
 The functions that read NVML take the module as an argument and do nothing else, so
 they are tested without a GPU (this module's tests give them a stand-in).
@@ -17,7 +18,14 @@ import contextlib
 from collections.abc import Collection, Mapping
 from typing import Any
 
-__all__ = ["FOREIGN_ROUNDING", "foreign_use", "load_nvml", "nvml_gpus", "nvml_used", "smi_gpus"]
+__all__ = [
+    "FOREIGN_ROUNDING",
+    "foreign_use",
+    "load_nvml",
+    "nvml_gpus",
+    "nvml_usage",
+    "smi_gpus",
+]
 
 # Memory in use is reported rounded up to this, so a few MiB of drift is no write.
 FOREIGN_ROUNDING = 256 << 20
@@ -45,13 +53,20 @@ def nvml_gpus(nvml: Any) -> dict[int, int]:
     }
 
 
-def nvml_used(nvml: Any, indices: Collection[int]) -> dict[int, int]:
-    """Memory in use on each of these GPUs, in bytes; a GPU NVML fails on is left out."""
-    used: dict[int, int] = {}
+def nvml_usage(nvml: Any, indices: Collection[int]) -> dict[int, dict[str, float | int]]:
+    """Each of these GPUs' memory in use (`memory_used`, bytes) and, where NVML says it,
+    how busy it was over its last sample period (`utilization`, 0 to 1); a GPU NVML
+    fails on is left out, a GPU whose utilisation it cannot say has memory only."""
+    usage: dict[int, dict[str, float | int]] = {}
     for i in indices:
         with contextlib.suppress(Exception):
-            used[i] = int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used)
-    return used
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            usage[i] = {"memory_used": int(nvml.nvmlDeviceGetMemoryInfo(handle).used)}
+            # NVML_ERROR_NOT_SUPPORTED on some boards (and MIG): memory is still worth saying
+            with contextlib.suppress(Exception):
+                percent = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                usage[i]["utilization"] = min(max(int(percent), 0), 100) / 100
+    return usage
 
 
 def foreign_use(used: Mapping[int, int], held: Collection[int]) -> dict[int, int]:

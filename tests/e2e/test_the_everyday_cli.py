@@ -178,6 +178,9 @@ def test_every_verb_that_prints_prints_json(jobd: Jobd, tmp_path: Path) -> None:
         assert as_json("workers")[0]["metadata"]["name"] == "w1"
         assert as_json("describe", str(victim))["job"]["metadata"]["id"] == victim
         assert isinstance(as_json("status"), list)
+        shown = as_json("top", "-p", "walk")  # what one view shows: the queued job waits
+        assert [j["metadata"]["id"] for j in shown["queued"]] == [queued], shown
+        assert shown["workers"][0]["kind"] == "Worker" and len(shown["running"]) == 3
         assert isinstance(as_json("events", "--job", str(victim)), list)
         plan = as_json("preempt-blockers", "--dry-run", str(queued))
         assert plan["dry_run"] is True and plan["candidate"] == queued

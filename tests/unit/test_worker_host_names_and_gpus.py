@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from jobd.api.models import normalise_worker_name
+from jobd.api.models import GpuUsage, normalise_worker_name
 from jobd.daemon.worker_host import Detected, StartupError, check_gpus, detect_gpus, parse_gpus
-from jobd.worker.gpus import FOREIGN_ROUNDING, foreign_use, nvml_gpus, nvml_used
+from jobd.wire.models import Heartbeat
+from jobd.worker.agent import Agent
+from jobd.worker.gpus import FOREIGN_ROUNDING, foreign_use, nvml_gpus, nvml_usage
+from jobd.worker.settings import WorkerSettings
 
 
 @pytest.mark.parametrize(
@@ -97,10 +101,12 @@ def test_a_hanging_nvidia_smi_is_a_timeout(tmp_path: Path, monkeypatch: pytest.M
 
 
 class _Nvml:
-    """pynvml's calls the worker makes, over a table of GPUs: (total, used) bytes."""
+    """pynvml's calls the worker makes, over a table of GPUs: (total, used) bytes and the
+    utilisation in percent (None: the board does not say, NVML_ERROR_NOT_SUPPORTED)."""
 
-    def __init__(self, gpus: list[tuple[int, int]]) -> None:
+    def __init__(self, gpus: list[tuple[int, int]], busy: list[int | None] | None = None) -> None:
         self.gpus = gpus
+        self.busy = busy or [None] * len(gpus)
 
     def nvmlDeviceGetCount(self) -> int:  # pynvml's names
         return len(self.gpus)
@@ -114,13 +120,52 @@ class _Nvml:
         total, used = self.gpus[handle]
         return SimpleNamespace(total=total, used=used, free=total - used)
 
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
+        percent = self.busy[handle]
+        if percent is None:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return SimpleNamespace(gpu=percent, memory=0)
+
 
 def test_nvml_gives_each_gpus_memory_and_what_is_in_use() -> None:
-    nvml = _Nvml([(24 * GIB, 0), (80 * GIB, 5 * GIB + 1)])
+    nvml = _Nvml([(24 * GIB, 0), (80 * GIB, 5 * GIB + 1)], busy=[40, None])
     assert nvml_gpus(nvml) == {0: 24 * GIB, 1: 80 * GIB}
-    assert nvml_used(nvml, [0, 1, 7]) == {0: 0, 1: 5 * GIB + 1}, "a GPU NVML fails on is left out"
+    assert nvml_usage(nvml, [0, 1, 7]) == {
+        0: {"memory_used": 0, "utilization": 0.4},
+        1: {"memory_used": 5 * GIB + 1},  # no utilisation said: memory still is
+    }, "a GPU NVML fails on is left out"
 
 
 def test_foreign_use_is_what_is_in_use_on_gpus_no_job_here_holds() -> None:
     used = {0: 3 * GIB, 1: 10 * GIB, 2: 0, 3: 1}
     assert foreign_use(used, held={1}) == {0: 3 * GIB, 3: FOREIGN_ROUNDING}
+
+
+def _agent(tmp_path: Path, nvml: Any) -> Agent:
+    settings = WorkerSettings(
+        name="w1",
+        slots=1,
+        gpus=[0, 1],
+        checkpoint_root=tmp_path / "ckpt",
+        default_grace_s=60,
+        state_dir=tmp_path / "state",
+    )
+    agent = Agent("http://127.0.0.1:9", None, settings)
+    agent.nvml = nvml  # what load_nvml found: the stand-in, or no NVML
+    return agent
+
+
+def test_the_heartbeat_carries_what_nvml_reads_of_each_gpu(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, _Nvml([(24 * GIB, 3 * GIB), (80 * GIB, 0)], busy=[97, 0]))
+    sent = agent.heartbeat_body().model_dump_json(exclude_unset=True)
+    said = Heartbeat.model_validate_json(sent)  # as the broker parses it
+    assert said.gpu_usage == {
+        0: GpuUsage(memory_used=3 * GIB, utilization=0.97),
+        1: GpuUsage(memory_used=0, utilization=0.0),
+    }
+    assert said.gpu_memory_foreign == {0: 3 * GIB}  # no job here holds GPU 0
+
+
+def test_without_nvml_the_heartbeat_says_nothing_of_gpu_use(tmp_path: Path) -> None:
+    sent = _agent(tmp_path, None).heartbeat_body().model_dump_json(exclude_unset=True)
+    assert "gpu_usage" not in sent, "so a broker older than the field takes it"

@@ -5,7 +5,8 @@ Three sources, each read where it is cheapest and truest:
 - gauges of the cluster as it is now (jobs by phase, workers by status, slots and GPUs in
   use per worker, the oldest queued job's wait, the store's revision, and each running
   job's progress and newest numeric metrics) are read at scrape time by
-  `ClusterCollector`, from the store's counts and the broker's cluster view;
+  `ClusterCollector`, from the store's counts and the broker's cluster view, and each
+  GPU's memory, utilisation and holder by `GpuCollector` (gpus.py);
 - counters and latency histograms of what happened are fed by the events as they are
   committed (events.py, a store listener in wiring.py);
 - the latency of every HTTP request, by route template, by `RequestTiming`
@@ -32,6 +33,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from jobd.api.models import Job, Phase, WorkerPhase
+from jobd.broker.metrics.gpus import GpuCollector, GpuReadings
 from jobd.controllers.view import ClusterView
 from jobd.store.base import Store
 
@@ -43,10 +45,13 @@ WORKER_STATUSES = tuple(p.value for p in WorkerPhase)
 PROGRESS_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)
 
 
-def build_registry(store: Store, view: ClusterView, revision: RevisionSource) -> CollectorRegistry:
-    """A fresh registry holding the cluster gauges and `jobd_build_info`."""
+def build_registry(
+    store: Store, view: ClusterView, revision: RevisionSource, gpus: GpuReadings
+) -> CollectorRegistry:
+    """A fresh registry holding the cluster gauges, the GPUs' and `jobd_build_info`."""
     registry = CollectorRegistry()  # no describe: a collect would query the store at start
     registry.register(ClusterCollector(store, view, revision))
+    registry.register(GpuCollector(view, gpus))
     Info("jobd_build", "The running broker's version.", registry=registry).info(
         {"version": _jobd_version(), "python": platform.python_version()}
     )

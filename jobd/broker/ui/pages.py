@@ -122,6 +122,7 @@ async def workers(request: Request) -> Response:
     shown = []
     for worker in state.store.list_workers():
         worker.status.last_renewal = worker_leases.last_renewal(state.ctx, worker)
+        worker.status.gpu_usage = state.gpu_readings.of(worker)  # NVML's newest, if any
         bound = state.ctx.view.bound_to(worker.name)
         mine = [_document(j) for j in bound if seen is None or j.project in seen]
         used = sorted(g for j in bound for g in j.status.gpus)
