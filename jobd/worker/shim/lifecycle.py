@@ -245,19 +245,22 @@ class _JobRun:
             self._begin_stop(request)
 
     def _begin_stop(self, request: StopRequest) -> None:
-        """SIGTERM now, SIGKILL after the grace; a later request may only bring that closer."""
+        """SIGTERM now, SIGKILL after the grace; a later request may only bring that closer.
+
+        The grace is counted from just after the SIGTERM went, so the job has at least its
+        grace whatever this process was kept from running between the two."""
         assert self.spec is not None
         grace_s = self.spec.grace_s if request.grace_s is None else request.grace_s
-        deadline = time.monotonic() + grace_s
-        if self.stop is not None and (self._kill_deadline or 0) <= deadline:
+        if self.stop is not None and (self._kill_deadline or 0) <= time.monotonic() + grace_s:
             return
-        kill_at = datetime.fromtimestamp(time.time() + grace_s, UTC).isoformat()
-        kill_at = kill_at.replace("+00:00", "Z")
+        if self.stop is None and self.pid is not None:
+            signal_job(self.pid, signal.SIGTERM)
+        now, deadline = time.time(), time.monotonic() + grace_s
+        kill_at = _utc(now + grace_s)
         if self.stop is None:
-            requested_at = request.requested_at or utc_now()
-            self.stop = StopRecord(request.reason, grace_s, requested_at, utc_now(), kill_at)
-            if self.pid is not None:
-                signal_job(self.pid, signal.SIGTERM)
+            sigterm_at = _utc(now)
+            requested_at = request.requested_at or sigterm_at
+            self.stop = StopRecord(request.reason, grace_s, requested_at, sigterm_at, kill_at)
             log_event(f"stop ({self.stop.reason}): SIGTERM sent, grace {grace_s}s")
         self.stop.grace_s, self.stop.kill_at = grace_s, kill_at
         self._kill_deadline = deadline
@@ -311,3 +314,9 @@ class _JobRun:
         started = self.started_at
         workload = None if started is None or self.pid is None else (started, self.pid)
         return ExitStatus.of(returncode, error, workload, self.stop, self.spec)
+
+
+def _utc(timestamp: float) -> str:
+    """A time as utc_now() writes it."""
+    stamp = datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds")
+    return stamp.replace("+00:00", "Z")
