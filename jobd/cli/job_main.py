@@ -20,7 +20,6 @@ import gc
 import importlib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from gettext import gettext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,13 +91,18 @@ VERB_SUMMARIES = {verb: summary for verb, (_, summary) in _LAZY_VERBS.items()}
 STANDALONE = frozenset({"completion", "config"})
 
 
-@dataclass
 class Settings:
     """What every verb needs to reach the broker; tests may preset `transport`."""
 
-    server: str = field(default_factory=default_server)
-    token: str | None = None
-    transport: httpx.BaseTransport | None = None
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.server = default_server() if server is None else server
+        self.token = token
+        self.transport = transport
 
     def client(self) -> JobdClient:
         from jobd.cli.broker_client import JobdClient
