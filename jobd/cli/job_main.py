@@ -284,6 +284,7 @@ def main() -> None:
     # command pays ~5 % fewer instructions; a long one (-w, -f, wait) still collects.
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
+    gc.enable()  # held off while the command loaded (job_script.py)
     # httpx imports its own command-line client (pygments, a third of httpx's import time)
     # when rich is installed; `job` never runs it. Marked absent, httpx goes without it,
     # as `jobd` does for the worker (daemon/main._without_rich).
