@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import select
+import socket
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import quote, urlencode, urlsplit
@@ -88,9 +89,7 @@ class PlainClient:
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
-        self._connection = http.client.HTTPConnection(
-            parts.hostname, parts.port or 80, timeout=timeout
-        )
+        self._connection = _Connection(parts.hostname, parts.port or 80, timeout=timeout)
 
     def run(self, call: Call[T]) -> T:
         """Send the call; its answer's value, or ApiError / BrokerUnreachable."""
@@ -157,6 +156,23 @@ class PlainClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """http.client's connection, an ASCII host name resolved as the bytes it is: `socket`
+    encodes a str one with the `idna` codec, whose tables (stringprep, unicodedata) cost
+    every `job` command ~6 M instructions to load, to make the same bytes (and a name no
+    label rule allows then fails as an unreachable broker, not with a UnicodeError)."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._create_connection = _create_connection
+
+
+def _create_connection(address: tuple[str, int], *args: Any) -> socket.socket:
+    host, port = address
+    name = cast(str, host.encode()) if host.isascii() else host  # getaddrinfo takes bytes
+    return socket.create_connection((name, port), *args)
 
 
 def _body(call: Call[Any]) -> tuple[bytes | None, dict[str, str]]:

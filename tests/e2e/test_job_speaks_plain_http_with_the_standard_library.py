@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from jobd.api.frozen import Frozen
 from jobd.cli.plain_http import PlainClient
 from jobd.wire import calls
 from jobd.wire.client import Client
@@ -112,10 +113,9 @@ def _document(name: str) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    """An answer as plain data, whatever envelope (a dataclass) holds it."""
-    fields = getattr(value, "__dataclass_fields__", None)
-    if fields is not None:
-        return {name: _plain(getattr(value, name)) for name in fields}
+    """An answer as plain data, whatever envelope (a Frozen record) holds it."""
+    if isinstance(value, Frozen):
+        return {name: _plain(field) for name, field in vars(value).items()}
     return value
 
 
@@ -127,6 +127,16 @@ def test_a_broker_not_there_is_said_as_httpx_says_it() -> None:
         wire.run(calls.list_jobs())
     assert by_plain.value.message == by_httpx.value.message
     assert "cannot reach the jobd broker" in by_plain.value.message
+
+
+def test_a_host_name_no_resolver_takes_is_said_as_unreachable() -> None:
+    # A label of 64 characters: the `idna` codec refused it with a UnicodeError (a
+    # traceback) while a str host name was resolved; as the ASCII bytes it is, the
+    # resolver refuses it, and it is said as any broker not there.
+    server = f"http://{'a' * 64}.example:8765"
+    with pytest.raises(BrokerUnreachable) as caught:
+        PlainClient(server, None).run(calls.list_jobs())
+    assert caught.value.message.startswith(f"cannot reach the jobd broker at {server} ")
 
 
 def test_a_broker_restarted_between_two_calls_is_reached_again(tmp_path: Path) -> None:
