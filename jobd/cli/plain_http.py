@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import quote, urlencode, urlsplit
 
 from jobd.discovery import usable_token
-from jobd.wire.errors import ApiError, BrokerUnreachable
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 
 if TYPE_CHECKING:
     import httpx
@@ -95,7 +95,7 @@ class PlainClient:
         """Send the call; its answer's value, or ApiError / BrokerUnreachable."""
         reply = self._send(call)
         if reply.is_error:
-            raise ApiError(reply.status_code, _error_message(reply))
+            raise ApiError(reply.status_code, error_message(reply))
         return call.parse(cast("httpx.Response", reply))
 
     def _send(self, call: Call[Any]) -> Reply:
@@ -204,11 +204,3 @@ def _primitive(value: Any) -> str:
 
 def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-def _error_message(reply: Reply) -> str:
-    """The broker's refusal in one sentence, as the wire's client words it (loaded only
-    for a refusal)."""
-    from jobd.wire.client import error_message
-
-    return error_message(cast("httpx.Response", reply))

@@ -1,7 +1,8 @@
 """`job` reaches an http:// broker through the standard library, and shows its tables
 without rich: against a real `jobd dev`, `job get` loads none of httpx, rich, pydantic or
-ruamel.yaml, and the standard-library client gets from the broker what the wire's httpx
-client gets, refusals and all; a broker restarted between two calls is reached again.
+ruamel.yaml, nor does a refusal it says, and the standard-library client gets from the
+broker what the wire's httpx client gets, refusals and all; a broker restarted between two
+calls is reached again.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ sys.argv = ["job", *sys.argv[1:]]
 try:
     main()
 except SystemExit as exc:
-    assert not exc.code, exc.code
+    assert (exc.code or 0) == {code}, exc.code
 with open({modules!r}, "w") as out:
     json.dump(sorted(k for k, v in sys.modules.items() if v is not None), out)
 """
@@ -53,7 +54,7 @@ def _token(jobd: Jobd) -> str:
 
 def test_job_get_prints_its_table_loading_no_heavy_library(jobd: Jobd, tmp_path: Path) -> None:
     modules = tmp_path / "modules.json"
-    probe = PROBE.format(modules=str(modules))
+    probe = PROBE.format(modules=str(modules), code=0)
     shown = subprocess.run(
         [sys.executable, "-c", probe, "get"],
         env=jobd.env,
@@ -69,6 +70,26 @@ def test_job_get_prints_its_table_loading_no_heavy_library(jobd: Jobd, tmp_path:
     assert [line.split()[1] for line in lines[1:]] == [f"default/plain-{i}" for i in range(3)]
     loaded = set(json.loads(modules.read_text()))
     assert "jobd.cli.plain_http" in loaded
+    assert {m.split(".")[0] for m in loaded} & set(HEAVY) == set()
+
+
+@pytest.mark.parametrize("args", [["get", "999999"], ["get", "-p", "nowhere"]])
+def test_a_refusal_is_said_loading_no_heavy_library(
+    jobd: Jobd, tmp_path: Path, args: list[str]
+) -> None:
+    # A job or project not there is the broker's 404, worded without httpx (wire/errors.py).
+    modules = tmp_path / "modules.json"
+    said = subprocess.run(
+        [sys.executable, "-c", PROBE.format(modules=str(modules), code=1), *args],
+        env=jobd.env,
+        cwd=jobd.root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stderr
+    assert said.startswith("error: ") and "not" in said
+    loaded = set(json.loads(modules.read_text()))
     assert {m.split(".")[0] for m in loaded} & set(HEAVY) == set()
 
 
