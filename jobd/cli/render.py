@@ -156,14 +156,18 @@ def _id(job: Document) -> str:
     return str((job.get("metadata") or {}).get("id", "-"))
 
 
+_TERMINAL = frozenset(p.value for p in TERMINAL_PHASES)  # as they are read: plain strings
+_PENDING = Phase.PENDING.value
+
+
 def _is_terminal(phase: Any) -> bool:
-    return phase in {p.value for p in TERMINAL_PHASES}
+    return phase in _TERMINAL
 
 
 def phase_text(job: Document) -> str:
     """`Phase`, or `Phase→Desired` while a live job is converging."""
     status = _status(job)
-    phase, desired = status.get("phase", Phase.PENDING.value), status.get("desired_phase")
+    phase, desired = status.get("phase", _PENDING), status.get("desired_phase")
     if desired and desired != phase and not _is_terminal(phase):
         return f"{phase}→{desired}"
     return str(phase)
