@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import io
 import json
-import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from jobd.api.sizes import format_size
 from jobd.api.vocabulary import TERMINAL_PHASES, Phase
 from jobd.cli.tables import PIPE_WIDTH, PlainTable, print_table
 
@@ -187,6 +185,8 @@ def _gpus(job: Document) -> str:
     wanted, memory = resources.get("gpus", 0), resources.get("gpu_memory")
     if not wanted:
         return "-"
+    from jobd.api.sizes import format_size
+
     each = f"x{format_size(int(memory))}" if memory else ""
     return f"({wanted}{each})"  # parenthesised: asked for, not yet assigned
 
@@ -255,6 +255,8 @@ def jobs_table(
     now = _now(now)
     headers = ["ID", "NAME", "PHASE", "PRIO", "WORKER", "PROGRESS", "AGE"]
     if wide:
+        import shlex  # as sizes in _gpus: for -o wide, not every table
+
         headers += ["ETA", "DESIRED", "GPUS", "EXIT", "COMMAND"]
     table = _table(*headers)
     for job in jobs:
@@ -531,6 +533,8 @@ def _usage(bound: Iterable[Document]) -> tuple[dict[str, int], dict[str, dict[in
 def _worker_gpus(spec: Document, status: Document, held: Mapping[int, int], *, wide: bool) -> str:
     """`0:24GiB(7),1:80GiB(-)`: each GPU, its memory where known, and the job on it;
     wide adds the memory processes jobd did not start use on it."""
+    from jobd.api.sizes import format_size
+
     memory = {int(g): int(m) for g, m in (spec.get("gpu_memory") or {}).items()}
     foreign = {int(g): int(m) for g, m in (status.get("gpu_memory_foreign") or {}).items()}
     cells = []
