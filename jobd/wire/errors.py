@@ -8,9 +8,9 @@ client (`cli/plain_http.py`) to word a refusal.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Answer", "ApiError", "BrokerUnreachable", "error_message"]
+__all__ = ["ApiError", "BrokerUnreachable", "error_message"]
 
 
 class ApiError(Exception):
@@ -31,16 +31,19 @@ class BrokerUnreachable(ConnectionError):
         self.message = message
 
 
-class Answer(Protocol):
-    """What `error_message` reads of a refusal: an httpx.Response, or plain_http's Reply."""
+if TYPE_CHECKING:  # a type only: a Protocol class costs every client its making
+    from typing import Protocol
 
-    @property
-    def status_code(self) -> int: ...
+    class Answer(Protocol):
+        """What `error_message` reads of a refusal: an httpx.Response, or plain_http's Reply."""
 
-    @property
-    def reason_phrase(self) -> str: ...
+        @property
+        def status_code(self) -> int: ...
 
-    def json(self) -> Any: ...
+        @property
+        def reason_phrase(self) -> str: ...
+
+        def json(self) -> Any: ...
 
 
 def error_message(response: Answer) -> str:
