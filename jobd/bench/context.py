@@ -46,6 +46,7 @@ class BenchContext:
     stored: int = 0  # jobs of history in each store before its broker starts (--stored)
     started: float = 0.0
     db: str | None = None  # a PostgreSQL server for the brokers' stores (JOBD_BENCH_DB)
+    store: str | None = None  # the store of the last broker started (sqlite, postgresql)
 
     def sized(self, tiny: T, small: T, full: T) -> T:
         return {"tiny": tiny, "small": small, "full": full}[self.size]
@@ -85,7 +86,12 @@ class BenchContext:
 
     @contextlib.asynccontextmanager
     async def broker(
-        self, name: str, mode: Mode = "broker", connections: int = 64, slots: int = 8
+        self,
+        name: str,
+        mode: Mode = "broker",
+        connections: int = 64,
+        slots: int = 8,
+        env: dict[str, str] | None = None,
     ) -> AsyncIterator[tuple[httpx.AsyncClient, BrokerProcess | None]]:
         """A client of the broker to measure, and its process when the bench started it."""
         if self.server is not None:
@@ -95,11 +101,12 @@ class BenchContext:
                 yield http, None
             return
         root = self.scratch(name)
+        self.store = self.db_backend
         with contextlib.ExitStack() as stack:
             url = self._store_url(stack, name, root)
             if self.stored:
                 self._fill(url)
-            async with running_broker(root, mode, slots, url, connections=connections) as (
+            async with running_broker(root, mode, slots, url, env, connections=connections) as (
                 b,
                 http,
             ):

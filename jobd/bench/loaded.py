@@ -5,8 +5,11 @@ worker --slots 8` beside it, and the jobs drain; meanwhile a ninth client asks
 `/healthz` every 10 ms. /healthz does no work of its own, so its latency is how long
 the broker's event loop was held by something else: on PostgreSQL, the store's round
 trips, unless they run off the loop (store/runner.py). The figure is its p50/p99 under
-that load; the same probe on the idle broker first, for comparison. Opt-in (named with
-`--scenario healthz`); `JOBD_BENCH_DB` runs it on PostgreSQL.
+that load; the same probe on the idle broker first, for comparison. Then the probe goes
+on while n more jobs, sent in one apply as `drain` sends them, drain through the 8 slots:
+`drain_per_s` (apply sent -> the last job's finished_at) with /healthz's p50/p99 during
+it (`drain_healthz_p50_ms`, `drain_healthz_p99_ms`), the store's figure at full speed.
+Opt-in (named with `--scenario healthz`); `JOBD_BENCH_DB` runs it on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from jobd.bench.calls import PROJECT, create_job, job_doc
 from jobd.bench.context import BenchContext
 from jobd.bench.dispatch import DRAIN_SLOTS, wait_drained
 from jobd.bench.harness import Endpoint, client
-from jobd.bench.stats import Result, ms, percentile, rate
+from jobd.bench.stats import Result, ms, parse_ts, percentile, rate
 from jobd.wire import routes
 
 __all__ = ["run_healthz"]
 
 TARGET_P99_MS = 20.0
+TARGET_DRAIN_PER_S = 250.0
 CLIENTS = 8
 PROBE_EVERY_S = 0.01
 IDLE_PROBE_S = 1.0
@@ -89,7 +93,49 @@ async def run_healthz(ctx: BenchContext) -> Result:
                 drained = await wait_drained(ctx, http, project, total)
                 stop.set()
             seconds = time.perf_counter() - began
-    return _result(idle, busy, total if drained else 0, seconds, ctx.db_backend)
+            draining = await _probe_a_drain(ctx, http, probe, ctx.sized(100, 1_000, 5_000))
+    result = _result(idle, busy, total if drained else 0, seconds, ctx.db_backend)
+    _add_drain(result, draining)
+    return result
+
+
+async def _probe_a_drain(
+    ctx: BenchContext, http: httpx.AsyncClient, probe: httpx.AsyncClient, count: int
+) -> tuple[list[float], float | None]:
+    """/healthz while `count` jobs sent in one apply drain; its times, and the jobs a
+    second (apply sent -> the last finished_at; None when they did not drain in time)."""
+    project = f"{PROJECT}-healthz-drain-{int(time.time())}"
+    docs = [job_doc(f"drain-{i}", project=project) for i in range(count)]
+    samples: list[float] = []
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_probe, probe, samples, stop)
+        sent = time.time()
+        await http.post(routes.APPLY.url(), json={"documents": docs}, timeout=600)
+        drained = await wait_drained(ctx, http, project, count)
+        stop.set()
+    if not drained:
+        return samples, None
+    params = {"project": project, "phase": ["Succeeded", "Failed"]}
+    listed = await http.get(routes.LIST_JOBS.url(), params=params, timeout=120)
+    last = max(parse_ts(j["status"]["finished_at"]) for j in listed.json()["items"])
+    return samples, rate(count, last - sent)
+
+
+def _add_drain(result: Result, draining: tuple[list[float], float | None]) -> None:
+    samples, per_s = draining
+    p50, p99 = ms(percentile(samples, 50)), ms(percentile(samples, 99))
+    result.extra |= {"drain_per_s": per_s, "drain_healthz_p50_ms": p50, "drain_healthz_p99_ms": p99}
+    result.target += f"; drain >= {TARGET_DRAIN_PER_S:.0f}/s with p99 <= {TARGET_P99_MS:.0f} ms"
+    result.met = bool(
+        result.met
+        and per_s is not None
+        and per_s >= TARGET_DRAIN_PER_S
+        and (p99 or 0) <= TARGET_P99_MS
+    )
+    result.details.append(
+        f"then one apply drained at {per_s} jobs/s; /healthz during it p50 {p50} ms, p99 {p99} ms"
+    )
 
 
 def _result(

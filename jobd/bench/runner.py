@@ -34,6 +34,7 @@ from jobd.bench.dispatch import run_dispatch, run_drain
 from jobd.bench.footprint import run_footprint
 from jobd.bench.harness import Endpoint
 from jobd.bench.loaded import run_healthz
+from jobd.bench.notify import run_notify
 from jobd.bench.preempt import run_preempt
 from jobd.bench.progress import Progress
 from jobd.bench.reconcile import run_reconcile
@@ -56,7 +57,7 @@ SCENARIOS: dict[str, Scenario] = {
     "footprint": run_footprint,
 }
 # Run only when named (`--scenario healthz`), not in the default set.
-OPT_IN: dict[str, Scenario] = {"healthz": run_healthz}
+OPT_IN: dict[str, Scenario] = {"healthz": run_healthz, "notify": run_notify}
 
 
 def run_bench(
@@ -116,6 +117,8 @@ def _run_all(
             result = _run_one(name, ctx)
             if stored and name != "reconcile":  # reconcile fills its stores itself
                 result.extra["stored"] = stored
+            if ctx.store is not None:  # which store the figures were taken on
+                result.extra.setdefault("store", ctx.store)
             results.append(result)
             if as_json:
                 print(json.dumps(result.as_json()), flush=True)

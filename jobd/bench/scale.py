@@ -7,7 +7,14 @@ the watch) and reports each one started and complete at once, in the agent's bat
 (`jobd.wire.reports`) fenced by the job's attempt. Jobs are then submitted one at a
 time; the figure is create-request-sent -> the bound worker received the Scheduled
 change, timed on this process's monotonic clock. Each worker has an HTTP client of its
-own (the wire's `AsyncClient`, as the agent's), as each host of a fleet would.
+own (the wire's `AsyncClient`, as the agent's), as each host of a fleet would, for its
+watch and reports; its heartbeats, the fleet's most frequent request (200 a second from
+1,000 workers), go over a keep-alive connection of its own (bench/wire.py: the same call,
+without httpx, which cost this process three times the broker's CPU per heartbeat).
+
+Beside the client-side figures it reports what tells them apart (bench/served.py): the
+broker's own time per heartbeat (its /metrics), the broker's CPU, and how late this
+process's loop ran. When the loop here is late, the heartbeat figure is the bench's.
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ import httpx
 from jobd.api.models import WorkerSpec
 from jobd.bench.calls import create_job, job_doc
 from jobd.bench.context import BenchContext
-from jobd.bench.harness import Endpoint, raise_open_file_limit, wire_client
+from jobd.bench.harness import BrokerProcess, raise_open_file_limit, wire_client
+from jobd.bench.served import HealthProbe, LoopLag, bucket_percentile, route_buckets
 from jobd.bench.stats import Result, Stopwatch, ms, percentile
-from jobd.wire import calls
+from jobd.bench.wire import Connection
+from jobd.wire import calls, routes
 from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
@@ -55,6 +64,13 @@ class Fleet:
     retries: int = 0
     register_s: float = 0.0
     client_cpu_pct: float = 0.0
+    broker_cpu_pct: float | None = None
+    # The broker's own time per heartbeat (its /metrics histogram), and how late the
+    # bench's loop ran: which of the two the heartbeat figure is made of.
+    served_p50_s: float | None = None
+    served_p99_s: float | None = None
+    lag: LoopLag = field(default_factory=LoopLag)
+    health: HealthProbe | None = None
 
     def arrived(self, job: int) -> anyio.Event:
         return self.arrivals.setdefault(job, anyio.Event())
@@ -71,6 +87,7 @@ class SimWorker:
     name: str
     client: AsyncClient
     fleet: Fleet
+    beats: Connection  # the heartbeats' own connection
     running: dict[int, int] = field(default_factory=dict)  # job -> attempt
     informer: AsyncInformer | None = None
     reports: ReportBatcher = field(init=False)
@@ -133,22 +150,32 @@ class SimWorker:
             began = time.perf_counter()
             body = Heartbeat(running=sorted(self.running), attempts=dict(self.running))
             try:
-                await self._send(calls.heartbeat(self.name, body))
+                await self.beats.run(calls.heartbeat(self.name, body))
                 self.fleet.heartbeats.append(time.perf_counter() - began)
-            except (ApiError, BrokerUnreachable):
+            except (ApiError, OSError, EOFError):  # EOFError: the connection cut mid-answer
                 self.fleet.failures += 1
             took = time.perf_counter() - began
             await anyio.sleep(max(0.0, HEARTBEAT_S - took))
 
 
-async def _register_all(ctx: BenchContext, sims: list[SimWorker]) -> float:
-    """Register every worker, 32 at a time; returns the seconds it took."""
+async def _register_all(
+    ctx: BenchContext, sims: list[SimWorker], beating: anyio.abc.TaskGroup
+) -> float:
+    """Register every worker, 32 at a time; returns the seconds it took.
+
+    Each heartbeats from its registration on, as an agent does: a fleet that waited for
+    the last to register would see its first leases run out while a loaded broker was
+    still registering the rest, and measure the storm of Lost workers that makes.
+    """
     began = time.perf_counter()
-    pending = iter(sims)
+    pending = iter(enumerate(sims))
 
     async def register_some() -> None:
-        for sim in pending:
+        for i, sim in pending:
             await sim.register()
+            # Phases spread over the whole interval, as agents started at different
+            # moments have: a fleet renewing in lockstep is not what a broker meets.
+            beating.start_soon(sim.heartbeat_forever, i * HEARTBEAT_S / len(sims))
 
     async with anyio.create_task_group() as tg:
         for _ in range(32):
@@ -180,30 +207,48 @@ async def _submit(
     return latencies
 
 
-async def _drive(ctx: BenchContext, http: httpx.AsyncClient, endpoint: Endpoint) -> Result:
+def _lazy(stack: contextlib.AsyncExitStack, conn: Connection) -> Connection:
+    """A connection opened by its first call, closed with the stack: one opened long
+    before its first request is closed by the broker's head deadline (10 s)."""
+    stack.push_async_exit(conn)
+    return conn
+
+
+async def _drive(ctx: BenchContext, http: httpx.AsyncClient, broker: BrokerProcess) -> Result:
     workers, jobs, min_s = ctx.sized((20, 15, 1.5), (200, 100, 6.0), (1000, 300, 12.0))
-    fleet = Fleet()
+    fleet, endpoint = Fleet(), broker.endpoint
     async with contextlib.AsyncExitStack() as stack:
         sims = [
             SimWorker(
-                f"sim-{i:04d}", await stack.enter_async_context(wire_client(endpoint, 4)), fleet
+                f"sim-{i:04d}",
+                await stack.enter_async_context(wire_client(endpoint, 4)),
+                fleet,
+                _lazy(stack, Connection(endpoint)),
             )
             for i in range(workers)
         ]
-        fleet.register_s = await _register_all(ctx, sims)
-        watch = Stopwatch()
         async with anyio.create_task_group() as tg:
+            fleet.register_s = await _register_all(ctx, sims, tg)
+            watch = Stopwatch()
             for sim in sims:
                 tg.start_soon(sim.watch_forever, tg)
             await _listed(sims)  # the fleet's first lists are not what is measured
-            for i, sim in enumerate(sims):
-                # Phases spread over the whole interval, as agents started at different
-                # moments have: a fleet renewing in lockstep is not what a broker meets.
-                tg.start_soon(sim.heartbeat_forever, i * HEARTBEAT_S / workers)
-            await anyio.sleep(1.0)  # the watches park, the first heartbeats go out
+            await anyio.sleep(1.0)  # the watches park
+            fleet.heartbeats.clear()  # those of the start-up are not what is measured
+            tg.start_soon(fleet.lag.run)
+            fleet.health = HealthProbe(await stack.enter_async_context(Connection(endpoint)))
+            tg.start_soon(fleet.health.run)
+            served = await route_buckets(http, routes.HEARTBEAT.method, routes.HEARTBEAT.path)
+            broker_cpu, measured = broker.cpu_seconds().get("broker", 0.0), Stopwatch()
             latencies = await _submit(ctx, http, fleet, jobs)
             await anyio.sleep(max(0.0, min_s - watch.elapsed()))
             fleet.client_cpu_pct = watch.cpu_pct()
+            used = broker.cpu_seconds().get("broker", 0.0) - broker_cpu
+            fleet.broker_cpu_pct = round(100 * used / measured.elapsed(), 1)
+            now = await route_buckets(http, routes.HEARTBEAT.method, routes.HEARTBEAT.path)
+            fleet.served_p50_s = bucket_percentile(served, now, 50)
+            fleet.served_p99_s = bucket_percentile(served, now, 99)
+            fleet.retries += sum(sim.beats.reopened for sim in sims)
             tg.cancel_scope.cancel()
     return _result(workers, latencies, fleet)
 
@@ -220,6 +265,13 @@ def _result(workers: int, latencies: list[float], fleet: Fleet) -> Result:
         "heartbeat_p99_ms": ms(percentile(fleet.heartbeats, 99)),
         "register_s": round(fleet.register_s, 3),
         "client_cpu_pct": fleet.client_cpu_pct,
+        "broker_cpu_pct": fleet.broker_cpu_pct,
+        "broker_heartbeat_p50_ms": ms(fleet.served_p50_s),
+        "broker_heartbeat_p99_ms": ms(fleet.served_p99_s),
+        "client_lag_p50_ms": ms(fleet.lag.p(50)),
+        "client_lag_p99_ms": ms(fleet.lag.p(99)),
+        "healthz_p50_ms": ms(fleet.health.p(50)) if fleet.health else None,
+        "healthz_p99_ms": ms(fleet.health.p(99)) if fleet.health else None,
         "failures": fleet.failures,
         "retries": fleet.retries,
     }
@@ -229,7 +281,13 @@ def _result(workers: int, latencies: list[float], fleet: Fleet) -> Result:
         f"{result.extra['heartbeat_p99_ms']} ms over {len(fleet.heartbeats)}; "
         f"{workers} registered in {fleet.register_s:.2f} s; {fleet.failures} failures, "
         f"{fleet.retries} retries on dropped connections; "
-        f"bench client CPU {fleet.client_cpu_pct}%"
+        f"bench client CPU {fleet.client_cpu_pct}%",
+        f"the broker's own time per heartbeat (its /metrics): p50 "
+        f"{result.extra['broker_heartbeat_p50_ms']} ms, p99 "
+        f"{result.extra['broker_heartbeat_p99_ms']} ms; broker CPU {fleet.broker_cpu_pct}%; "
+        f"the bench's loop late by p50 {result.extra['client_lag_p50_ms']} ms, p99 "
+        f"{result.extra['client_lag_p99_ms']} ms; /healthz every 10 ms: p50 "
+        f"{result.extra['healthz_p50_ms']} ms, p99 {result.extra['healthz_p99_ms']} ms",
     ]
     return result
 
@@ -240,7 +298,7 @@ async def run_scale(ctx: BenchContext) -> Result:
     async with ctx.broker("scale") as (http, broker):
         assert broker is not None
         try:
-            return await _drive(ctx, http, broker.endpoint)
+            return await _drive(ctx, http, broker)
         finally:
             # A graceful stop would wait for the parked watches to time out; nothing to keep.
             broker.stop(signal.SIGKILL)

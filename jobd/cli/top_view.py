@@ -22,7 +22,7 @@ from rich.text import Text
 from jobd.api.sizes import format_size
 from jobd.cli import render
 
-__all__ = ["CHROME_LINES", "Screen", "Snapshot", "frame", "pending_reason", "selectable"]
+__all__ = ["CHROME_LINES", "Screen", "Snapshot", "allot", "frame", "pending_reason", "selectable"]
 
 Document = Mapping[str, Any]
 SECTIONS = 4

@@ -1,12 +1,17 @@
 """A worker's reports to the broker, batched and fenced: the agent's way and the bench's.
 
-Reports travel in batches without waiting for company: the first reporter to find no
-request in flight sends everything pending in one, in its own task; reports made
-meanwhile go in the next. A busy worker's `started` and `complete` often share a
-request. Each report carries the run's attempt (`status.attempt`), so the broker refuses
-one of another run (fencing). How a batch is sent is the caller's `send`: the agent's
-retries it until the broker answers and lets its queued events ride along
-(`jobd.worker.reporting`); the bench's simulated workers send it as they are.
+Reports travel in batches: the first reporter to find no request in flight sends
+everything pending in one, in its own task; reports made meanwhile go in the next. An
+idle worker's report goes at once. A busy one's (a batch went less than BUSY_S ago)
+first waits `linger_s` for company, as Nagle's algorithm and Kafka's `linger.ms` do: in a
+drain the jobs of eight slots end a few milliseconds apart, and each request costs the
+agent and the broker far more CPU than each report in it. Only `started`, `progress` and
+`complete` linger: `stopping` and `checkpoint-complete` (a preemption under way) go at
+once, and take along whatever lingers. Each report carries the run's
+attempt (`status.attempt`), so the broker refuses one of another run (fencing). How a
+batch is sent is the caller's `send`: the agent's retries it until the broker answers and
+lets its queued events ride along (`jobd.worker.reporting`); the bench's simulated
+workers send it as they are.
 """
 
 from __future__ import annotations
@@ -20,10 +25,15 @@ import anyio
 from jobd.wire.answers import ReportResult
 from jobd.wire.models import BATCHED_REPORTS, BatchedReport
 
-__all__ = ["ReportBatcher", "SendBatch", "batched"]
+__all__ = ["BUSY_S", "LINGER_S", "ReportBatcher", "SendBatch", "batched"]
 
 # Sends one batch of reports; each one's result, in order (fewer: the rest were refused).
 SendBatch = Callable[[list[BatchedReport]], Awaitable[list[ReportResult]]]
+# A worker that sent a batch less than this long ago is busy: its next batch lingers
+# LINGER_S for company (a job's end is then told at most that much later).
+BUSY_S = 0.05
+LINGER_S = 0.002
+_LINGERING_VERBS = frozenset({"started", "progress", "complete"})
 
 
 @dataclass
@@ -37,10 +47,13 @@ class _Pending:
 class ReportBatcher:
     """Reports on any job, gathered into batches that `send` sends one at a time."""
 
-    def __init__(self, send: SendBatch) -> None:
+    def __init__(self, send: SendBatch, linger_s: float = LINGER_S) -> None:
         self._send = send
+        self._linger_s = linger_s  # how long a busy worker's batch waits for company
         self._reports: list[_Pending] = []
         self._in_flight: anyio.Event | None = None  # set when the batch being sent is answered
+        self._last_sent = float("-inf")  # anyio.current_time() of the last batch sent
+        self._hurry = anyio.Event()  # set: a report that may not linger is pending
 
     async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
         """Returns once the broker has answered the batch that carried the report."""
@@ -55,6 +68,8 @@ class ReportBatcher:
         """Several reports on one job, in this order, in one request when none is in flight."""
         pendings = [_Pending(batched(job_id, verb, body, attempt)) for verb, body in reports]
         self._reports.extend(pendings)
+        if any(verb not in _LINGERING_VERBS for verb, _ in reports):
+            self._hurry.set()
         while not all(p.answered.is_set() for p in pendings):
             if self._in_flight is not None:
                 await self._in_flight.wait()  # then ours may be answered, or ours to send
@@ -62,15 +77,23 @@ class ReportBatcher:
                 await self._send_pending()
 
     async def _send_pending(self) -> None:
-        self._in_flight = anyio.Event()
-        batch, self._reports = self._reports, []
+        self._in_flight = anyio.Event()  # lingering counts as in flight: others wait
+        batch: list[_Pending] = []
         try:
+            if self._linger_s and anyio.current_time() - self._last_sent < BUSY_S:
+                with anyio.move_on_after(self._linger_s):
+                    await self._hurry.wait()  # reports made meanwhile go too
+            batch, self._reports = self._reports, []
+            self._hurry = anyio.Event()
+            self._last_sent = anyio.current_time()
             await self._send([p.item for p in batch])
             for pending in batch:  # each answered on its own, or the whole batch refused
                 pending.answered.set()
         finally:
             # Cancelled: whoever reports next sends these too.
             self._reports = [p for p in batch if not p.answered.is_set()] + self._reports
+            if any(p.item.verb not in _LINGERING_VERBS for p in self._reports):
+                self._hurry.set()
             self._in_flight.set()
             self._in_flight = None
 

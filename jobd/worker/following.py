@@ -120,7 +120,7 @@ class OutputFollower:
     async def _step(self, name: str, final: bool) -> bool:
         """Ship the next chunk of one file (after capping it); whether its offset moved."""
         path = self.state_dir / name
-        await self._cap(path, name, final)
+        size = await self._cap(path, name, final)
         offset = getattr(self.record, f"{name}_offset")
         hole = self._hole(name)
         if hole is not None and hole[0] <= offset < hole[1]:
@@ -129,6 +129,8 @@ class OutputFollower:
             setattr(self.record, f"{name}_offset", hole[1])
             await self._ship(dropped_note(dropped, self.cap))
             return True
+        if size <= offset:
+            return False  # nothing new: most rounds of most jobs, and no open or read
         limit = CHUNK_BYTES if hole is None or offset >= hole[1] else hole[0] - offset
         chunk = _read(path, offset, min(CHUNK_BYTES, limit))
         if not chunk:
@@ -155,26 +157,28 @@ class OutputFollower:
         hole = self.record.holes.get(name)
         return None if hole is None else (hole[0], hole[1])
 
-    async def _cap(self, path: Path, name: str, final: bool) -> None:
-        """Punch out the middle of a file past the cap: keep cap/2 of head and of tail."""
+    async def _cap(self, path: Path, name: str, final: bool) -> int:
+        """Punch out the middle of a file past the cap: keep cap/2 of head and of tail.
+        The file's size (0 if it is missing)."""
         try:
-            size = path.stat().st_size
+            size = os.stat(path).st_size
         except FileNotFoundError:
-            return
+            return 0
         slack = 0 if final else max(self.cap // 8, CHUNK_BYTES)
         if size <= self.cap + slack or size == self._cap_checked_at[name]:
-            return
+            return size
         self._cap_checked_at[name] = size
         head, tail = self.cap // 2, self.cap - self.cap // 2
         start = -(-head // _BLOCK) * _BLOCK
         end = (size - tail) // _BLOCK * _BLOCK
         if end <= start:
-            return
+            return size
         old = self._hole(name)
         self.record.holes[name] = [start if old is None else old[0], end]
         await self.save()  # the hole is on record before it exists
         if not await anyio.to_thread.run_sync(punch_hole, path, start, end):
             log.warning("log_cap_unsupported", job=self.record.job_id, path=str(path))
+        return size
 
 
 def _read(path: Path, offset: int, size: int) -> bytes:

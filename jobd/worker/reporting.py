@@ -43,6 +43,7 @@ class BrokerLink:
     epoch: int | None = None
     _events: list[WorkerEvent] = field(default_factory=list)
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
+    _events_since: float = 0.0  # anyio.current_time() when the oldest queued event came
     _batcher: ReportBatcher = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,14 +120,22 @@ class BrokerLink:
         """Log locally and queue for the broker's record, tagged with this worker."""
         log.info(event, job=job, worker=self.worker, **fields)
         ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        if not self._events:
+            self._events_since = anyio.current_time()
         self._events.append(WorkerEvent(event=event, job=job, ts=ts, fields=fields))
         self._events_ready.set()
 
     async def ship_events_forever(self, interval_s: float = 0.2) -> None:
+        """Send the events no report took along: once the oldest has waited interval_s.
+        Most ride with the report that follows them within milliseconds (`started`,
+        `stopping`, `complete`), at no request of their own."""
         while True:
             await self._events_ready.wait()
             self._events_ready = anyio.Event()
-            batch, self._events = self._events, []
-            if batch:  # else they left with a batch of reports
+            while self._events:  # else they left with a batch of reports
+                wait = self._events_since + interval_s - anyio.current_time()
+                if wait > 0:
+                    await anyio.sleep(wait)  # a batch may take them meanwhile
+                    continue
+                batch, self._events = self._events, []
                 await self.call(calls.ingest_events(WorkerEvents(worker=self.worker, events=batch)))
-            await anyio.sleep(interval_s)

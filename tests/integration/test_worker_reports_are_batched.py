@@ -190,6 +190,30 @@ async def test_queued_events_ride_along_with_the_next_report_batch_once(broker: 
     assert await phase(api, a) == "Succeeded"
 
 
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
+async def test_an_event_waits_for_a_report_to_carry_it_before_it_goes_alone(
+    broker: Broker,
+) -> None:
+    api, wire, link = broker.api, broker.wire, broker.link
+    a = await bound_job(api, "a")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(link.ship_events_forever, 0.2)
+            link.event("process_spawned", a, pid=1)
+            await anyio.wait_all_tasks_blocked()
+            await link.report(a, "started")  # takes it along: no request of its own
+            link.event("process_spawned", a, pid=2)  # no report follows: it goes alone
+            while not any(e.path == "/events" for e in wire.exchanges):
+                await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    assert [e.path for e in wire.exchanges] == [REPORTS, "/events"]
+    first, second = wire.exchanges
+    assert [e["fields"]["pid"] for e in first.body["events"]] == [1]
+    assert [e["fields"]["pid"] for e in second.body["events"]] == [2]
+    spawned = (await api.get("/events", params={"type": "process_spawned"})).json()["items"]
+    assert [e["pid"] for e in spawned] == [1, 2]
+
+
 async def test_refused_reports_return_without_retry_and_the_rest_of_the_batch_applies(
     broker: Broker,
 ) -> None:

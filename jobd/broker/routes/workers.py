@@ -60,23 +60,25 @@ declare(router, REGISTER)
 
 
 async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat, who: Principal) -> str:
+    """Renewed in memory on the loop; what it must read or write, on the store's thread
+    off the loop (store/runner.py). Most heartbeats need neither and never leave the loop."""
     access.as_worker(who, path["name"])
-    return encode_json(run_heartbeat(state, path["name"], body))
-
-
-def run_heartbeat(state: BrokerState, name: str, body: Heartbeat) -> dict[str, Any]:
-    sender = (body.instance, body.epoch)
-    worker, stop = worker_lease.heartbeat(
-        state.ctx,
-        name,
+    ctx = state.ctx
+    renewal = worker_lease.renew(
+        ctx,
+        path["name"],
         body.running,
         body.attempts,
         body.gpu_memory_foreign,
         body.disk_full,
-        sender,
+        (body.instance, body.epoch),
     )
-    state.gpu_readings.record(name, body.gpu_usage)  # after the lease check: the holder's
-    return {"worker": doc(worker), "stop": stop}
+    if ctx.runner.off_loop and renewal.needs_store:
+        worker, stop = await ctx.runner.run(worker_lease.settle, ctx, renewal)
+    else:
+        worker, stop = worker_lease.settle(ctx, renewal)
+    state.gpu_readings.record(path["name"], body.gpu_usage)  # after the lease check: the holder's
+    return encode_json({"worker": doc(worker), "stop": stop})
 
 
 HEARTBEAT = FastRoute(routes.HEARTBEAT, heartbeat)

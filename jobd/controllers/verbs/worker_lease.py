@@ -11,8 +11,9 @@ the worker's key.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from jobd.api.models import Job, ObjectMeta, Phase, Worker, WorkerPhase, WorkerSpec
 from jobd.controllers import transitions, worker_phases
@@ -20,11 +21,11 @@ from jobd.controllers.context import Context
 from jobd.controllers.scheduler import QUEUE_KEY
 from jobd.controllers.verbs import lease_holder
 from jobd.controllers.verbs.reports import report_started
-from jobd.controllers.worker_disk import note_disk
+from jobd.controllers.worker_disk import DISK_FULL, note_disk
 from jobd.controllers.worker_phases import WorkerVerb
 from jobd.store.base import Conflict, EventRecord
 
-__all__ = ["heartbeat", "register_worker"]
+__all__ = ["Renewal", "heartbeat", "register_worker", "renew", "settle"]
 
 _STARTED_PHASES = (Phase.RUNNING, Phase.PREEMPTING, Phase.CANCELLING)
 # A job that started a moment ago may be missing from a heartbeat sent just before.
@@ -82,6 +83,32 @@ def _memory(spec: WorkerSpec) -> list[int]:
     return [spec.gpu_memory.get(g, 0) for g in spec.gpus]
 
 
+@dataclass
+class Renewal:
+    """A heartbeat as the loop's memory judged it, and the store work it still needs.
+
+    `renew` makes it on the event loop (the lease table, the view, the scheduler's
+    queue are the loop's); `settle` does its store work, inline or on the store's thread
+    (store/runner.py), with the copies it holds.
+    """
+
+    name: str
+    now: datetime
+    running: list[int]
+    attempts: Mapping[int, int]
+    foreign: dict[int, int] | None
+    disk_full: str | None
+    worker: Worker  # what to answer with, and to write when `changed`
+    changed: bool
+    events: list[EventRecord]
+    bound: list[Job]  # the view's jobs bound to the worker, read on the loop
+
+    @property
+    def needs_store(self) -> bool:
+        """Whether settling it reads or writes the store; most heartbeats do neither."""
+        return self.changed or not _quiet(self)
+
+
 def heartbeat(
     ctx: Context,
     name: str,
@@ -102,7 +129,23 @@ def heartbeat(
     changes: placement counts it as taken (capacity.py). `disk_full` (why the worker's disk
     is full, or None) sets its DiskFull condition (worker_disk.py). `sender` (instance,
     epoch) is refused (LeaseHeld) unless it holds the lease.
+
+    Inline, in one go; the broker off the loop calls `renew` and `settle` apart.
     """
+    renewal = renew(ctx, name, running, attempts, gpu_memory_foreign, disk_full, sender)
+    return settle(ctx, renewal)
+
+
+def renew(
+    ctx: Context,
+    name: str,
+    running: list[int],
+    attempts: Mapping[int, int] | None = None,
+    gpu_memory_foreign: dict[int, int] | None = None,
+    disk_full: str | None = None,
+    sender: tuple[str | None, int | None] = (None, None),
+) -> Renewal:
+    """The loop's part of a heartbeat: the sender, the lease, and what is to be written."""
     live = ctx.view.workers.get(name)
     if live is None:
         raise LookupError(f"worker {name} is not registered")
@@ -110,30 +153,118 @@ def heartbeat(
     now = ctx.clock.now()
     if ctx.leases.heard_from(name, now):
         ctx.enqueue("scheduler", QUEUE_KEY)
-    worker = live.model_copy(deep=True)
-    came_back = worker.status.phase == WorkerPhase.LOST
-    foreign = worker.status.gpu_memory_foreign if gpu_memory_foreign is None else gpu_memory_foreign
-    disk_changed = note_disk(worker, disk_full, now)
+    worker, changed, disk_changed = _renewed(live, running, gpu_memory_foreign, disk_full, now)
     if disk_changed:
         ctx.enqueue("scheduler", QUEUE_KEY)  # room here again, or none: place anew
+    came_back = live.status.phase == WorkerPhase.LOST
+    events = [EventRecord("worker_recovered", worker=name)] if came_back else []
+    return Renewal(
+        name,
+        now,
+        sorted(running),
+        dict(attempts or {}),
+        gpu_memory_foreign,
+        disk_full,
+        worker,
+        changed,
+        events,
+        ctx.view.bound_to(name),
+    )
+
+
+def _renewed(
+    live: Worker,
+    running: list[int],
+    gpu_memory_foreign: dict[int, int] | None,
+    disk_full: str | None,
+    now: datetime,
+) -> tuple[Worker, bool, bool]:
+    """The worker as the heartbeat leaves it; whether to write it; whether its disk changed.
+
+    Most heartbeats bring nothing but the time: the answer is then a shallow copy with
+    the renewal's time (the view's worker is never changed in place), not a deep one.
+    """
+    was = live.status
+    foreign = was.gpu_memory_foreign if gpu_memory_foreign is None else gpu_memory_foreign
     if (
+        disk_full is None
+        and not any(c.type == DISK_FULL for c in was.conditions)
+        and was.phase != WorkerPhase.LOST
+        and was.jobs == sorted(running)
+        and was.gpu_memory_foreign == foreign
+    ):
+        status = was.model_copy(update={"last_renewal": now})
+        return live.model_copy(update={"status": status}), False, False
+    worker = live.model_copy(deep=True)
+    came_back = worker.status.phase == WorkerPhase.LOST
+    disk_changed = note_disk(worker, disk_full, now)
+    changed = (
         disk_changed
         or came_back
         or worker.status.jobs != sorted(running)
         or worker.status.gpu_memory_foreign != foreign
-    ):
+    )
+    if changed:
         worker_phases.move(worker, WorkerVerb.RENEW)
-        worker.status.last_renewal = now
         worker.status.jobs = sorted(running)
         worker.status.gpu_memory_foreign = foreign
-        events = [EventRecord("worker_recovered", worker=name)] if came_back else []
-        worker = ctx.store.put_worker(worker, events)
     worker.status.last_renewal = now
-    return worker, _reconcile_jobs(ctx, name, set(running), attempts or {})
+    return worker, changed, disk_changed
+
+
+def settle(ctx: Context, renewal: Renewal) -> tuple[Worker, list[int]]:
+    """The store's part of a heartbeat: write the worker if it changed, reconcile its jobs.
+
+    Off the loop another write of the worker (a cordon) may have landed since the loop
+    judged it: the heartbeat is then applied again to what is stored.
+    """
+    worker = renewal.worker
+    if renewal.changed:
+        try:
+            worker = ctx.store.put_worker(worker, renewal.events)
+        except Conflict:
+            worker = _put_again(ctx, renewal)
+        worker.status.last_renewal = renewal.now
+    running = set(renewal.running)
+    stop = _reconcile_jobs(ctx, renewal.name, running, renewal.attempts, renewal.bound)
+    return worker, stop
+
+
+def _put_again(ctx: Context, renewal: Renewal) -> Worker:
+    stored = ctx.store.get_worker(renewal.name)
+    if stored is None:
+        raise LookupError(f"worker {renewal.name} is not registered")
+    worker, changed, _ = _renewed(
+        stored, renewal.running, renewal.foreign, renewal.disk_full, renewal.now
+    )
+    return ctx.store.put_worker(worker, renewal.events) if changed else worker
+
+
+def _quiet(renewal: Renewal) -> bool:
+    """Whether the jobs reconcile with nothing to read or write: each job the worker runs
+    is bound to it in the view, in this run and not Lost, and no bound job is missing
+    from the list long enough to have vanished (what `_reconcile_jobs` would find)."""
+    bound = {job.id: job for job in renewal.bound}
+    for job_id in renewal.running:
+        job = bound.get(job_id)
+        if job is None or job.status.phase.terminal or job.status.phase == Phase.LOST:
+            return False
+        attempt = renewal.attempts.get(job_id)
+        if attempt is not None and attempt != job.status.attempt:
+            return False
+    return not any(_vanished(job, renewal.running, renewal.now) for job in renewal.bound)
+
+
+def _vanished(job: Job, running: Collection[int], now: datetime) -> bool:
+    """A job started here that the worker no longer lists, past the grace of a moment."""
+    if job.status.phase not in _STARTED_PHASES and job.status.phase != Phase.LOST:
+        return False
+    started = job.status.started_at
+    return job.id not in running and started is not None and now - started > _VANISHED_AFTER
 
 
 def _reconcile_jobs(
-    ctx: Context, name: str, running: set[int], attempts: Mapping[int, int]
+    ctx: Context, name: str, running: set[int], attempts: Mapping[int, int], bound: list[Job]
 ) -> list[int]:
     store = ctx.store
     stop: list[int] = []
@@ -154,11 +285,9 @@ def _reconcile_jobs(
         elif job.status.phase == Phase.LOST:
             report_started(ctx, job, name, attempt)  # recovered
     # Lost too: a worker that came back without a job will never report it.
-    for job in ctx.view.bound_to(name):
-        if job.status.phase not in _STARTED_PHASES and job.status.phase != Phase.LOST:
-            continue
-        started = job.status.started_at
-        if job.id not in running and started and ctx.clock.now() - started > _VANISHED_AFTER:
+    now = ctx.clock.now()
+    for job in bound:
+        if _vanished(job, running, now):
             _end_vanished(ctx, job)
     return stop
 

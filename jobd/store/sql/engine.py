@@ -10,6 +10,7 @@ roll back. The resources' modules (jobs.py, arrays.py, ...) are mixins over `SQL
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ from jobd.store.sql.delivery import Delivery
 from jobd.store.sql.statements import HotStatements, Tx
 from jobd.store.sql.storefile import StoreFile, damaged_file, sqlite_path
 
-__all__ = ["SQLEngine", "normalize_url"]
+__all__ = ["PING_AFTER_IDLE_S", "SQLEngine", "normalize_url", "ping_when_idle"]
 
 
 def normalize_url(url: str) -> str:
@@ -36,11 +37,60 @@ def normalize_url(url: str) -> str:
     return url
 
 
+# A pooled PostgreSQL connection idle longer than this is asked `SELECT 1` before use.
+PING_AFTER_IDLE_S = 1.0
+
+
+def ping_when_idle(engine: Engine, idle_s: float) -> None:
+    """Check a pooled connection before use only when it has been idle `idle_s` or more.
+
+    SQLAlchemy's `pool_pre_ping` asks on every checkout: a round trip before each
+    statement or transaction of a busy broker. A server restarted, or a connection
+    dropped by it, shows on a connection that sat idle; one in steady use that breaks
+    fails its statement once, and the pool replaces every connection of its time.
+    A failed ping raises DisconnectionError, on which the pool opens a new connection.
+    """
+
+    def checkin(_dbapi: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def checkout(dbapi: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < idle_s:
+            return
+        try:
+            cursor = dbapi.cursor()
+            cursor.execute("SELECT 1")
+            cursor.close()
+            dbapi.rollback()
+        except Exception as exc:  # any failure of the ping: the connection is not to be used
+            raise sa.exc.DisconnectionError(str(exc)) from exc
+
+    sa.event.listen(engine, "checkin", checkin)
+    sa.event.listen(engine, "checkout", checkout)
+
+
 def _set_synchronous(conn: Connection, level: str) -> None:
     info = conn.connection.info
     if info.get("synchronous") != level:
         conn.exec_driver_sql(f"PRAGMA synchronous={level}")
         info["synchronous"] = level
+
+
+def _set_synchronous_commit(conn: Connection, level: str) -> None:
+    """PostgreSQL's counterpart of SQLite's synchronous level, per session, set only when
+    the pooled connection's differs: `off` commits without waiting for the WAL's flush.
+
+    What is lost to a crash of the server or the machine is then the last moment of
+    commits (at most three times `wal_writer_delay`), never consistency; a crash of the
+    broker loses nothing: the same promise as SQLite's NORMAL (see `_tx`). The SET is
+    undone with its transaction if that rolls back, so the level is remembered only
+    after the commit (`_writing`), and forgotten until then.
+    """
+    info = conn.connection.info
+    if info.get("synchronous_commit") != level:
+        info.pop("synchronous_commit", None)
+        conn.exec_driver_sql(f"SET synchronous_commit = {level}")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -62,6 +112,11 @@ class SQLEngine:
     def __init__(self, url: str) -> None:
         self.url = normalize_url(url)
         self.engine: Engine = self._make_engine(self.url)
+        self._read_engine = (
+            self.engine
+            if self.url.startswith("sqlite")
+            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
         self._delivery = Delivery()
         self._lock = threading.RLock()  # one writer at a time keeps CAS and revisions simple
         self._sqlite = self.url.startswith("sqlite")
@@ -99,7 +154,20 @@ class SQLEngine:
             engine = sa.create_engine(url, connect_args={"check_same_thread": False})
             sa.event.listen(engine, "connect", _sqlite_pragmas)
             return engine
-        return sa.create_engine(url, pool_pre_ping=True, pool_size=8)
+        engine = sa.create_engine(url, pool_size=8)
+        ping_when_idle(engine, PING_AFTER_IDLE_S)
+        return engine
+
+    @property
+    def reads(self) -> Engine:
+        """The engine for reads: on PostgreSQL each statement its own transaction.
+
+        A read in a transaction of its own costs a BEGIN and a ROLLBACK, two more round
+        trips to the server than the statement itself; under PostgreSQL's READ
+        COMMITTED each statement sees its own snapshot either way. SQLite's driver
+        opens no transaction for a read: its engine is used as it is.
+        """
+        return self._read_engine
 
     def _translate(self, context: sa.engine.ExceptionContext) -> None:
         statement = (context.statement or "").lstrip()[:6].upper()
@@ -119,10 +187,16 @@ class SQLEngine:
         try:
             if self._file is not None:
                 self._file.check()  # one stat: a deleted or truncated file takes no write
+            level = "on" if durable else "off"
             with self.engine.begin() as conn:
+                info = conn.connection.info
                 if self._sqlite:
                     _set_synchronous(conn, "FULL" if durable else "NORMAL")
+                else:
+                    _set_synchronous_commit(conn, level)
                 yield conn
+            if not self._sqlite:  # committed, the SET with it: the session's level now
+                info["synchronous_commit"] = level
         except Exception as exc:
             fault = storage_fault(exc, self.where, "write")
             if fault is None:
@@ -141,12 +215,12 @@ class SQLEngine:
         self._delivery.live_on_this_thread()
 
     def revision(self) -> int:
-        with self.engine.connect() as conn:
+        with self.reads.connect() as conn:
             value = conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "revision"))
             return int(value.scalar_one())
 
     def _rows(self, query: sa.Select[Any]) -> list[Any]:
-        with self.engine.connect() as conn:
+        with self.reads.connect() as conn:
             return list(conn.execute(query))
 
     # -- the write path ------------------------------------------------------------------
@@ -155,8 +229,10 @@ class SQLEngine:
     def _tx(self, durable: bool = False) -> Iterator[Tx]:
         """One transaction; its listeners run after the commit, on the loop (delivery.py).
 
-        `durable` commits survive power loss (SQLite fsyncs the WAL at each such commit).
-        The others survive a crash of the broker but may be lost with the machine's power,
+        `durable` commits survive power loss (SQLite fsyncs the WAL at each such commit;
+        PostgreSQL waits for its WAL's flush, `synchronous_commit`). The others survive
+        a crash of the broker but may be lost with the machine's power (or, on
+        PostgreSQL, a crash of the server),
         which costs nothing that matters: they record observations (a job started, a
         worker's report) that the reconcile loops and the workers re-derive, and the WAL
         keeps the file consistent either way. What a user was told is accepted — a created

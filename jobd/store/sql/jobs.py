@@ -99,7 +99,7 @@ class SQLJobs(SQLCompareAndSwap):
     def get_jobs(self, ids: Sequence[int]) -> list[Job]:
         """The stored jobs of these ids, in id order (those not stored are left out)."""
         found: list[Job] = []
-        with self.engine.connect() as conn:
+        with self.reads.connect() as conn:
             for i in range(0, len(ids), 500):
                 query = sa.select(t.jobs.c.body).where(t.jobs.c.id.in_(ids[i : i + 500]))
                 found.extend(Job.model_validate_json(row.body) for row in conn.execute(query))
@@ -109,7 +109,7 @@ class SQLJobs(SQLCompareAndSwap):
         """The phase of each stored job of these ids, from the indexed column: no body
         is parsed (a child of a job array asks for thousands)."""
         found: dict[int, Phase] = {}
-        with self.engine.connect() as conn:
+        with self.reads.connect() as conn:
             for i in range(0, len(ids), 500):
                 query = sa.select(t.jobs.c.id, t.jobs.c.phase).where(
                     t.jobs.c.id.in_(ids[i : i + 500])
@@ -167,7 +167,7 @@ class SQLJobs(SQLCompareAndSwap):
             tx.add_events(events)
 
     def get_job(self, job_id: int) -> Job | None:
-        with self.engine.connect() as conn:
+        with self.reads.connect() as conn:
             row = conn.execute(_GET_JOB, {"id": job_id}).first()
         return Job.model_validate_json(row.body) if row else None
 
@@ -177,7 +177,7 @@ class SQLJobs(SQLCompareAndSwap):
     def get_jobs_by_name(self, project: str, names: Sequence[str]) -> dict[str, Job]:
         """The jobs of `project` with these names, by name: one query per 500 names."""
         found: dict[str, Job] = {}
-        with self.engine.connect() as conn:
+        with self.reads.connect() as conn:
             for i in range(0, len(names), 500):
                 params = {"project": project, "names": list(names[i : i + 500])}
                 for row in conn.execute(_JOBS_BY_NAME, params):
@@ -241,7 +241,7 @@ class SQLJobs(SQLCompareAndSwap):
             statement = self._hot.queue_after
             params["prio"], params["last_id"] = after
         try:
-            with self.engine.connect() as conn:
+            with self.reads.connect() as conn:
                 cursor = conn.connection.cursor()
                 try:
                     cursor.execute(statement.sql, statement.params(params))
@@ -304,7 +304,8 @@ def _job_row(job: Job) -> dict[str, Any]:
         "name": job.metadata.name,
         "phase": str(job.status.phase),
         "priority": job.status.effective.priority,
-        "ready": job.status.dependencies_met,
+        # Queued only once its parents ended and, retried, its backoff is over.
+        "ready": job.status.dependencies_met and job.status.retry_at is None,
         "slots": job.spec.resources.slots,
         "gpus": job.spec.resources.gpus,
         "worker": job.status.worker,

@@ -73,7 +73,7 @@ class ReportCompletion(Hook):
                 reason="grace_expired",
             )
         ckpt = checkpoint_dir(ex.settings.checkpoint_root, ex.job_id)
-        latest = find_resume_target(ckpt) if ckpt.is_dir() else ckpt
+        latest = find_resume_target(ckpt)  # ckpt itself when it holds none (or is gone)
         body: dict[str, Any] = {
             "exit_code": end.exit_code,
             "signal": end.signal,
@@ -86,10 +86,8 @@ class ReportCompletion(Hook):
             reports.insert(0, ("progress", last_progress))
         if not ex.record.started_reported and end.started_at is not None:
             reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
-        await ex.link.report_many(ex.job_id, reports, ex.attempt)
-        ex.advance(AttemptPhase.REPORTED)
-        if ex.settings.keep_job_files or ex.record.log_offset:
-            await ex.save()  # else nothing to resume: a re-report would change nothing
+        # Queued first, so it rides with `complete` (the broker records it after the
+        # report, in the same commit) rather than in a request of its own.
         ex.link.event(
             "process_exited",
             ex.job_id,
@@ -97,6 +95,10 @@ class ReportCompletion(Hook):
             signal=end.signal_name,  # a name, as in signal_sent (CONTRACT.md §7)
             signal_number=end.signal,
         )
+        await ex.link.report_many(ex.job_id, reports, ex.attempt)
+        ex.advance(AttemptPhase.REPORTED)
+        if ex.settings.keep_job_files or ex.record.log_offset:
+            await ex.save()  # else nothing to resume: a re-report would change nothing
 
 
 def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:

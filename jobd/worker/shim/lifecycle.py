@@ -51,7 +51,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["EXIT_ALREADY_SERVED", "run_job"]
+__all__ = ["EXIT_ALREADY_SERVED", "own_identity", "run_job"]
 
 # A stop request whose wake-up signal was lost (or never sent) is still seen this soon.
 STOP_FILE_POLL_S = 0.5
@@ -89,6 +89,18 @@ def run_job(
     if status.error or status.stop:  # the usual end is in status.json alone
         log_event(f"job over: exit_code={status.exit_code} signal={status.signal_name}")
     return 0
+
+
+_own: ProcessIdentity | None = None
+
+
+def own_identity() -> ProcessIdentity | None:
+    """This process's identity, read from /proc once per process (a forked shim reads its
+    own), not once per job."""
+    global _own
+    if _own is None or _own.pid != os.getpid():
+        _own = ProcessIdentity.of(os.getpid())
+    return _own
 
 
 def _spawn(spec: LaunchSpec, state_dir: Path) -> int:
@@ -182,7 +194,7 @@ class _JobRun:
         return data
 
     def _write_record(self) -> None:
-        spec, shim = self.spec, ProcessIdentity.of(os.getpid())
+        spec, shim = self.spec, own_identity()
         assert spec is not None and shim is not None and self.pid is not None
         record = ShimRecord(
             shim=shim,

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobd.worker.shim.lifecycle import run_job
+from jobd.worker.shim.lifecycle import own_identity, run_job
 from jobd.worker.shim.log import log_event
 from jobd.worker.shim.procfs import start_time
 from jobd.worker.shim.protocol import LOG_FILE, SHIM_MODULE, Ended, LaunchRequest, Started
@@ -119,9 +119,12 @@ def _serve_launch(
 
 def _mark_launch(state_dir: Path) -> bool:
     """Make the state directory, the mark of a launch; False if it was made before."""
-    state_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        state_dir.mkdir(mode=0o700)
+        try:
+            state_dir.mkdir(mode=0o700)
+        except FileNotFoundError:  # the first job under this root: not a syscall per job
+            state_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            state_dir.mkdir(mode=0o700)
     except FileExistsError:
         return False
     return True
@@ -206,8 +209,11 @@ class _Reply:
     def send(self, pid: int | None = None) -> None:
         if self.pid is not None or self.request_id is None:
             return
-        self.pid = os.getpid() if pid is None else pid
-        start = start_time(self.pid) if self.pid else 0
+        if pid is None:
+            own = own_identity()
+            self.pid, start = os.getpid(), None if own is None else own.start_time
+        else:
+            self.pid, start = pid, start_time(pid) if pid else 0
         self._write(Started(self.request_id, self.pid, start or 0).encode())
 
     def end(self) -> None:

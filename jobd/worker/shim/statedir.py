@@ -33,8 +33,11 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
     durable: fsync'd, so it survives a power cut too; without, it survives any process's
     death (what only this boot's processes need to read).
     """
-    # Unique per thread too: an agent may save from several threads at once.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    # Unique per thread too: an agent may save from several threads at once. Plain
+    # strings, not pathlib: a shim writes two of these per job.
+    directory, name = os.path.split(os.fspath(path))
+    directory = directory or os.curdir
+    tmp = f"{directory}/.{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         try:
@@ -53,7 +56,7 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
         raise
     if not durable:
         return
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(dir_fd)  # the rename itself survives a power cut
     finally:
