@@ -1,9 +1,12 @@
 """`Frozen` records (the wire's answers and routes, the `job` command's records) act as the
 frozen dataclasses they replaced: built positionally or by keyword, equal only to a record
-of the same class and fields, hashed and shown by their fields, and never changed."""
+of the same class and fields, hashed and shown by their fields, copied and pickled, and
+never changed."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from dataclasses import FrozenInstanceError, dataclass
 
 import pytest
@@ -64,6 +67,13 @@ def test_no_field_of_a_record_can_be_changed_or_removed(record: Frozen) -> None:
     # The dataclass refuses the same, with an AttributeError of its own.
     with pytest.raises(FrozenInstanceError):
         PairDataclass("a").key = "b"  # type: ignore[misc]
+
+
+def test_a_record_is_copied_and_pickled_as_the_dataclass_was() -> None:
+    listed = JobList([{"metadata": {"id": 1}}], 3)
+    for again in (copy.copy(listed), copy.deepcopy(listed), pickle.loads(pickle.dumps(listed))):
+        assert again == listed and again is not listed
+    assert pickle.loads(pickle.dumps(routes.GET_JOB)) == routes.GET_JOB
 
 
 def test_the_wire_answers_keep_their_fields_and_defaults() -> None:
