@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -94,6 +93,8 @@ def default_token(server: str) -> str | None:
 
 
 def _is_local(server: str) -> bool:
+    import socket  # only without JOBD_TOKEN: its enums cost `job --help` ~10 M instructions
+
     host = (urlsplit(server).hostname or "").lower()
     if host in _LOOPBACK_NAMES or host == socket.gethostname().lower():
         return True

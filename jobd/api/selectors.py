@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
+
+from jobd.api.frozen import Frozen
 
 __all__ = ["SELECTOR_PATTERN", "Requirement", "Selector", "parse_selector"]
 
@@ -31,11 +32,13 @@ _PARSE = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Requirement:
+class Requirement(Frozen):
     key: str
     op: Op
-    value: str = ""
+    value: str
+
+    def __init__(self, key: str, op: Op, value: str = "") -> None:
+        self._set(key=key, op=op, value=value)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         if self.op == "=":
@@ -45,9 +48,11 @@ class Requirement:
         return (self.key in labels) == (self.op == "exists")
 
 
-@dataclass(frozen=True, slots=True)
-class Selector:
+class Selector(Frozen):
     requirements: tuple[Requirement, ...]
+
+    def __init__(self, requirements: tuple[Requirement, ...]) -> None:
+        self._set(requirements=requirements)
 
     def matches(self, labels: Mapping[str, str] | None) -> bool:
         found = labels or {}

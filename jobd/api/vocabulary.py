@@ -42,18 +42,20 @@ MAX_ID = 2**31 - 1
 MAX_INT = 2**53 - 1
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
-_NAME_RE = re.compile(NAME_PATTERN.removeprefix("^"))
+# The patterns here are compiled on first use (re's own cache), not at import: a `job`
+# command that checks no name pays nothing for them.
+_NAME = NAME_PATTERN.removeprefix("^")
 
 
 # The workload's variable holding a job array member's index (CONTRACT.md §6).
 ARRAY_INDEX = "JOBD_ARRAY_INDEX"
 # How a job array is named where a job id could be: `A12` (no job's name has a capital).
-_ARRAY_REF = re.compile(r"A([0-9]{1,10})")
+_ARRAY_REF = r"A([0-9]{1,10})"
 
 
 def array_id_of(ref: str) -> int | None:
     """The id in `A12` (api/arrays.py), None for anything else."""
-    found = _ARRAY_REF.fullmatch(ref)
+    found = re.fullmatch(_ARRAY_REF, ref)
     if found is None or not 1 <= int(found.group(1)) <= MAX_ID:
         return None
     return int(found.group(1))
@@ -96,7 +98,7 @@ BOUND_PHASES = frozenset(
 
 def check_name(value: str, strict: bool = True) -> str:
     # fullmatch: `$` would also match before a trailing newline, once accepted.
-    if not (_NAME_RE.fullmatch(value) if strict else _NAME_RE.match(value)):
+    if not (re.fullmatch(_NAME, value) if strict else re.match(_NAME, value)):
         raise ValueError(
             "must be 1-63 lowercase letters, digits, '.', '_' or '-', "
             "starting and ending with a letter or digit"

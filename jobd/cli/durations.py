@@ -8,7 +8,7 @@ import click
 
 __all__ = ["Duration", "parse_duration"]
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_PART = r"(\d+(?:\.\d+)?)([smhd])"  # compiled on first use (re's cache), not by `job --help`
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -18,7 +18,7 @@ def parse_duration(text: str) -> float:
     try:
         seconds = float(spoken)  # a bare number is seconds
     except ValueError:
-        parts = _PART.findall(spoken)
+        parts = re.findall(_PART, spoken)
         if not parts or "".join(n + u for n, u in parts) != spoken:
             raise ValueError(
                 f"{text!r} is not a duration (say 90, 45s, 10m, 2h, 1d or 1h30m)"

@@ -20,7 +20,6 @@ import gc
 import importlib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from gettext import gettext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,13 +91,18 @@ VERB_SUMMARIES = {verb: summary for verb, (_, summary) in _LAZY_VERBS.items()}
 STANDALONE = frozenset({"completion", "config"})
 
 
-@dataclass
 class Settings:
     """What every verb needs to reach the broker; tests may preset `transport`."""
 
-    server: str = field(default_factory=default_server)
-    token: str | None = None
-    transport: httpx.BaseTransport | None = None
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.server = default_server() if server is None else server
+        self.token = token
+        self.transport = transport
 
     def client(self) -> JobdClient:
         from jobd.cli.broker_client import JobdClient
@@ -280,6 +284,7 @@ def main() -> None:
     # command pays ~5 % fewer instructions; a long one (-w, -f, wait) still collects.
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
+    gc.enable()  # held off while the command loaded (job_script.py)
     # httpx imports its own command-line client (pygments, a third of httpx's import time)
     # when rich is installed; `job` never runs it. Marked absent, httpx goes without it,
     # as `jobd` does for the worker (daemon/main._without_rich).

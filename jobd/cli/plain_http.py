@@ -17,12 +17,13 @@ import http.client
 import json
 import os
 import select
+import socket
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import quote, urlencode, urlsplit
 
 from jobd.discovery import usable_token
-from jobd.wire.errors import ApiError, BrokerUnreachable
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 
 if TYPE_CHECKING:
     import httpx
@@ -88,15 +89,13 @@ class PlainClient:
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
-        self._connection = http.client.HTTPConnection(
-            parts.hostname, parts.port or 80, timeout=timeout
-        )
+        self._connection = _Connection(parts.hostname, parts.port or 80, timeout=timeout)
 
     def run(self, call: Call[T]) -> T:
         """Send the call; its answer's value, or ApiError / BrokerUnreachable."""
         reply = self._send(call)
         if reply.is_error:
-            raise ApiError(reply.status_code, _error_message(reply))
+            raise ApiError(reply.status_code, error_message(reply))
         return call.parse(cast("httpx.Response", reply))
 
     def _send(self, call: Call[Any]) -> Reply:
@@ -159,6 +158,23 @@ class PlainClient:
         self.close()
 
 
+class _Connection(http.client.HTTPConnection):
+    """http.client's connection, an ASCII host name resolved as the bytes it is: `socket`
+    encodes a str one with the `idna` codec, whose tables (stringprep, unicodedata) cost
+    every `job` command ~6 M instructions to load, to make the same bytes (and a name no
+    label rule allows then fails as an unreachable broker, not with a UnicodeError)."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._create_connection = _create_connection
+
+
+def _create_connection(address: tuple[str, int], *args: Any) -> socket.socket:
+    host, port = address
+    name = cast(str, host.encode()) if host.isascii() else host  # getaddrinfo takes bytes
+    return socket.create_connection((name, port), *args)
+
+
 def _body(call: Call[Any]) -> tuple[bytes | None, dict[str, str]]:
     """The request's body and the headers that go with it, as httpx encodes them."""
     headers = dict(call.headers)
@@ -188,11 +204,3 @@ def _primitive(value: Any) -> str:
 
 def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-def _error_message(reply: Reply) -> str:
-    """The broker's refusal in one sentence, as the wire's client words it (loaded only
-    for a refusal)."""
-    from jobd.wire.client import error_message
-
-    return error_message(cast("httpx.Response", reply))

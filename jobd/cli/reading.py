@@ -8,10 +8,10 @@ names a kind is read as that kind, so a job called `projects` is `job/projects`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import click
 
+from jobd.api.frozen import Frozen
 from jobd.api.selectors import parse_selector
 from jobd.api.vocabulary import BOUND_PHASES, Phase, array_id_of, normalise_worker_name
 from jobd.cli import render
@@ -43,10 +43,12 @@ _KIND_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class _Request:
+class _Request(Frozen):
     kind: str  # job, project or worker
     names: tuple[str, ...]
+
+    def __init__(self, kind: str, names: tuple[str, ...]) -> None:
+        self._set(kind=kind, names=names)
 
 
 def _parse_get(args: Sequence[str]) -> _Request:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import io
 import json
-import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from jobd.api.sizes import format_size
 from jobd.api.vocabulary import TERMINAL_PHASES, Phase
 from jobd.cli.tables import PIPE_WIDTH, PlainTable, print_table
 
@@ -156,14 +154,18 @@ def _id(job: Document) -> str:
     return str((job.get("metadata") or {}).get("id", "-"))
 
 
+_TERMINAL = frozenset(p.value for p in TERMINAL_PHASES)  # as they are read: plain strings
+_PENDING = Phase.PENDING.value
+
+
 def _is_terminal(phase: Any) -> bool:
-    return phase in {p.value for p in TERMINAL_PHASES}
+    return phase in _TERMINAL
 
 
 def phase_text(job: Document) -> str:
     """`Phase`, or `Phase→Desired` while a live job is converging."""
     status = _status(job)
-    phase, desired = status.get("phase", Phase.PENDING.value), status.get("desired_phase")
+    phase, desired = status.get("phase", _PENDING), status.get("desired_phase")
     if desired and desired != phase and not _is_terminal(phase):
         return f"{phase}→{desired}"
     return str(phase)
@@ -183,6 +185,8 @@ def _gpus(job: Document) -> str:
     wanted, memory = resources.get("gpus", 0), resources.get("gpu_memory")
     if not wanted:
         return "-"
+    from jobd.api.sizes import format_size
+
     each = f"x{format_size(int(memory))}" if memory else ""
     return f"({wanted}{each})"  # parenthesised: asked for, not yet assigned
 
@@ -251,6 +255,8 @@ def jobs_table(
     now = _now(now)
     headers = ["ID", "NAME", "PHASE", "PRIO", "WORKER", "PROGRESS", "AGE"]
     if wide:
+        import shlex  # as sizes in _gpus: for -o wide, not every table
+
         headers += ["ETA", "DESIRED", "GPUS", "EXIT", "COMMAND"]
     table = _table(*headers)
     for job in jobs:
@@ -554,6 +560,8 @@ def _usage(bound: Iterable[Document]) -> tuple[dict[str, int], dict[str, dict[in
 def _worker_gpus(spec: Document, status: Document, held: Mapping[int, int], *, wide: bool) -> str:
     """`0:24GiB(7),1:80GiB(-)`: each GPU, its memory where known, and the job on it;
     wide adds the memory processes jobd did not start use on it."""
+    from jobd.api.sizes import format_size
+
     memory = {int(g): int(m) for g, m in (spec.get("gpu_memory") or {}).items()}
     foreign = {int(g): int(m) for g, m in (status.get("gpu_memory_foreign") or {}).items()}
     cells = []

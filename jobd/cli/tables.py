@@ -25,7 +25,7 @@ PIPE_WIDTH = 200  # wide enough that a table on a pipe never wraps mid-row
 _GAP = "  "  # rich's padding of one space on each side of a cell, without the table's edge
 _BOLD, _RESET = "\x1b[1m", "\x1b[0m"
 # Characters outside ASCII that `job` itself prints and that take one column each.
-_ONE_COLUMN = frozenset("→▏▎▍▌▋▊▉█")
+_ONE_COLUMN = "→▏▎▍▌▋▊▉█"
 
 
 class PlainTable:
@@ -39,14 +39,13 @@ class PlainTable:
         self.rows.append(list(cells))
 
     def widths(self) -> list[int]:
-        widths = [len(h) for h in self.headers]
-        for row in self.rows:
-            widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-        return widths
+        columns = zip(self.headers, *self.rows, strict=True)
+        return [max(map(len, column)) for column in columns]
 
     def is_plain(self) -> bool:
-        """Every cell one line of text one column per character: no folding rules needed."""
-        return all(_plain_cell(c) for row in (self.headers, *self.rows) for c in row)
+        """Every cell one line of text one column per character: no folding rules needed.
+        (Asked of all the cells at once, a space apart: one pass in C for 200 rows.)"""
+        return _plain_cell(" ".join(c for row in (self.headers, *self.rows) for c in row))
 
     def lines(self, *, bold_header: bool = False) -> list[str]:
         """The table's lines, each without trailing blanks (a pipe's reading)."""
@@ -75,13 +74,14 @@ class PlainTable:
 
 
 def _plain_cell(cell: str) -> bool:
-    if cell.isascii():  # the common case, answered in C
-        return cell.isprintable()
-    return all((ch.isascii() and ch.isprintable()) or ch in _ONE_COLUMN for ch in cell)
+    if not cell.isascii():
+        for one_column in _ONE_COLUMN:
+            cell = cell.replace(one_column, "")
+    return cell.isascii() and cell.isprintable()
 
 
 def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
-    return _GAP.join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+    return _GAP.join(map(str.ljust, cells, widths)).rstrip()
 
 
 def print_table(table: PlainTable, *, stderr: bool = False) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
@@ -99,15 +98,18 @@ def resolve_all(client: JobdClient, ref: str) -> list[int]:
     return [int(m["id"]) for m in array["status"]["members"]]
 
 
-@dataclass
 class Selection:
     """The jobs a verb was pointed at, and whether acting on any of them failed."""
 
-    refs: tuple[str, ...] = ()
-    selector: str | None = None
-    project: str | None = None
-    files: tuple[str, ...] = ()
-    failed: int = field(default=0, init=False)
+    def __init__(
+        self,
+        refs: tuple[str, ...] = (),
+        selector: str | None = None,
+        project: str | None = None,
+        files: tuple[str, ...] = (),
+    ) -> None:
+        self.refs, self.selector, self.project, self.files = refs, selector, project, files
+        self.failed = 0
 
     @property
     def single(self) -> bool:

@@ -9,9 +9,9 @@ until the broker answers. Next stage: `client.py` sends calls and maps failures 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from jobd.api.frozen import Frozen
 from jobd.wire import routes
 from jobd.wire.answers import (
     ApplyResult,
@@ -84,18 +84,39 @@ T = TypeVar("T")
 _JSON_TYPE = {"Content-Type": "application/json"}
 
 
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
+class Call(Frozen, Generic[T]):
     """One request of `route` and how to read its answer; sent as often as needed."""
 
     route: Route
     url: str
     parse: Callable[[httpx.Response], T]
-    params: Mapping[str, Any] | None = None
-    json: Any = None  # a plain JSON value (a user's document goes as the user wrote it)
-    content: bytes | None = None  # or the body's bytes, already encoded
-    headers: Mapping[str, str] = field(default_factory=dict)
-    hold: float | None = None  # seconds the broker may hold it before answering
+    params: Mapping[str, Any] | None
+    json: Any  # a plain JSON value (a user's document goes as the user wrote it)
+    content: bytes | None  # or the body's bytes, already encoded
+    headers: Mapping[str, str]
+    hold: float | None  # seconds the broker may hold it before answering
+
+    def __init__(
+        self,
+        route: Route,
+        url: str,
+        parse: Callable[[httpx.Response], T],
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        hold: float | None = None,
+    ) -> None:
+        self._set(
+            route=route,
+            url=url,
+            parse=parse,
+            params=params,
+            json=json,
+            content=content,
+            headers={} if headers is None else headers,
+            hold=hold,
+        )
 
     @property
     def method(self) -> str:

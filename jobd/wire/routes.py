@@ -9,9 +9,9 @@ request and its answer into a value.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobd.api.frozen import Frozen
 from jobd.api.vocabulary import MAX_ID, NAME_PATTERN, check_name
 
 if TYPE_CHECKING:
@@ -128,21 +128,44 @@ def parse_path_param(name: str, text: str) -> int | str:
         raise ValueError(f"{name}: {text!r} {exc}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
+class Route(Frozen):
     method: str
     path: str  # a template: `/jobs/{job_id}`
     summary: str
     # Its models, named in `jobd.wire.models` and loaded on first use (`body`, `query`):
     # a client only needs the method and path, and so never loads pydantic for them.
-    body_model: str | None = None  # a JSON body of this model
-    query_model: str | None = None  # query parameters, as this model's fields
-    status: int = 200  # the status of a success
-    public: bool = False  # answered without a token (CONTRACT.md §8)
+    body_model: str | None  # a JSON body of this model
+    query_model: str | None  # query parameters, as this model's fields
+    status: int  # the status of a success
+    public: bool  # answered without a token (CONTRACT.md §8)
     # The largest body taken, in bytes: a larger one is refused (413) before it is read
     # (broker/http/bodylimit.py). Routes without a body take SMALL_BODY.
-    max_body: int = SMALL_BODY
-    refuses: tuple[int, ...] = ()  # refusals of its own, beyond those `refusals` derives
+    max_body: int
+    refuses: tuple[int, ...]  # refusals of its own, beyond those `refusals` derives
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        summary: str,
+        body_model: str | None = None,
+        query_model: str | None = None,
+        status: int = 200,
+        public: bool = False,
+        max_body: int = SMALL_BODY,
+        refuses: tuple[int, ...] = (),
+    ) -> None:
+        self._set(
+            method=method,
+            path=path,
+            summary=summary,
+            body_model=body_model,
+            query_model=query_model,
+            status=status,
+            public=public,
+            max_body=max_body,
+            refuses=refuses,
+        )
 
     @property
     def body(self) -> type[BaseModel] | None:
@@ -417,8 +440,7 @@ LOGIN_CODE = Route(
 )
 
 
-@dataclass(frozen=True)
-class DashboardPaths:
+class DashboardPaths(Frozen):
     """The dashboard's pages, streams and files: HTML and server-sent events for a browser,
     not API routes (so not in ROUTES nor the OpenAPI document). The broker's ui package
     declares its routes from these and hands them to its templates as `ui`."""

@@ -1,7 +1,8 @@
 """`job` reaches an http:// broker through the standard library, and shows its tables
 without rich: against a real `jobd dev`, `job get` loads none of httpx, rich, pydantic or
-ruamel.yaml, and the standard-library client gets from the broker what the wire's httpx
-client gets, refusals and all; a broker restarted between two calls is reached again.
+ruamel.yaml, nor does a refusal it says, and the standard-library client gets from the
+broker what the wire's httpx client gets, refusals and all; a broker restarted between two
+calls is reached again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from jobd.api.frozen import Frozen
 from jobd.cli.plain_http import PlainClient
 from jobd.wire import calls
 from jobd.wire.client import Client
@@ -29,7 +31,7 @@ sys.argv = ["job", *sys.argv[1:]]
 try:
     main()
 except SystemExit as exc:
-    assert not exc.code, exc.code
+    assert (exc.code or 0) == {code}, exc.code
 with open({modules!r}, "w") as out:
     json.dump(sorted(k for k, v in sys.modules.items() if v is not None), out)
 """
@@ -52,7 +54,7 @@ def _token(jobd: Jobd) -> str:
 
 def test_job_get_prints_its_table_loading_no_heavy_library(jobd: Jobd, tmp_path: Path) -> None:
     modules = tmp_path / "modules.json"
-    probe = PROBE.format(modules=str(modules))
+    probe = PROBE.format(modules=str(modules), code=0)
     shown = subprocess.run(
         [sys.executable, "-c", probe, "get"],
         env=jobd.env,
@@ -68,6 +70,26 @@ def test_job_get_prints_its_table_loading_no_heavy_library(jobd: Jobd, tmp_path:
     assert [line.split()[1] for line in lines[1:]] == [f"default/plain-{i}" for i in range(3)]
     loaded = set(json.loads(modules.read_text()))
     assert "jobd.cli.plain_http" in loaded
+    assert {m.split(".")[0] for m in loaded} & set(HEAVY) == set()
+
+
+@pytest.mark.parametrize("args", [["get", "999999"], ["get", "-p", "nowhere"]])
+def test_a_refusal_is_said_loading_no_heavy_library(
+    jobd: Jobd, tmp_path: Path, args: list[str]
+) -> None:
+    # A job or project not there is the broker's 404, worded without httpx (wire/errors.py).
+    modules = tmp_path / "modules.json"
+    said = subprocess.run(
+        [sys.executable, "-c", PROBE.format(modules=str(modules), code=1), *args],
+        env=jobd.env,
+        cwd=jobd.root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stderr
+    assert said.startswith("error: ") and "not" in said
+    loaded = set(json.loads(modules.read_text()))
     assert {m.split(".")[0] for m in loaded} & set(HEAVY) == set()
 
 
@@ -112,10 +134,9 @@ def _document(name: str) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    """An answer as plain data, whatever envelope (a dataclass) holds it."""
-    fields = getattr(value, "__dataclass_fields__", None)
-    if fields is not None:
-        return {name: _plain(getattr(value, name)) for name in fields}
+    """An answer as plain data, whatever envelope (a Frozen record) holds it."""
+    if isinstance(value, Frozen):
+        return {name: _plain(field) for name, field in vars(value).items()}
     return value
 
 
@@ -127,6 +148,16 @@ def test_a_broker_not_there_is_said_as_httpx_says_it() -> None:
         wire.run(calls.list_jobs())
     assert by_plain.value.message == by_httpx.value.message
     assert "cannot reach the jobd broker" in by_plain.value.message
+
+
+def test_a_host_name_no_resolver_takes_is_said_as_unreachable() -> None:
+    # A label of 64 characters: the `idna` codec refused it with a UnicodeError (a
+    # traceback) while a str host name was resolved; as the ASCII bytes it is, the
+    # resolver refuses it, and it is said as any broker not there.
+    server = f"http://{'a' * 64}.example:8765"
+    with pytest.raises(BrokerUnreachable) as caught:
+        PlainClient(server, None).run(calls.list_jobs())
+    assert caught.value.message.startswith(f"cannot reach the jobd broker at {server} ")
 
 
 def test_a_broker_restarted_between_two_calls_is_reached_again(tmp_path: Path) -> None:

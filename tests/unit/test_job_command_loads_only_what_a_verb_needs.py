@@ -3,8 +3,8 @@
 Checked in fresh interpreters, by what lands in sys.modules (structure, not timing):
 importing the command loads none of pydantic, rich, httpx or ruamel.yaml; nor does `job
 get`, run to the end against a broker that is not there; `job --help` lists every verb
-(as click would, from the verbs themselves) without loading any verb's module; `jobd`'s
-entry point loads none of the broker's or worker's libraries.
+(as click would, from the verbs themselves) without loading any verb's module; `job get`
+makes no dataclass; `jobd`'s entry point loads none of the broker's or worker's libraries.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def test_job_get_loads_no_heavy_library() -> None:
     # (tests/e2e/test_job_speaks_plain_http_with_the_standard_library.py shows a table so).
     assert {"jobd.cli.reading", "jobd.cli.plain_http"} <= loaded
     assert _heavy(loaded) == set()
+    # Nor a dataclass (each compiles its methods at import: jobd/api/frozen.py), nor the
+    # idna codec's tables for an ASCII host name (plain_http._Connection).
+    assert not {"dataclasses", "encodings.idna"} & loaded
 
 
 def test_job_help_lists_submit_without_building_its_spec_options() -> None:
@@ -72,7 +75,7 @@ def test_job_help_lists_submit_without_building_its_spec_options() -> None:
     )
     loaded = _loaded(setup)
     assert _heavy(loaded) == set()
-    assert not {"jobd.api.models", "jobd.cli.submit"} & loaded
+    assert not {"jobd.api.models", "jobd.cli.submit", "socket"} & loaded
     assert not {f"jobd.cli.{module}" for module in VERB_MODULES.values()} & loaded
 
 
