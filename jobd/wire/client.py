@@ -18,29 +18,20 @@ import httpx
 
 from jobd.discovery import usable_token
 from jobd.wire.calls import Call
-from jobd.wire.errors import ApiError, BrokerUnreachable
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.plain_http import HOLD_MARGIN_S
 
-__all__ = ["ApiError", "AsyncClient", "BaseClient", "BrokerUnreachable", "Client", "error_message"]
+__all__ = [
+    "HOLD_MARGIN_S",
+    "ApiError",
+    "AsyncClient",
+    "BaseClient",
+    "BrokerUnreachable",
+    "Client",
+    "error_message",
+]
 
 T = TypeVar("T")
-# A held request (follow/watch) may take the server's whole timeout; the socket must outlast it.
-HOLD_MARGIN_S = 10.0
-
-
-def error_message(response: httpx.Response) -> str:
-    """The body's `detail`, flattened to one sentence whatever shape the server used."""
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
-    if isinstance(detail, str) and detail:
-        return detail
-    # FastAPI's own validation errors: a list of {loc, msg}; the first one says enough.
-    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
-        first = detail[0]
-        where = ".".join(str(p) for p in first.get("loc", []) if p != "body")
-        return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
-    return f"the broker answered {response.status_code} {response.reason_phrase}"
 
 
 class BaseClient:
