@@ -64,12 +64,18 @@ class _Unreachable(Exception):
 
 
 class _Connection:
-    """One kept-alive HTTP/1.1 connection: h11's state beside the socket's stream."""
+    """One kept-alive HTTP/1.1 connection: h11's state beside the socket's stream.
+
+    An exchange runs in one cancel scope whose deadline moves before each write and each
+    read (httpx's timeouts are per operation): a scope per operation cost more than h11.
+    """
 
     def __init__(self, stream: anyio.abc.SocketStream) -> None:
         self.stream = stream
+        self.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         self.protocol = h11.Connection(h11.CLIENT)
         self.idle_since = time.monotonic()
+        self._timer = anyio.CancelScope()
 
     def reusable(self) -> bool:
         """Idle, young enough, and not closed by the broker meanwhile (a closed socket
@@ -78,19 +84,23 @@ class _Connection:
             return False
         if time.monotonic() - self.idle_since > KEEPALIVE_S:
             return False
-        raw = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
-        return not select.select([raw], [], [], 0)[0]
+        return not select.select([self.socket], [], [], 0)[0]
 
     async def exchange(self, head: h11.Request, body: bytes | None, timeouts: _Timeouts) -> Reply:
         """Send one request and read its whole answer; _Unreachable when the connection
         fails, TimeoutError when a write or a read takes too long."""
+        with anyio.CancelScope() as self._timer:
+            return await self._exchange(head, body, timeouts)
+        raise TimeoutError  # only the timer's deadline ends the scope without an answer
+
+    async def _exchange(self, head: h11.Request, body: bytes | None, timeouts: _Timeouts) -> Reply:
         protocol = self.protocol
         data = protocol.send(head) or b""
         if body:
             data += protocol.send(h11.Data(data=body)) or b""
         data += protocol.send(h11.EndOfMessage()) or b""
-        with anyio.fail_after(timeouts.write):
-            await self._send(data)
+        self._timer.deadline = anyio.current_time() + timeouts.write
+        await self._send(data)
         reply = await self._read_answer(timeouts.read)
         if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
             protocol.start_next_cycle()
@@ -129,11 +139,9 @@ class _Connection:
         return event
 
     async def _receive(self, read_timeout: float) -> bytes:
+        self._timer.deadline = anyio.current_time() + read_timeout
         try:
-            with anyio.fail_after(read_timeout):
-                return await self.stream.receive(_READ_SIZE)
-        except TimeoutError:  # an OSError too, but said apart: no answer in time
-            raise
+            return await self.stream.receive(_READ_SIZE)
         except anyio.EndOfStream:
             if self.protocol.their_state is h11.SEND_RESPONSE:
                 raise _Unreachable(_DISCONNECTED) from None
@@ -207,16 +215,24 @@ class PlainAsyncClient:
     async def _send(self, call: Call[Any]) -> Reply:
         timeouts = _Timeouts(self.timeout, call.hold)
         head, body = self._request(call)
-        try:
-            with anyio.fail_after(timeouts.pool):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise self._unreachable("the jobd broker at {server} did not answer in time") from None
+        await self._take_slot(timeouts.pool)
         try:
             connection = await self._connection(timeouts.connect)
             return await self._exchange(connection, head, body, timeouts)
         finally:
             self._slots.release()
+
+    async def _take_slot(self, pool_timeout: float) -> None:
+        """A place among the requests in flight, waiting at most `pool_timeout` for one."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            try:
+                with anyio.fail_after(pool_timeout):
+                    await self._slots.acquire()
+            except TimeoutError:
+                said = "the jobd broker at {server} did not answer in time"
+                raise self._unreachable(said) from None
 
     async def _exchange(
         self, connection: _Connection, head: h11.Request, body: bytes | None, timeouts: _Timeouts
