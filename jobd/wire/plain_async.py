@@ -84,7 +84,10 @@ class _Connection:
             return False
         if time.monotonic() - self.idle_since > KEEPALIVE_S:
             return False
-        return not select.select([self.socket], [], [], 0)[0]
+        # poll, not select: an agent's descriptors may number past select's 1024.
+        readable = select.poll()
+        readable.register(self.socket, select.POLLIN)
+        return not readable.poll(0)
 
     async def exchange(self, head: h11.Request, body: bytes | None, timeouts: _Timeouts) -> Reply:
         """Send one request and read its whole answer; _Unreachable when the connection

@@ -172,6 +172,7 @@ async def test_a_broker_restarted_between_two_calls_is_reached_again(tmp_path: P
         before = await plain.run(calls.list_workers())
         assert len(plain._idle) == 1
         stop_jobd(first)  # the kept-alive connection is closed by the broker's end
+        assert not plain._idle[0].reusable()  # seen closed (well within KEEPALIVE_S)
         again = _launch(tmp_path, port, (), {})
         try:
             assert _ready(again)
