@@ -1,18 +1,19 @@
 """The agent's HTTP client for a broker at an http:// address: h11 over anyio streams.
 
-A request through httpx costs the agent ~0.7 ms of CPU (its URL and header models, the
-pool's bookkeeping, httpcore's trace hooks), about ten times the keep-alive exchange
-itself, and the agent makes about one request per job (the watch long-poll, report
-batches). This client sends the same `Call`s over kept-alive HTTP/1.1 connections on
-anyio streams, with h11 (the sans-IO protocol library httpcore is built on) framing the
-messages: the same requests (`wire.plain_http`), answers read by the same parsers, the same
-one-sentence errors, the timeouts of httpx's `Timeout(10)` (connect, write, each read,
-waiting for a connection; a held call's reads outlast its hold), and as httpcore does, a
-kept-alive connection idle longer than KEEPALIVE_S or closed by the broker is replaced
-before anything is sent on it, with no retry of a request once sent. One connection per
-request in flight (the watch, a report batch, a heartbeat at once), at most
-`max_connections`. An https:// broker or a proxy in the environment goes through the
-wire's httpx `AsyncClient` (`open_async_client` chooses). Next stage: the broker's routes.
+A request through httpx cost the agent 0.83-0.88 ms of CPU (its URL and header models,
+the pool's bookkeeping, httpcore's trace hooks), this client's 0.37-0.44 ms (most of it
+h11's framing), and the agent makes about one request per job (the watch long-poll,
+report batches; docs/performance.md). This client sends the same `Call`s over kept-alive
+HTTP/1.1 connections on anyio streams, with h11 (the sans-IO protocol library httpcore is
+built on) framing the messages: the same requests (`wire.plain_http`), answers read by
+the same parsers, the same one-sentence errors, the timeouts of httpx's `Timeout(10)`
+(connect, write, each read, waiting for a connection; a held call's reads outlast its
+hold), and as httpcore does, a kept-alive connection idle longer than KEEPALIVE_S or
+closed by the broker is replaced before anything is sent on it, with no retry of a
+request once sent. One connection per request in flight (the watch, a report batch, a
+heartbeat at once), at most `max_connections`. An https:// broker or a proxy in the
+environment goes through the wire's httpx `AsyncClient` (`open_async_client` chooses).
+Next stage: the broker's routes.
 """
 
 from __future__ import annotations
