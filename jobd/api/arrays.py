@@ -49,6 +49,7 @@ __all__ = [
     "array_id_of",
     "member_name",
     "parse_indices",
+    "parse_parallelism",
     "parse_sweep",
     "substitute",
 ]
@@ -82,6 +83,17 @@ def parse_indices(text: str) -> list[int]:
             raise ValueError(f"more than {MAX_MEMBERS:,} members")
         indices.extend(range(start, stop + 1, int(step or 1)))
     return _checked_indices(indices)
+
+
+def parse_parallelism(text: str) -> tuple[str, int | None]:
+    """`0-99%8` (Slurm's form) as its indices' text and the cap on members running at
+    once; text without `%` has no cap. ValueError for a cap that is not a count >= 1."""
+    indices, sep, cap = text.rpartition("%")
+    if not sep:
+        return text, None
+    if not cap.strip().isdigit() or int(cap) < 1 or int(cap) > MAX_MEMBERS:
+        raise ValueError(f"%{cap}: at most how many run at once, 1 to {MAX_MEMBERS:,}")
+    return indices, int(cap)
 
 
 def _checked_indices(indices: list[int]) -> list[int]:
@@ -240,7 +252,8 @@ _ONE_OF_TWO: dict[str, Any] = {
 
 
 class ArraySpec(Strict):
-    """Which members: `indices` or `sweep`, one of the two."""
+    """Which members: `indices` or `sweep`, one of the two; and how many may run at once
+    (`parallelism`, or `%N` after the indices' text: Slurm's `--array 0-99%8`)."""
 
     model_config = ConfigDict(json_schema_extra=_ONE_OF_TWO)
 
@@ -252,6 +265,23 @@ class ArraySpec(Strict):
     sweep: Annotated[
         list[dict[str, str]], BeforeValidator(_sweep_field), WithJsonSchema(_SWEEP_SCHEMA)
     ] = Field(default_factory=list)
+
+    # At most this many members bound to workers at once (the scheduler skips the rest
+    # meanwhile); None: as many as fit.
+    parallelism: int | None = Field(default=None, ge=1, le=MAX_MEMBERS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cap_in_indices(cls, data: Any) -> Any:
+        """`indices: 0-99%8` says `parallelism: 8` too (not over HTTP: JSON has the list)."""
+        if not isinstance(data, dict) or not isinstance(data.get("indices"), str):
+            return data
+        text, cap = parse_parallelism(data["indices"])
+        if cap is None:
+            return data
+        if data.get("parallelism") not in (None, cap):
+            raise ValueError(f"%{cap} and parallelism: {data['parallelism']} disagree")
+        return {**data, "indices": text, "parallelism": cap}
 
     @model_validator(mode="after")
     def _one_of_two(self) -> ArraySpec:

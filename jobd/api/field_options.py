@@ -24,14 +24,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Kind", "NoOption", "Option", "SpecOption", "marker", "spec_options"]
 
-Kind = Literal["integer", "number", "text", "size", "duration", "switch", "flag", "pairs", "refs"]
+Kind = Literal[
+    "integer", "number", "text", "size", "duration", "switch", "flag", "pairs", "refs", "urls"
+]
 """How a value is typed and read:
 
 integer, number, text: as it is; size: text such as `40GiB` (the model reads it);
 duration: seconds, typed as `90`, `10m`, `2h` on the command line, whole seconds in the spec
 (rounded up); switch: `--x/--no-x`, unsaid by default; flag: `--x` says true, its absence
 says nothing; pairs: `--env K=V` repeated, an object to the MCP tool; refs: repeated job
-ids or names (digits become ids).
+ids or names (digits become ids); urls: repeated URLs, each an object `{url: URL}` of
+the field's list (the MCP tool takes the objects themselves).
 """
 
 
@@ -106,11 +109,25 @@ def _walk(
         field_schema = own["properties"][name]
         nested = _nested_model(info.annotation)
         if isinstance(said, Option):
-            yield SpecOption(where, said, field_schema)
+            yield SpecOption(where, said, _inlined(field_schema, root))
         elif said is None and nested is not None:
             yield from _walk(nested, _definition(field_schema, root), root, where)
         elif said is None:
             raise TypeError(f"{'.'.join(where)}: declare its Option or NoOption (api/models.py)")
+
+
+def _inlined(schema: Any, root: dict[str, Any]) -> Any:
+    """`schema` with each `$ref` replaced by its definition: a field's schema stands alone
+    (a list of NotifyTarget is an MCP parameter, which has no `$defs` to refer to)."""
+    if isinstance(schema, list):
+        return [_inlined(s, root) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        definition = root["$defs"][schema["$ref"].rpartition("/")[2]]
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return _inlined({**definition, **rest}, root)
+    return {k: _inlined(v, root) for k, v in schema.items()}
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:

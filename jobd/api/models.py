@@ -47,17 +47,22 @@ __all__ = [
     "BOUND_PHASES",
     "DEFAULT_PROJECT",
     "GPU_INDEX_TEXT",
+    "MAX_ATTEMPTS_KEPT",
     "MAX_GPU_INDEX",
     "MAX_GRACE_S",
     "MAX_ID",
     "MAX_INT",
     "MAX_LEASE_S",
+    "MAX_NOTIFY_TARGETS",
+    "MAX_URL_LENGTH",
     "MIN_LEASE_S",
     "NAME_PATTERN",
+    "NOTIFY_DEFAULT_ON",
     "RUN_LIMITS",
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
     "ArrayRef",
+    "Attempt",
     "Condition",
     "Effective",
     "GpuUsage",
@@ -66,6 +71,8 @@ __all__ = [
     "Job",
     "JobSpec",
     "JobStatus",
+    "NotifyPhase",
+    "NotifyTarget",
     "ObjectMeta",
     "Phase",
     "PreemptionStatus",
@@ -75,6 +82,7 @@ __all__ = [
     "ProjectSpec",
     "Resource",
     "Resources",
+    "RetryPolicy",
     "RunLimits",
     "Size",
     "StoreId",
@@ -168,6 +176,12 @@ class ArrayRef(Strict):
     id: int = Field(ge=1, le=MAX_ID)
     name: str
     index: int = Field(ge=0)
+    # The array's `parallelism`: at most this many of its members bound at once (the
+    # scheduler keeps the count); None: no cap.
+    parallelism: int | None = Field(default=None, ge=1)
+    # The id of its last member: an array's members have consecutive ids (one insert), so
+    # the scheduler passes over a full array's queued members in one step.
+    last_member: int | None = Field(default=None, ge=1, le=MAX_ID)
 
 
 class ObjectMeta(Strict):
@@ -323,8 +337,107 @@ class Resources(Strict):
         return memory
 
 
+# Bounds of a retry policy (OpenAPI says them; admission refuses past them).
+MAX_RETRIES = 100
+MAX_BACKOFF_S = 86_400.0  # a day between two attempts at most
+MAX_EXIT_CODES = 256  # every exit code once
+
+
+def _seconds(value: Any) -> Any:
+    if isinstance(value, bool):  # a number of seconds, never a flag read as 0 or 1
+        raise ValueError("a number of seconds, not true or false")
+    return value
+
+
+BackoffSeconds = Annotated[
+    float,
+    Field(ge=0, le=MAX_BACKOFF_S, description=f"seconds, 0 to {MAX_BACKOFF_S:g}"),
+    BeforeValidator(_seconds),
+]
+
+
+ExitCode = Annotated[int, Field(ge=0, le=255, description="an exit code; a signal N is 128+N")]
+
+
+class RetryPolicy(Strict):
+    """When a failed attempt is run again (controllers/retries.py), Kubernetes' backoffLimit
+    and SkyPilot's recover_on_exit_codes in one: the same job, queued again after an
+    exponential backoff, `limit` times at most. Preempted and cancelled jobs are never
+    retried; a job that a guard failed (MaxRuntimeExceeded, ...) neither."""
+
+    limit: Annotated[
+        int,
+        Option(
+            "--retries",
+            "Run it again up to N times ({minimum} to {maximum}) when it fails.",
+            kind="integer",
+            metavar="N",
+            parameter="retries",
+        ),
+    ] = Field(default=0, ge=0, le=MAX_RETRIES)
+    # The wait before retry n is backoff_s * 2**(n-1), at most backoff_max_s.
+    backoff_s: Annotated[
+        BackoffSeconds, NoOption("in a manifest: spec.retry.backoff_s (default 30)")
+    ] = 30.0
+    backoff_max_s: Annotated[
+        BackoffSeconds, NoOption("in a manifest: spec.retry.backoff_max_s (default 600)")
+    ] = 600.0
+    # Retried only on these exit codes (a signal N counts as 128+N); None: any failure.
+    on_exit_codes: Annotated[
+        list[ExitCode] | None, NoOption("in a manifest: spec.retry.on_exit_codes")
+    ] = Field(default=None, max_length=MAX_EXIT_CODES)
+    # Retried too when its worker was lost (lease expired past the lost timeout, or the
+    # host restarted under it); off by default: a partitioned worker may still run it.
+    on_lost: Annotated[bool, NoOption("in a manifest: spec.retry.on_lost")] = False
+
+    def wait_s(self, retry: int) -> float:
+        """The backoff before retry number `retry` (1 for the first): doubling, capped."""
+        if retry < 1:
+            return 0.0
+        return min(self.backoff_s * 2.0 ** min(retry - 1, 64), self.backoff_max_s)
+
+
 # Each field says how `job submit` and the MCP tool take it (api/field_options.py): one
 # edit adds a field to the document, the command line and the MCP tool alike.
+NotifyPhase = Literal["Running", "Succeeded", "Failed", "Preempted", "Cancelled", "Lost"]
+NOTIFY_DEFAULT_ON: tuple[NotifyPhase, ...] = ("Succeeded", "Failed", "Preempted", "Cancelled")
+MAX_NOTIFY_TARGETS = 8
+MAX_URL_LENGTH = 2048
+# No ASCII control character or space: read alike by Python and by JSON Schema's ECMA
+# regular expressions (whose `\s` differ).
+_URL = r"^https?://[^\x00-\x20\x7f]+$"
+_URL_RE = re.compile(r"https?://[^\x00-\x20\x7f]+")
+
+
+class NotifyTarget(Strict):
+    """Where a job's phase changes are posted (broker/notify/): a webhook URL, a secret.
+
+    `url` and `secret` are secrets: every read shows them masked (api/secrets.py).
+    """
+
+    url: str = Field(min_length=3, max_length=MAX_URL_LENGTH, json_schema_extra={"pattern": _URL})
+    on: list[NotifyPhase] = Field(
+        default_factory=lambda: list(NOTIFY_DEFAULT_ON), min_length=1, max_length=6
+    )
+    format: Literal["slack", "discord", "json"] = "json"
+    # The key of an HMAC-SHA256 of each body (X-Jobd-Signature); else the broker's
+    # --webhook-secret, if any.
+    secret: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        """An http(s) URL; or the mask a read shows in its place, which the schema does
+        not publish: applied back, the stored URL stays, and as a new job's URL it is
+        refused (controllers/verbs/admission.refuse_masks)."""
+        if url != "***" and not _URL_RE.fullmatch(url):
+            raise ValueError("must be an http:// or https:// URL, without spaces")
+        return url
+
+
+_BLANK = "\t\n\v\f\r "  # what an empty program may hold, as the schema's pattern says
+
+
 class JobSpec(Strict):
     command: Annotated[
         list[str],
@@ -334,7 +447,8 @@ class JobSpec(Strict):
         json_schema_extra={
             "items": {"type": "string", "pattern": _NO_NUL},
             # JSON Schema's `items` holds only past `prefixItems`: the first word says both.
-            "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"}],
+            # Blank is ASCII's spaces only (_BLANK): Python's and ECMA's `\s` differ.
+            "prefixItems": [{"type": "string", "pattern": r"^[^\x00]*[^\x00\t\n\v\f\r ][^\x00]*$"}],
         },
     )
     # Absolute (admission refuses a relative one: verbs/admission.refuse_relative_cwd).
@@ -422,10 +536,22 @@ class JobSpec(Strict):
             }
         },
     )
+    notify: Annotated[
+        list[NotifyTarget],
+        Option(
+            "--notify",
+            "Post the job's end (Succeeded, Failed, Preempted, Cancelled) to this webhook "
+            "URL, as JSON.",
+            kind="urls",
+            metavar="URL",
+        ),
+    ] = Field(default_factory=list, max_length=MAX_NOTIFY_TARGETS)
     depends_on_any_exit: Annotated[
         bool,
         Option("--depends-on-any-exit", "Start once the dependencies end, however.", kind="flag"),
     ] = False
+    # None: a failed job stays failed (RetryPolicy, controllers/retries.py).
+    retry: RetryPolicy | None = None
     # Beyond the seed, opt-in: resubmit automatically after a preemption whose checkpoint
     # completed (see docs/preemption.md).
     auto_resume: Annotated[
@@ -443,7 +569,7 @@ class JobSpec(Strict):
     @field_validator("command")
     @classmethod
     def _command_words(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        if not value[0].strip():
+        if not value[0].strip(_BLANK):
             raise ValueError("the program (first word) must not be empty")
         if not admitting(info):
             return value
@@ -522,6 +648,21 @@ class PreemptionStatus(Strict):
     checkpoint_complete: bool = False
 
 
+MAX_ATTEMPTS_KEPT = 20  # status.attempts keeps the newest of them
+
+
+class Attempt(Strict):
+    """One run of a job that has a retry policy, as it ended (status.attempts)."""
+
+    attempt: int  # its fencing number (status.attempt while it ran)
+    worker: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
 class JobStatus(Strict):
     desired_phase: Phase = Phase.RUNNING
     phase: Phase = Phase.PENDING
@@ -531,6 +672,13 @@ class JobStatus(Strict):
     worker: str | None = None
     # The run's fencing number: bumped by every bind; every worker report carries it.
     attempt: int = 0
+    # Jobs with spec.retry: each run's end (the newest MAX_ATTEMPTS_KEPT), how often it
+    # was queued again, until when it waits out its backoff (not queued before), and the
+    # checkpoint the next run resumes from (its RESUME_FROM).
+    attempts: list[Attempt] = Field(default_factory=list)
+    retries: int = 0
+    retry_at: datetime | None = None
+    resume_from: str | None = None
     gpus: list[int] = Field(default_factory=list)
     nominated_worker: str | None = None
     conditions: list[Condition] = Field(default_factory=list)

@@ -7,6 +7,10 @@ its project's patterns in `status.effective.secret_env_keys`, resolved as its ot
 effective settings are, so whoever holds a job document can tell its secrets without a
 look at its project.
 
+The URL and secret of each `spec.notify` target (a webhook) are secrets too, masked by
+the same rule; they stay in the stored job when it ends, since the end is what they are
+for (broker/notify/), and leave the store with the job.
+
 `mask_job` is the one masking rule: every read surface of the broker (resource
 documents, the watch, the apply answer) passes jobs through it, and only the worker that
 runs a job reads it unmasked. When a job ends, `transitions.scrub_secrets` makes the same
@@ -112,19 +116,27 @@ def mask_env(env: dict[str, str], patterns: Iterable[str]) -> dict[str, str]:
     return env | dict.fromkeys(hidden, MASK)
 
 
-def mask_job(job: Job, patterns: Iterable[str] | None = None) -> Job:
-    """`job` as anyone but its worker reads it: its secret env values masked.
+def mask_job(job: Job, patterns: Iterable[str] | None = None, *, notify: bool = True) -> Job:
+    """`job` as anyone but its worker reads it: its secret env values masked, and the
+    URL and secret of each `notify` target (unless `notify` is False: what a job keeps
+    when it ends, since its end is what it notifies).
 
     `patterns` default to the job's own (`patterns_of`). Returns `job` itself when it
     holds no secret value, else a copy sharing everything but the spec.
     """
-    env = job.spec.env
-    if not env:
+    spec = job.spec
+    update: dict[str, object] = {}
+    if spec.env:
+        masked = mask_env(spec.env, patterns_of(job) if patterns is None else patterns)
+        if masked is not spec.env:
+            update["env"] = masked
+    if notify and spec.notify and any(t.url != MASK for t in spec.notify):
+        update["notify"] = [
+            t.model_copy(update={"url": MASK, "secret": t.secret and MASK}) for t in spec.notify
+        ]
+    if not update:
         return job
-    masked = mask_env(env, patterns_of(job) if patterns is None else patterns)
-    if masked is env:
-        return job
-    return job.model_copy(update={"spec": job.spec.model_copy(update={"env": masked})})
+    return job.model_copy(update={"spec": spec.model_copy(update=update)})
 
 
 def masked_keys(job: Job) -> list[str]:

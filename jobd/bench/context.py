@@ -86,7 +86,12 @@ class BenchContext:
 
     @contextlib.asynccontextmanager
     async def broker(
-        self, name: str, mode: Mode = "broker", connections: int = 64, slots: int = 8
+        self,
+        name: str,
+        mode: Mode = "broker",
+        connections: int = 64,
+        slots: int = 8,
+        env: dict[str, str] | None = None,
     ) -> AsyncIterator[tuple[httpx.AsyncClient, BrokerProcess | None]]:
         """A client of the broker to measure, and its process when the bench started it."""
         if self.server is not None:
@@ -101,7 +106,7 @@ class BenchContext:
             url = self._store_url(stack, name, root)
             if self.stored:
                 self._fill(url)
-            async with running_broker(root, mode, slots, url, connections=connections) as (
+            async with running_broker(root, mode, slots, url, env, connections=connections) as (
                 b,
                 http,
             ):

@@ -152,9 +152,15 @@ class BrokerProcess:
     """One `jobd broker` or `jobd dev` subprocess with its own data and log directories."""
 
     def __init__(
-        self, root: Path, mode: Mode = "broker", slots: int = 8, db_url: str | None = None
+        self,
+        root: Path,
+        mode: Mode = "broker",
+        slots: int = 8,
+        db_url: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.root, self.mode, self.slots = root, mode, slots
+        self.settings_env = env or {}  # more of the broker's settings, as JOBD_* variables
         self.port = free_port()
         self.endpoint = Endpoint(f"http://127.0.0.1:{self.port}", secrets.token_urlsafe(24))
         self.data_dir = root / "data"
@@ -185,6 +191,7 @@ class BrokerProcess:
                 "JOBD_WORKER_STATE_DIR": str(self.root / "worker-state"),
                 "JOBD_WORKER_DEFAULT_GRACE_S": "30",
             }
+            | self.settings_env
         )
 
     def spawn(self) -> None:
@@ -261,10 +268,15 @@ class BrokerProcess:
 
 @contextlib.asynccontextmanager
 async def running_broker(
-    root: Path, mode: Mode = "broker", slots: int = 8, db_url: str | None = None, **kw: Any
+    root: Path,
+    mode: Mode = "broker",
+    slots: int = 8,
+    db_url: str | None = None,
+    env: dict[str, str] | None = None,
+    **kw: Any,
 ) -> AsyncIterator[tuple[BrokerProcess, httpx.AsyncClient]]:
     """A started broker and a client of it; both closed on the way out."""
-    broker = BrokerProcess(root, mode, slots, db_url)
+    broker = BrokerProcess(root, mode, slots, db_url, env)
     broker.spawn()
     try:
         async with client(broker.endpoint, **kw) as http:

@@ -34,6 +34,7 @@ from jobd.bench.dispatch import run_dispatch, run_drain
 from jobd.bench.footprint import run_footprint
 from jobd.bench.harness import Endpoint
 from jobd.bench.loaded import run_healthz
+from jobd.bench.notify import run_notify
 from jobd.bench.preempt import run_preempt
 from jobd.bench.progress import Progress
 from jobd.bench.reconcile import run_reconcile
@@ -56,7 +57,7 @@ SCENARIOS: dict[str, Scenario] = {
     "footprint": run_footprint,
 }
 # Run only when named (`--scenario healthz`), not in the default set.
-OPT_IN: dict[str, Scenario] = {"healthz": run_healthz}
+OPT_IN: dict[str, Scenario] = {"healthz": run_healthz, "notify": run_notify}
 
 
 def run_bench(

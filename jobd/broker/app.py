@@ -99,6 +99,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
                 "storage_watch": state.storage.run,
                 "observed_time": state.ctx.observed.watch,
                 "tokens": partial(_tokens_forever, state),
+                "notify": state.outbox.run,
             }
             if config.projects_file is not None:
                 tasks["projects_file"] = partial(

@@ -15,8 +15,9 @@ from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
 from jobd.broker.metrics.gpus import GpuReadings
 from jobd.broker.metrics.registry import build_registry
+from jobd.broker.notify.outbox import NotifyConfig, Outbox
 from jobd.broker.storage import StorageWatch
-from jobd.broker.streams.eventlog import EventLog
+from jobd.broker.streams.eventlog import DEFAULT_EVENTS_KEEP, DEFAULT_EVENTS_MAX_BYTES, EventLog
 from jobd.broker.streams.feed import ChangeFeed
 from jobd.broker.streams.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
 from jobd.broker.wiring import Wiring, broker_listeners
@@ -51,6 +52,9 @@ class BrokerConfig:
     compact_keep: int = 100_000
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES  # per job: the head and the newest bytes
     log_grace_s: float = 3600.0  # how long after its end a job's late output is taken
+    events_max_bytes: int = DEFAULT_EVENTS_MAX_BYTES  # rotate events.jsonl past this; 0: never
+    events_keep: int = DEFAULT_EVENTS_KEEP  # rotated events.jsonl files kept
+    notify: NotifyConfig = field(default_factory=NotifyConfig)  # --webhook and its kin
 
     @property
     def store_url(self) -> str:
@@ -80,7 +84,9 @@ class BrokerState:
         self.token = ensure_token(config)
         self.store: Store = open_store(config.store_url)
         self.tokens = Tokens(self.store, self.token)
-        self.events = EventLog(config.log_dir, self.store)
+        self.events = EventLog(
+            config.log_dir, self.store, config.events_max_bytes, config.events_keep
+        )
         self.feed = ChangeFeed(self.store)
         self.logs = JobLogs(config.log_dir, config.max_log_bytes, config.log_grace_s)
         clock = clock or SystemClock()
@@ -95,9 +101,20 @@ class BrokerState:
         self.gpu_readings = GpuReadings()  # each worker's newest, from its heartbeats
         self.metrics = build_registry(self.store, self.ctx.view, self.feed, self.gpu_readings)
         self.event_metrics = EventMetrics(self.metrics, self.ctx.view)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.outbox = Outbox(
+            self.store, self.ctx.runner, config.notify, config.data_dir / "notify-outbox.json"
+        )
+        self.metrics.register(self.outbox.collector())
         self.wiring = Wiring(
             broker_listeners(
-                self.ctx, self.feed, self.manager, self.logs, self.events, self.event_metrics
+                self.ctx,
+                self.feed,
+                self.manager,
+                self.logs,
+                self.events,
+                self.event_metrics,
+                self.outbox,
             )
         )
         self.store.subscribe(self.wiring.on_commit)

@@ -10,7 +10,9 @@ commit to the broker's listeners in this order:
 5. `job_logs`: wakes `job logs -f` followers of jobs that changed, and removes the
    output files of jobs whose retention ran out (`job_expired`);
 6. `metrics`: counts the commit's events and times what they mark (metrics/events.py);
-7. `events_file`: appends the commit's events to events.jsonl.
+7. `events_file`: appends the commit's events to events.jsonl;
+8. `notify`: queues the notifications the commit's events ask for (notify/outbox.py);
+   delivered by a task of its own, never here.
 
 Caches first, then the manager: its `keys_for` reads the view (the lifecycle's parents),
 and every pass it queues must find the caches holding the commit that queued it. The
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 import anyio
 
 from jobd.broker.metrics.events import EventMetrics
+from jobd.broker.notify.outbox import Outbox
 from jobd.broker.streams.eventlog import EventLog
 from jobd.broker.streams.feed import ChangeFeed
 from jobd.broker.streams.joblogs import JobLogs
@@ -78,6 +81,7 @@ def broker_listeners(
     logs: JobLogs,
     events: EventLog,
     metrics: EventMetrics,
+    outbox: Outbox | None = None,
 ) -> list[Listener]:
     """The broker's listeners, in the order the module docstring gives and explains."""
     store = ctx.store
@@ -94,6 +98,9 @@ def broker_listeners(
         # Counters cannot be recounted: a missed commit stays missed, as in any exporter.
         Listener("metrics", metrics.on_commit, lambda: None),
         Listener("events_file", events.on_commit, events.catch_up),
+        # A missed commit's notifications are sent again by the next broker's start
+        # (the outbox's state file says from which event).
+        *([Listener("notify", outbox.on_commit, lambda: None)] if outbox else []),
     ]
 
 

@@ -414,8 +414,9 @@ _COMMAND_ARGS = {"allow_interspersed_args": False}
 @click.option(
     "--array",
     "indices",
-    metavar="0-7|1,3,5|0-15:2",
-    help="A job array: a member per index, `{i}` in COMMAND replaced by it; prints A<id>.",
+    metavar="0-7|1,3,5|0-15:2[%N]",
+    help="A job array: a member per index, `{i}` in COMMAND replaced by it; `%N`: at most N "
+    "run at once; prints A<id>.",
 )
 @click.option(
     "--sweep",

@@ -10,6 +10,7 @@ happens from now on, unless `--all` asks for the history first.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -68,9 +69,22 @@ def logs(ref: str, follow: bool, tail: int | None, since: float | None) -> None:
 @click.option("--type", "event_type", metavar="T", help="Only events of this type.")
 @click.option("-f", "--follow", is_flag=True, help="Print events as they happen, until Ctrl-C.")
 @click.option("--all", "history", is_flag=True, help="With -f: print the history first.")
+@click.option(
+    "--file",
+    "events_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="PATH",
+    help="Read PATH (an events.jsonl) and its rotated files PATH.N ... PATH.1, oldest "
+    "first, instead of asking the broker.",
+)
 @output_option("table", "wide")
 def events(
-    ref: str | None, event_type: str | None, follow: bool, history: bool, output: str
+    ref: str | None,
+    event_type: str | None,
+    follow: bool,
+    history: bool,
+    events_file: Path | None,
+    output: str,
 ) -> None:
     """Print events, from the same records as events.jsonl.
 
@@ -78,6 +92,9 @@ def events(
     list of the events as events.jsonl holds them. With -f: one line (or one JSON object)
     per event from now on.
     """
+    if events_file is not None:
+        _show_events(_from_file(events_file, ref, event_type, follow), output)
+        return
     with client() as broker:
         job = resolve(broker, ref) if ref else None
         if not follow:
@@ -87,6 +104,25 @@ def events(
         if output in ("table", "wide"):
             click.echo(render.event_header_text(wide=output == "wide"))
         _follow(broker, job, event_type, output, history)
+
+
+def _from_file(path: Path, ref: str | None, event_type: str | None, follow: bool) -> list[Document]:
+    """The events of events.jsonl at `path` and its rotated files, as `--job`/`--type` say."""
+    from jobd.eventfiles import files_oldest_first, read_events
+
+    if follow:
+        raise click.UsageError("--file reads what the files hold; -f follows the broker")
+    if ref is not None and not ref.isdigit():
+        raise click.UsageError(f"--job {ref}: with --file, a job is named by its id")
+    if not files_oldest_first(path):
+        raise click.UsageError(f"--file {path}: no such file, nor any rotated one")
+    job = int(ref) if ref is not None else None
+    return [
+        event
+        for event in read_events(path)
+        if (job is None or event.get("job") == job)
+        and (event_type is None or event.get("event") == event_type)
+    ]
 
 
 def _show_events(found: list[Document], output: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jobd.api.arrays import parse_indices, parse_sweep
+from jobd.api.arrays import parse_indices, parse_parallelism, parse_sweep
 from jobd.api.field_options import Option, spec_options
 from jobd.api.models import ADMISSION, API_VERSION, MAX_GRACE_S, Job, JobSpec
 from jobd.api.vocabulary import ARRAY_INDEX
@@ -141,6 +141,8 @@ def spec_value(option: Option, value: Any, name: str) -> Any:
         return math.ceil(value)
     if option.kind == "refs":
         return [int(r) if isinstance(r, str) and r.isdigit() else r for r in value]
+    if option.kind == "urls":
+        return [{"url": v} if isinstance(v, str) else v for v in value]
     if option.kind == "pairs" and not isinstance(value, Mapping):
         return _parse_env(value, name)
     return value
@@ -180,7 +182,10 @@ def as_array(document: Document, indices: str | None, sweep: Sequence[str]) -> D
         )
     try:
         if indices is not None:  # sent as the list the API takes
-            array: dict[str, Any] = {"indices": parse_indices(indices)}
+            text, cap = parse_parallelism(indices)
+            array: dict[str, Any] = {"indices": parse_indices(text)}
+            if cap is not None:
+                array["parallelism"] = cap
         else:
             array = {"sweep": parse_sweep(sweep)}
     except ValueError as exc:

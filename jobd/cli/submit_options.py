@@ -25,6 +25,7 @@ __all__ = ["SpecCommand", "spec_click_option"]
 _NOTES: dict[Kind, str] = {
     "pairs": " Repeatable.",
     "refs": " Repeatable.",
+    "urls": " Repeatable.",
 }
 # How click takes each kind of value (api/field_options.py `Kind`).
 _CLICK: dict[Kind, dict[str, Any]] = {
@@ -37,6 +38,7 @@ _CLICK: dict[Kind, dict[str, Any]] = {
     "flag": {"is_flag": True},
     "pairs": {"multiple": True},
     "refs": {"multiple": True},
+    "urls": {"multiple": True},
 }
 
 

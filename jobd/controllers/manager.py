@@ -21,6 +21,7 @@ from jobd.controllers.placement import PlacementController
 from jobd.controllers.projects import ProjectsController
 from jobd.controllers.queueing import Reconciler, WorkQueue, run_controller, run_resync
 from jobd.controllers.retention import RetentionController
+from jobd.controllers.retries import RetriesController
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.sweeper import SweeperController
 from jobd.controllers.workers import WorkersController
@@ -43,9 +44,13 @@ class Manager:
                 PlacementController(ctx),
                 GuardsController(ctx),
                 RetentionController(ctx),
+                RetriesController(ctx),
             )
         }
-        self.queues = {name: WorkQueue(clock=ctx.clock) for name in self.controllers}
+        self.queues = {
+            name: WorkQueue(clock=ctx.clock, spacing_s=getattr(c, "pass_spacing_s", 0.0))
+            for name, c in self.controllers.items()
+        }
         ctx.enqueue = self.enqueue
 
     def enqueue(self, controller: str, key: str) -> None:
@@ -57,7 +62,9 @@ class Manager:
             # again (the scheduler's `queue`): each is handed to the queue once.
             keys = dict.fromkeys(chain.from_iterable(map(controller.keys_for, changes)))
             # A controller whose decisions run on minutes may gather a burst of
-            # changes into one pass instead of one pass per change.
+            # changes into one pass instead of one pass per change (`coalesce_s`: each
+            # change waits that long); one that must answer at once spaces its passes
+            # instead (`pass_spacing_s`: the queue's own, see WorkQueue).
             coalesce = getattr(controller, "coalesce_s", 0.0)
             queue = self.queues[name]
             for key in keys:

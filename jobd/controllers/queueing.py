@@ -63,6 +63,12 @@ class Reconciler(Protocol):
 class WorkQueue:
     """Deduplicating FIFO of keys with delayed adds and per-key failure backoff.
 
+    With `spacing_s`, passes of one key start at least that far apart: a key added when
+    none of its passes started within the spacing is handed out at once (an idle queue
+    answers without delay), one added sooner when the spacing since its last start is up
+    (a burst of adds makes one pass, not one each). For a controller with a few keys
+    (the scheduler's one): the start of each key's last pass is kept.
+
     Timers and backoff run on `clock`'s monotonic time, so on a FakeClock they fire
     when the test advances it, and only then.
     """
@@ -72,8 +78,11 @@ class WorkQueue:
         base_backoff_s: float = 0.05,
         max_backoff_s: float = 30.0,
         clock: Clock | None = None,
+        spacing_s: float = 0.0,
     ) -> None:
         self.clock = clock or SystemClock()
+        self.spacing_s = spacing_s
+        self._started: dict[str, float] = {}  # key -> its last pass's start (with spacing)
         self._queue: deque[str] = deque()
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
@@ -90,6 +99,11 @@ class WorkQueue:
     def add(self, key: str) -> None:
         if key in self._dirty:
             return
+        if self.spacing_s > 0:
+            wait = self._started.get(key, -math.inf) + self.spacing_s - self.clock.monotonic()
+            if wait > 0:
+                self.add_after(key, wait)  # its timer adds it again once the wait is up
+                return
         self._dirty.add(key)
         if key not in self._processing:
             self._queue.append(key)
@@ -143,6 +157,8 @@ class WorkQueue:
                 key = self._queue.popleft()
                 self._dirty.discard(key)
                 self._processing.add(key)
+                if self.spacing_s > 0:
+                    self._started[key] = self.clock.monotonic()
                 return key
             self._wakeup = anyio.Event()
             if next_due is None:

@@ -36,8 +36,10 @@ _SCAN_LIMIT = 128
 
 class SchedulerController:
     name = "scheduler"
-    # Under load, the changes of a couple of milliseconds make one pass, not one each.
-    coalesce_s = 0.002
+    # A change on an idle broker is looked at at once (a job waits for no timer to be
+    # bound); under load, passes start at least this far apart, so the changes of a
+    # couple of milliseconds make one pass, not one each.
+    pass_spacing_s = 0.002
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -70,12 +72,27 @@ class SchedulerController:
         if not any(c.has_room() for c in caps.values()):
             return DONE
         reserve_nominated(view, caps)
-        if await self.ctx.runner.run(self._bind_queued, caps):
+        # Copied here, on the loop: the store's thread binds against the copy.
+        arrays = dict(view.array_bound)
+        if await self.ctx.runner.run(self._bind_queued, caps, arrays):
             self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
         return DONE
 
-    def _bind_queued(self, caps: dict[str, Capacity]) -> bool:
-        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race."""
+    def _bind_queued(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
+        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race.
+
+        `arrays`: how many members of each array with a parallelism cap are bound; a
+        member past its array's cap is passed over (Slurm's JobArrayTaskLimit).
+
+        The pass's binds share one commit (a bind that loses its race changes nothing and
+        the others go on): one transaction and one hearing by the listeners for the jobs a
+        burst of freed slots lets start, not one each, and the worker's watch gets them
+        in one answer.
+        """
+        with self.ctx.store.batch():
+            return self._bind_pages(caps, arrays)
+
+    def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
         after: tuple[int, int] | None = None
         scanned, raced = 0, False
         while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
@@ -89,15 +106,36 @@ class SchedulerController:
                 max(len(c.free_gpus) for c in caps.values()),
             )
             page = self.ctx.store.queue_head(size, fits, after)
-            for job in page:
-                cap = choose_worker(job, caps)
-                if cap is not None:
-                    raced = not self._bind(job, cap) or raced
+            lost, past_full_array = self._bind_page(page, caps, arrays)
+            raced = raced or lost
             scanned += len(page)
-            if len(page) < size:
+            if past_full_array is not None:  # the rest of that array's members: unread
+                after = past_full_array
+            elif len(page) < size:
                 break
-            after = (page[-1].status.effective.priority, page[-1].id)
+            else:
+                after = (page[-1].status.effective.priority, page[-1].id)
         return raced
+
+    def _bind_page(
+        self, page: list[Job], caps: dict[str, Capacity], arrays: dict[int, int]
+    ) -> tuple[bool, tuple[int, int] | None]:
+        """Bind what fits of one page; True when a bind lost a race, and, when a member of
+        a full array was met, where the next page starts: past that array's members."""
+        raced = False
+        for job in page:
+            if not _under_array_cap(job, arrays):
+                past = _past_array(job)
+                if past is not None:
+                    return raced, past
+                continue
+            cap = choose_worker(job, caps)
+            if cap is not None:
+                bound = self._bind(job, cap)
+                raced = not bound or raced
+                if bound and job.metadata.array is not None:
+                    arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+        return raced, None
 
     def _bind(self, job: Job, cap: Capacity) -> bool:
         bound, events = transitions.bind(job, cap.worker, cap.take(job), self.ctx.clock.now())
@@ -106,6 +144,24 @@ class SchedulerController:
         except Conflict:
             return False
         return True
+
+
+def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
+    """Whether one more member of `job`'s array may be bound (always, outside an array
+    or without a cap)."""
+    array = job.metadata.array
+    if array is None or array.parallelism is None:
+        return True
+    return arrays.get(array.id, 0) < array.parallelism
+
+
+def _past_array(job: Job) -> tuple[int, int] | None:
+    """The queue's position after the last member of `job`'s array (members have
+    consecutive ids); None when the array does not say its last member."""
+    array = job.metadata.array
+    if array is None or array.last_member is None or array.last_member <= job.id:
+        return None
+    return (job.status.effective.priority, array.last_member)
 
 
 def _room(caps: Iterable[Capacity]) -> int:

@@ -42,6 +42,7 @@ class Verb(enum.StrEnum):
     PROCESS_VANISHED = "process-vanished"
     PLACEABILITY = "placeability"  # said unschedulable, or no longer (placement.py)
     TIME_OUT = "time-out"  # a hang guard ran out (guards.py)
+    RETRY_READY = "retry-ready"  # a retried job's backoff is over (retries.py)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class Rule:
 P = Phase
 _ENDS = frozenset(TERMINAL_PHASES)
 _ENDS_BUT_SUCCESS = _ENDS - {P.SUCCEEDED}
+# A failed attempt of a job with spec.retry goes back to the queue instead (transitions.retry).
+_ENDS_OR_RETRY = _ENDS | {P.PENDING}
+_FAILS_OR_RETRY = _ENDS_BUT_SUCCESS | {P.PENDING}
 _STARTED = (P.RUNNING, P.PREEMPTING, P.CANCELLING)
 
 
@@ -109,7 +113,7 @@ TABLE: Mapping[Verb, Rule] = {
         lambda job: f"job {job.id} is {job.status.phase}; it never started, so it cannot stop",
     ),
     Verb.COMPLETE: Rule(
-        {p: _ENDS for p in (P.SCHEDULED, *_STARTED, P.LOST)} | _stay(*_ENDS),
+        {p: _ENDS_OR_RETRY for p in (P.SCHEDULED, *_STARTED, P.LOST)} | _stay(*_ENDS),
         lambda job: f"job {job.id} is {job.status.phase}; it never started, so it cannot end",
     ),
     # Pure observability: every phase stays (its refusals are about the preemption).
@@ -122,19 +126,20 @@ TABLE: Mapping[Verb, Rule] = {
     Verb.BIND: Rule({P.PENDING: _to(P.SCHEDULED)}, _does_not_apply("bind")),
     Verb.UNBIND: Rule({P.SCHEDULED: _to(P.PENDING)}, _does_not_apply("unbind")),
     Verb.LOSE: Rule({p: _to(P.LOST) for p in _STARTED}, _does_not_apply("lose")),
-    Verb.LOST_TIMEOUT: Rule({P.LOST: _ENDS_BUT_SUCCESS}, _does_not_apply("lost-timeout")),
+    Verb.LOST_TIMEOUT: Rule({P.LOST: _FAILS_OR_RETRY}, _does_not_apply("lost-timeout")),
     Verb.DEPENDENCIES_MET: Rule(_stay(P.PENDING), _does_not_apply("dependencies-met")),
     Verb.DEPENDENCY_FAILED: Rule(
         {P.PENDING: _to(P.CANCELLED)}, _does_not_apply("dependency-failed")
     ),
     Verb.PROCESS_VANISHED: Rule(
-        {p: _ENDS_BUT_SUCCESS for p in (*_STARTED, P.LOST)}, _does_not_apply("process-vanished")
+        {p: _FAILS_OR_RETRY for p in (*_STARTED, P.LOST)}, _does_not_apply("process-vanished")
     ),
     Verb.PLACEABILITY: Rule(_stay(P.PENDING), _does_not_apply("placeability")),
     # A queued job ends at once; a running one is driven to Failed (SIGTERM, grace).
     Verb.TIME_OUT: Rule(
         {P.PENDING: _to(P.FAILED), P.RUNNING: _to(P.RUNNING)}, _does_not_apply("time-out")
     ),
+    Verb.RETRY_READY: Rule(_stay(P.PENDING), _does_not_apply("retry-ready")),
 }
 
 

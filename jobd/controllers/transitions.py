@@ -16,12 +16,14 @@ Adding a verb: a `Verb` and its `Rule` in the table, and a function here that as
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from jobd.api.models import (
+    MAX_ATTEMPTS_KEPT,
     SCRUBBED_PHASES,
     TERMINAL_PHASES,
+    Attempt,
     Condition,
     Job,
     Phase,
@@ -59,6 +61,7 @@ __all__ = [
     "record_checkpoint_latest",
     "release_nomination",
     "request_preemption",
+    "retry_ready",
     "scrub_secrets",
     "start",
     "stopping",
@@ -75,10 +78,11 @@ _STOP_TARGET = {"preempt": P.PREEMPTING, "cancel": P.CANCELLING}
 
 def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
     """Move `job`, a copy this module made, to a terminal phase."""
+    _record_attempt(job, now, reason)
     status = job.status
     status.phase = status.desired_phase = phase
     status.finished_at = now
-    status.nominated_worker = None
+    status.nominated_worker = status.retry_at = None
     status.reason = reason or status.reason
     set_condition(status, "Finished", True, phase.value, reason or "", now=now)
     if phase in SCRUBBED_PHASES:
@@ -96,6 +100,100 @@ def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
     return events
 
 
+def _fail_or_retry(job: Job, now: datetime, reason: str, lost: bool = False) -> Events:
+    """Move `job`, a copy this module made, to Failed; or, when its retry policy takes
+    this failure, back to the queue after its backoff (the same job, its next attempt)."""
+    wait = _retry_wait(job, lost)
+    if wait is None:
+        return _end(job, P.FAILED, now, reason)
+    return _retry(job, now, reason, wait)
+
+
+def _retry_wait(job: Job, lost: bool) -> float | None:
+    """The backoff before running `job` again, None when its policy does not retry this
+    failure: no policy, its limit reached, a lost worker without `on_lost`, an exit
+    code not in `on_exit_codes` (a signal N counts as 128+N)."""
+    policy, status = job.spec.retry, job.status
+    if policy is None or status.retries >= policy.limit:
+        return None
+    if lost:
+        return policy.wait_s(status.retries + 1) if policy.on_lost else None
+    if policy.on_exit_codes is not None:
+        code = status.exit_code
+        if code is None and status.exit_signal is not None:
+            code = 128 + status.exit_signal
+        if code not in policy.on_exit_codes:
+            return None
+    return policy.wait_s(status.retries + 1)
+
+
+def _record_attempt(job: Job, now: datetime, reason: str | None) -> None:
+    """Keep how this run ended in status.attempts (jobs with a retry policy only, and
+    only a run that was bound: a queued job cancelled made none)."""
+    status = job.status
+    if job.spec.retry is None or status.worker is None:
+        return
+    ended = Attempt(
+        attempt=status.attempt,
+        worker=status.worker,
+        exit_code=status.exit_code,
+        exit_signal=status.exit_signal,
+        reason=reason,
+        started_at=status.started_at,
+        finished_at=now,
+    )
+    status.attempts = [*status.attempts, ended][-MAX_ATTEMPTS_KEPT:]
+
+
+def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
+    """Back to Pending, unbound, not queued before its backoff is over (retry_ready).
+
+    The run's checkpoint, when it left one (a `latest.*` file: checkpoints.py), is where
+    the next run resumes from; else the one an earlier run left, if any.
+    """
+    _record_attempt(job, now, reason)
+    status = job.status
+    worker, latest = status.worker, status.checkpoint_latest
+    if latest and not latest.endswith("/"):
+        status.resume_from = latest
+    status.retries += 1
+    status.phase, status.worker, status.gpus = P.PENDING, None, []
+    status.exit_code = status.exit_signal = None
+    status.scheduled_at = status.started_at = status.stopping_at = status.lost_at = None
+    status.progress = status.preemption = status.signal = None
+    status.retry_at = status.queued_at = now + timedelta(seconds=wait_s)
+    status.reason = None
+    status.message = f"attempt {status.attempt} ended: {reason}; run again in {wait_s:g} s"
+    set_condition(status, "Running", False, "Retrying", reason, now=now)
+    set_condition(status, "Scheduled", False, _RETRY_BACKOFF, status.message, now=now)
+    fields = {
+        "attempt": status.attempt + 1,
+        "retry": status.retries,
+        "wait_s": wait_s,
+        "reason": reason,
+        "resume_from": status.resume_from,
+    }
+    return [EventRecord("job_retrying", job=job.id, worker=worker, fields=fields)]
+
+
+_RETRY_BACKOFF = "RetryBackoff"
+
+
+def retry_ready(job: Job, now: datetime) -> tuple[Job, Events]:
+    """A retried job's backoff is over: it joins the queue (its next bind is its next
+    attempt). Nothing to do for a job not waiting out a backoff."""
+    allowed(Verb.RETRY_READY, job)
+    if job.status.retry_at is None:
+        return job, []
+    job = job.evolve()
+    status = job.status
+    status.retry_at, status.queued_at, status.message = None, now, None
+    status.conditions = [
+        c for c in status.conditions if not (c.type == "Scheduled" and c.reason == _RETRY_BACKOFF)
+    ]
+    return job, []
+
+
 def scrub_secrets(job: Job, now: datetime) -> None:
     """Replace `job`'s secret env values by the mask, for good: the job has ended.
 
@@ -103,7 +201,7 @@ def scrub_secrets(job: Job, now: datetime) -> None:
     is replaced, not changed. The same write that ends the job stores this, so no
     finished job keeps a secret in the store (a Preempted one does: it may be resumed).
     """
-    masked = mask_job(job)
+    masked = mask_job(job, notify=False)  # the end is what notify targets are for
     if masked is job:
         return
     hidden = [key for key, value in job.spec.env.items() if masked.spec.env[key] != value]
@@ -302,13 +400,24 @@ def complete(
         # Driven to Failed (a hang guard): however it exited, it ends as it was driven.
         phase, reason = P.FAILED, job.status.reason
     elif failure is not None:
-        phase, (reason, job.status.message) = P.FAILED, failure
+        # Retried only as a lost run (on_lost): a host that restarted under the job lost
+        # it, as a lost worker does; a job that could not start, or filled the disk,
+        # would do so again.
+        reason, job.status.message = failure
+        if reason in _UNRECORDED_ENDS:
+            return job, _fail_or_retry(job, now, reason, lost=True)
+        phase = P.FAILED
     elif exit_code == 0:
         phase, reason = P.SUCCEEDED, "exit 0"
     else:
-        phase = P.FAILED
         reason = f"signal {exit_signal}" if exit_signal else f"exit code {exit_code}"
+        return job, _fail_or_retry(job, now, reason)
     return job, _end(job, phase, now, reason)
+
+
+# A run whose end was never recorded (its host restarted, its supervisor vanished) was
+# lost, as with a lost worker: retried only `on_lost`.
+_UNRECORDED_ENDS = frozenset({"host_restarted", "supervisor_lost"})
 
 
 def checkpoint_complete(
@@ -388,7 +497,7 @@ def lost_timeout(job: Job, now: datetime) -> tuple[Job, Events]:
     allowed(Verb.LOST_TIMEOUT, job)
     job = job.evolve()
     job.status.message = f"worker {job.status.worker} did not come back"
-    return job, _end(job, _desired_end(job), now, "worker_lost")
+    return job, _ended_unseen(job, now, "worker_lost")
 
 
 def dependencies_met(job: Job, now: datetime) -> tuple[Job, Events]:
@@ -414,7 +523,15 @@ def process_vanished(job: Job, now: datetime) -> tuple[Job, Events]:
     allowed(Verb.PROCESS_VANISHED, job)
     job = job.evolve()
     job.status.message = f"worker {job.status.worker} no longer runs it"
-    return job, _end(job, _desired_end(job), now, "process_vanished")
+    return job, _ended_unseen(job, now, "process_vanished")
+
+
+def _ended_unseen(job: Job, now: datetime, reason: str) -> Events:
+    """A run nobody saw end: as it was driven, else Failed (or retried, with on_lost)."""
+    phase = _desired_end(job)
+    if phase == P.FAILED:
+        return _fail_or_retry(job, now, reason, lost=True)
+    return _end(job, phase, now, reason)
 
 
 def unschedulable(job: Job, message: str, now: datetime) -> tuple[Job, Events]:

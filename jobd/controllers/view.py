@@ -29,6 +29,8 @@ class ClusterView:
         self._by_worker: dict[str, set[int]] = {}
         # Queued jobs that capacity is being freed for (see preemption.py).
         self.nominated: dict[int, Job] = {}
+        # Members bound to a worker, by array id, for arrays with a parallelism cap.
+        self.array_bound: dict[int, int] = {}
         self.reload(store)
 
     def reload(self, store: Store) -> bool:
@@ -50,6 +52,7 @@ class ClusterView:
         self.parents.update(parents)
         self.bound.clear()
         self._by_worker.clear()
+        self.array_bound.clear()
         for job in bound:
             self._bind(job)
         _refill(self.nominated, {j.id: j for j in nominated})
@@ -113,11 +116,27 @@ class ClusterView:
     def _bind(self, job: Job) -> None:
         self.bound[job.id] = job
         self._by_worker.setdefault(job.status.worker or "", set()).add(job.id)
+        capped = _capped_array(job)
+        if capped is not None:
+            self.array_bound[capped] = self.array_bound.get(capped, 0) + 1
 
     def _unbind(self, job_id: int) -> None:
         old = self.bound.pop(job_id, None)
         if old is not None:
             self._by_worker.get(old.status.worker or "", set()).discard(job_id)
+            capped = _capped_array(old)
+            if capped is not None:
+                left = self.array_bound.get(capped, 1) - 1
+                if left > 0:
+                    self.array_bound[capped] = left
+                else:
+                    self.array_bound.pop(capped, None)
+
+
+def _capped_array(job: Job) -> int | None:
+    """The id of the array `job` is a member of, when that array caps its parallelism."""
+    array = job.metadata.array
+    return array.id if array is not None and array.parallelism is not None else None
 
 
 def _refill(held: dict[Any, Any], fresh: dict[Any, Any]) -> None:

@@ -8,18 +8,21 @@ broker (tests/unit/test_worker_loads_no_broker.py).
 from __future__ import annotations
 
 import contextlib
+import re
 import resource
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
 import uvicorn
 
+from jobd.api.models import NotifyPhase
 from jobd.api.sizes import format_size
 from jobd.broker.auth.tokens import weak_token_refusal
 from jobd.broker.http.connections import ConnectionLimits, guarded_protocol
+from jobd.broker.notify.outbox import BrokerSink, NotifyConfig
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
 from jobd.daemon.listening import ListenError, bind_listener
@@ -51,6 +54,9 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
         token=broker.token or None,
         projects_file=broker.projects,
         max_log_bytes=output.max_log_bytes,
+        events_max_bytes=broker.events_max_bytes,
+        events_keep=broker.events_keep,
+        notify=notify_config(broker),
         settings=Settings(
             auto_preempt_queued_s=broker.auto_preempt_queued,
             auto_preempt_min_runtime_s=broker.auto_preempt_min_runtime,
@@ -58,6 +64,29 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
             lost_timeout_s=broker.lost_timeout,
             finished_job_ttl_s=broker.finished_job_ttl,
         ),
+    )
+
+
+def notify_config(broker: BrokerOptions) -> NotifyConfig:
+    """The broker-wide sinks and how every notification is sent (broker/notify/)."""
+    on = frozenset(p.strip() for p in broker.webhook_events.split(",") if p.strip())
+    unknown = sorted(on - set(get_args(NotifyPhase)))
+    if unknown:
+        raise click.BadParameter(
+            f"{unknown[0]!r} is not a phase notifications tell of "
+            f"({', '.join(get_args(NotifyPhase))})",
+            param_hint="--webhook-events",
+        )
+    for url in broker.webhook:
+        if not re.fullmatch(r"https?://[^\x00-\x20\x7f]+", url):
+            raise click.BadParameter(f"{url[:40]!r} is not an http(s) URL", param_hint="--webhook")
+    return NotifyConfig(
+        sinks=tuple(BrokerSink(url, on, broker.webhook_format) for url in broker.webhook),
+        secret=broker.webhook_secret or None,
+        timeout_s=broker.webhook_timeout,
+        backoff_s=broker.webhook_backoff,
+        backoff_max_s=broker.webhook_backoff_max,
+        queue_cap=broker.webhook_queue,
     )
 
 

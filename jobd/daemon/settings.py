@@ -53,6 +53,7 @@ class _Flag:
     help: str
     type: Any = None
     is_flag: bool = False
+    multiple: bool = False
     callback: Callable[[click.Context, click.Parameter, Any], Any] | None = None
 
 
@@ -77,8 +78,9 @@ def _option(field: dataclasses.Field[Any]) -> Callable[[F], F]:
         type=how.type,
         default=default,
         is_flag=how.is_flag,
+        multiple=how.multiple,
         callback=how.callback,
-        show_default=default is not None and not callable(default) and not how.is_flag,
+        show_default=default not in (None, ()) and not callable(default) and not how.is_flag,
         help=how.help,
     )
 
@@ -180,6 +182,20 @@ class BrokerOptions:
     projects: Path | None = setting(
         "--projects", "JOBD_PROJECTS", "A projects.yaml to load and keep applied.", type=_A_PATH
     )
+    events_max_bytes: int = setting(
+        "--events-max-bytes",
+        "JOBD_EVENTS_MAX_BYTES",
+        "Rotate events.jsonl to events.jsonl.1 once it reaches this size (0: never).",
+        default=100 << 20,
+        type=click.IntRange(min=0),
+    )
+    events_keep: int = setting(
+        "--events-keep",
+        "JOBD_EVENTS_KEEP",
+        "Rotated events.jsonl files kept (events.jsonl.1 ... .N); older ones are removed.",
+        default=5,
+        type=click.IntRange(min=1, max=1000),
+    )
     auto_preempt_queued: float = setting(
         "--auto-preempt-queued",
         "JOBD_AUTO_PREEMPT_QUEUED_SECONDS",
@@ -215,6 +231,64 @@ class BrokerOptions:
         "(90, 10m, 2h, 30d), unless the job or its project says "
         "ttl_after_finished_s. [default: keep for ever]",
         type=Duration(),
+    )
+    webhook: tuple[str, ...] = setting(
+        "--webhook",
+        "JOBD_WEBHOOK",
+        "A broker-wide notification sink: every job's phase changes that "
+        "--webhook-events names are posted to this URL. Repeatable (the environment "
+        "variable: URLs separated by spaces).",
+        default=(),
+        multiple=True,
+    )
+    webhook_events: str = setting(
+        "--webhook-events",
+        "JOBD_WEBHOOK_EVENTS",
+        "The phases the --webhook sinks are told of, comma-separated: Running, "
+        "Succeeded, Failed, Preempted, Cancelled, Lost.",
+        default="Succeeded,Failed,Preempted,Cancelled",
+    )
+    webhook_format: str = setting(
+        "--webhook-format",
+        "JOBD_WEBHOOK_FORMAT",
+        "The body the --webhook sinks get: json, slack ({text}) or discord ({content}).",
+        default="json",
+        type=click.Choice(["json", "slack", "discord"]),
+    )
+    webhook_secret: str | None = setting(
+        "--webhook-secret",
+        "JOBD_WEBHOOK_SECRET",
+        "Sign every notification (X-Jobd-Signature: sha256=HMAC of the body) with this "
+        "key, unless its job's notify target has a secret of its own. [default: unsigned]",
+    )
+    webhook_timeout: float = setting(
+        "--webhook-timeout",
+        "JOBD_WEBHOOK_TIMEOUT_S",
+        "Seconds a notification's request may take before it counts as failed.",
+        default=10.0,
+        type=click.FloatRange(min=0.1, max=300),
+    )
+    webhook_backoff: float = setting(
+        "--webhook-backoff",
+        "JOBD_WEBHOOK_BACKOFF_S",
+        "Seconds before a failed notification is tried again, doubling each time.",
+        default=1.0,
+        type=click.FloatRange(min=0.01, max=3600),
+    )
+    webhook_backoff_max: float = setting(
+        "--webhook-backoff-max",
+        "JOBD_WEBHOOK_BACKOFF_MAX_S",
+        "The longest wait between two tries of a notification.",
+        default=300.0,
+        type=click.FloatRange(min=0.01, max=86400),
+    )
+    webhook_queue: int = setting(
+        "--webhook-queue",
+        "JOBD_WEBHOOK_QUEUE",
+        "Notifications kept for one sink that is down; past this the oldest is dropped "
+        "(counted in jobd_notify_dropped_total).",
+        default=1000,
+        type=click.IntRange(min=1, max=1_000_000),
     )
     head_timeout: float = setting(
         "--http-head-timeout",

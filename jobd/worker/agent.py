@@ -39,7 +39,7 @@ from jobd.worker.jobrecord import JobRecord
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
-from jobd.worker.shim.containment import Containment, choose_containment
+from jobd.worker.shim.containment import Containment, ProcessGroup, choose_containment
 
 __all__ = ["Agent"]
 
@@ -47,6 +47,8 @@ log = get_logger()
 # How long a fenced-off agent gives its jobs' stops to be asked (each shim then carries
 # its stop out alone, grace and SIGKILL).
 _STAND_DOWN_S = 5.0
+# How long the shim pool's warm-up at start may take before the agent goes on without it.
+_WARM_UP_S = 10.0
 
 
 class Agent:
@@ -63,6 +65,7 @@ class Agent:
         self.lease_duration_s = lease_duration_s
         self.executions: dict[int, Execution] = {}
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
+        self.next_attempts: dict[int, Job] = {}  # a retry's, once the last attempt is over
         self.pool = ShimPool()
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
@@ -99,12 +102,24 @@ class Agent:
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    await self._warm_up_pool()
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
                     await self._serve(tg)
             finally:
                 # Jobs run on under their shims; the pool exits with its pipe.
                 await self.pool.aclose()
+
+    async def _warm_up_pool(self) -> None:
+        """Where shims are pooled, start the pool and an idle shim now, before the agent
+        says it is ready: the first job then costs what every other does."""
+        if not isinstance(self.containment, ProcessGroup):
+            return  # each shim is started in its job's scope
+        try:
+            with anyio.fail_after(_WARM_UP_S):
+                await self.pool.warm_up(self.settings.state_dir / "warm-up")
+        except Exception as exc:  # the first job starts the pool again if it must
+            log.warning("pool_warm_up_failed", error=f"{type(exc).__name__}: {exc}")
 
     async def _serve(self, tg: anyio.abc.TaskGroup) -> None:
         assert self.link is not None
@@ -212,7 +227,11 @@ class Agent:
                     return
                 self._start(job)
             return
-        if job.status.worker != self.settings.name or job.status.phase.terminal:
+        if running.attempt < attempt_of(job) and job.status.worker == self.settings.name:
+            # A retry bound here again while the last attempt still ships its output: it
+            # starts once that one is over (supervise).
+            self.next_attempts[job.id] = job
+        elif job.status.worker != self.settings.name or job.status.phase.terminal:
             self._tg.start_soon(running.stop, "unbound")
         elif job.status.signal is not None:
             self._tg.start_soon(running.stop, job.status.signal)
@@ -246,6 +265,9 @@ class Agent:
                 self.failed_starts.add((execution.job_id, execution.attempt))
             if self.executions.get(execution.job_id) is execution:
                 del self.executions[execution.job_id]
+                following = self.next_attempts.pop(execution.job_id, None)
+                if following is not None:
+                    self._reconcile(following)
 
         self._tg.start_soon(supervise)
 

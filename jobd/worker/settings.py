@@ -47,8 +47,11 @@ def attempt_of(job: Job) -> int:
 def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str, str]:
     """The workload's complete environment (CONTRACT.md §6)."""
     env = {k: v for k, v in settings.base_env.items() if not k.startswith(_PRIVATE_PREFIX)}
-    env.pop("RESUME_FROM", None)  # only when set by the submitter or by `job resume`
+    env.pop("RESUME_FROM", None)  # only when set by the submitter, `job resume` or a retry
     env.update(job.spec.env)
+    resume_from = getattr(job.status, "resume_from", None)
+    if resume_from:  # a retry of an attempt that checkpointed (controllers/retries.py)
+        env["RESUME_FROM"] = resume_from
     env.update(
         {
             "JOBD_JOB_ID": str(job.id),

@@ -223,3 +223,17 @@ async def test_no_ready_worker_means_nothing_is_bound(ctx: Context) -> None:
     await _schedule(ctx)
     assert reread(ctx, job).status.phase == Phase.PENDING
     assert ctx.store.list_events(event="job_scheduled") == []
+
+
+async def test_the_jobs_one_pass_binds_share_one_commit(ctx: Context) -> None:
+    """Freed slots are filled in one transaction, heard once by the watch and the caches."""
+    register_worker(ctx, "w", WorkerSpec(slots=3), "host", "procgroup")
+    jobs = [_submit(ctx, f"j{i}") for i in range(4)]
+    heard: list[tuple[list[int], list[str]]] = []
+    ctx.store.subscribe(
+        lambda changes, events: heard.append(
+            ([c.job.id for c in changes if c.job is not None], [e.event for e in events])
+        )
+    )
+    await _schedule(ctx)
+    assert heard == [([j.id for j in jobs[:3]], ["job_scheduled"] * 3)]

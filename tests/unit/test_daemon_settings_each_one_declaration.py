@@ -43,6 +43,8 @@ CONTRACT = {
     "JOBD_TOKEN_FILE": "--token-file",
     "JOBD_MAX_LOG_BYTES": "--max-log-bytes",
     "JOBD_FINISHED_JOB_TTL_S": "--finished-job-ttl",
+    "JOBD_EVENTS_MAX_BYTES": "--events-max-bytes",
+    "JOBD_WEBHOOK": "--webhook",
 }
 
 # A value each setting accepts, as typed, and what it becomes; a second one for the env.
@@ -63,6 +65,14 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
     "--http-head-timeout": ("2.5", 2.5, "3", 3.0),
     "--max-client-connections": ("1", 1, "64", 64),
     "--fd-reserve": ("100", 100, "200", 200),
+    "--events-max-bytes": ("1", 1, "4096", 4096),
+    "--events-keep": ("1", 1, "9", 9),
+    "--webhook": ("http://a/x", ("http://a/x",), "http://b/y", ("http://b/y",)),
+    "--webhook-format": ("slack", "slack", "discord", "discord"),
+    "--webhook-timeout": ("2.5", 2.5, "3", 3.0),
+    "--webhook-backoff": ("0.5", 0.5, "2", 2.0),
+    "--webhook-backoff-max": ("5", 5.0, "60", 60.0),
+    "--webhook-queue": ("10", 10, "20", 20),
 }
 
 

@@ -10,6 +10,7 @@ holds it (the env an object both ways, durations in whole seconds).
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -35,8 +36,10 @@ def leaves(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterator[tuple
     """Every field of the model as `a.b`, with its marker; a nested model's fields in turn."""
     for name, info in model.model_fields.items():
         said = marker(info)
-        nested = info.annotation
-        if said is None and isinstance(nested, type) and issubclass(nested, BaseModel):
+        # A nested model, or an optional one (`retry: RetryPolicy | None`).
+        arms = typing.get_args(info.annotation) or (info.annotation,)
+        nested = next((a for a in arms if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if said is None and nested is not None:
             yield from leaves(nested, (*path, name))
         else:
             yield ".".join((*path, name)), said

@@ -13,7 +13,9 @@ phase once ended, its run, its events) it checks after every step that:
 - a report of another attempt, or from a worker the job is not bound to, is refused
   and changes nothing;
 - every move stays within what the table allows for its verb;
-- the attempt grows by one with each bind, and only then.
+- the attempt grows by one with each bind, and only then;
+- a job with a retry policy goes back to the queue no more often than its limit, each
+  time with one `job_retrying` event, and is queued only once its backoff is over.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jobd.api.models import BOUND_PHASES, TERMINAL_PHASES, Job, JobSpec, ObjectMeta, Phase
+from jobd.api.models import (
+    BOUND_PHASES,
+    TERMINAL_PHASES,
+    Job,
+    JobSpec,
+    ObjectMeta,
+    Phase,
+    RetryPolicy,
+)
 from jobd.controllers import transitions
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.transition_table import TABLE, Verb
@@ -61,6 +71,7 @@ class Model:
     attempt: int = 0
     finished_events: int = 0
     cancelled_events: int = 0
+    retrying_events: int = 0
 
 
 @dataclass
@@ -122,6 +133,7 @@ class JobStateMachine(RuleBasedStateMachine):
             assert event.job == new.id
             model.finished_events += event.event == "job_finished"
             model.cancelled_events += event.event == "job_cancelled"
+            model.retrying_events += event.event == "job_retrying"
         if new.status.phase in TERMINAL_PHASES:
             model.ended = new.status.phase
 
@@ -132,10 +144,12 @@ class JobStateMachine(RuleBasedStateMachine):
     # -- users and loops ------------------------------------------------------------------
 
     @precondition(lambda self: len(self.cluster.jobs) < MAX_JOBS)
-    @rule()
-    def submit(self) -> None:
+    @rule(retries=st.sampled_from([None, 0, 1, 2]), on_lost=st.booleans())
+    def submit(self, retries: int | None, on_lost: bool) -> None:
         job_id = len(self.cluster.jobs) + 1
-        job = Job(metadata=ObjectMeta(id=job_id, name=f"j{job_id}"), spec=JobSpec(command=["x"]))
+        policy = None if retries is None else RetryPolicy(limit=retries, on_lost=on_lost)
+        spec = JobSpec(command=["x"], retry=policy)
+        job = Job(metadata=ObjectMeta(id=job_id, name=f"j{job_id}"), spec=spec)
         self.cluster.jobs[job_id] = job
         self.cluster.models[job_id] = Model()
 
@@ -144,7 +158,8 @@ class JobStateMachine(RuleBasedStateMachine):
     def bind(self, index: int, worker: str) -> None:
         job = self._job(index)
         assert job is not None
-        if job.status.phase == P.PENDING:
+        # The scheduler reads only ready jobs: none waits out a retry's backoff.
+        if job.status.phase == P.PENDING and job.status.retry_at is None:
             self._apply(job.id, Verb.BIND, lambda j: transitions.bind(j, worker, [], self._tick()))
 
     @precondition(lambda self: self.cluster.jobs)
@@ -175,6 +190,18 @@ class JobStateMachine(RuleBasedStateMachine):
         if job.status.phase in (*STARTED, P.LOST):
             move = lambda j: transitions.process_vanished(j, self._tick())  # noqa: E731
             self._apply(job.id, Verb.PROCESS_VANISHED, move)
+
+    @precondition(lambda self: self.cluster.jobs)
+    @rule(index=st.integers(0, MAX_JOBS - 1), early=st.booleans())
+    def backoff_over(self, index: int, early: bool) -> None:
+        """The retries loop: a retried job joins the queue once its wait is over."""
+        job = self._job(index)
+        assert job is not None
+        if job.status.phase == P.PENDING and job.status.retry_at is not None:
+            at = job.status.retry_at if not early else self.now
+            if at < job.status.retry_at:
+                return  # the loop's timer has not run out: it does nothing yet
+            self._apply(job.id, Verb.RETRY_READY, lambda j: transitions.retry_ready(j, at))
 
     @precondition(lambda self: self.cluster.jobs)
     @rule(index=st.integers(0, MAX_JOBS - 1))
@@ -223,6 +250,18 @@ class JobStateMachine(RuleBasedStateMachine):
         else:
             self.in_flight.append(sent)
 
+    @precondition(lambda self: self.cluster.jobs)
+    @rule(index=st.integers(0, MAX_JOBS - 1), exit_code=st.sampled_from([1, 2]))
+    def run_fails(self, index: int, exit_code: int) -> None:
+        """The bound run's workload fails, reported by its worker (retried, or not)."""
+        job = self._job(index)
+        assert job is not None
+        if job.status.worker is not None and not job.status.phase.terminal:
+            sent = Sent(job.id, Verb.COMPLETE, job.status.worker, job.status.attempt, exit_code)
+            self._deliver(sent)
+            if exit_code == 1:
+                self.in_flight.append(sent)  # and once more, late: fenced off by then
+
     @precondition(lambda self: self.in_flight)
     @rule(pick=st.integers(0, 1_000), again=st.booleans())
     def deliver_late(self, pick: int, again: bool) -> None:
@@ -255,6 +294,15 @@ class JobStateMachine(RuleBasedStateMachine):
                 assert model.finished_events == 0
             assert model.cancelled_events <= 1
             assert job.status.attempt == model.attempt
+
+    @invariant()
+    def retries_stay_within_the_limit_one_event_each(self) -> None:
+        for job_id, job in self.cluster.jobs.items():
+            model, policy = self.cluster.models[job_id], job.spec.retry
+            assert job.status.retries == model.retrying_events
+            assert job.status.retries <= (policy.limit if policy else 0)
+            if job.status.retry_at is not None:
+                assert job.status.phase == P.PENDING and job.status.worker is None
 
     @invariant()
     def bound_jobs_have_a_worker_and_queued_ones_none(self) -> None:

@@ -40,6 +40,7 @@ APPLY: dict[Verb, Callable[[Job], Result]] = {
     Verb.PROCESS_VANISHED: lambda job: transitions.process_vanished(job, NOW),
     Verb.PLACEABILITY: lambda job: transitions.unschedulable(job, "no worker has 5 GPUs", NOW),
     Verb.TIME_OUT: lambda job: transitions.time_out(job, "MaxRuntimeExceeded", "ran 2 h", NOW),
+    Verb.RETRY_READY: lambda job: transitions.retry_ready(job, NOW),
 }
 
 

@@ -164,6 +164,40 @@ async def test_a_due_timer_for_a_queued_key_does_not_queue_it_twice() -> None:
         assert got == [], "the timer's add was a duplicate of the queued key"
 
 
+async def test_a_spaced_queue_hands_out_a_key_at_once_when_idle() -> None:
+    """The scheduler's: a job created on an idle broker waits for no timer."""
+    queue = WorkQueue(clock=FakeClock(), spacing_s=0.5)
+    async with _consumer(queue) as got:
+        queue.add("queue")
+        await _settle()
+        assert got == [("queue", 0.0)]
+        _advance(queue, 0.5)
+        queue.add("queue")  # its last pass started a whole spacing ago
+        await _settle()
+        assert got == [("queue", 0.0), ("queue", 0.5)]
+
+
+async def test_a_spaced_queue_makes_one_pass_of_a_burst_once_the_spacing_is_up() -> None:
+    queue = WorkQueue(clock=FakeClock(), spacing_s=0.5)
+    async with _consumer(queue) as got:
+        queue.add("queue")
+        await _settle()
+        for _ in range(3):
+            _advance(queue, 0.125)
+            queue.add("queue")
+            await _settle()
+        assert got == [("queue", 0.0)], "within the spacing of the last pass's start"
+        _advance(queue, 0.125 - TICK)
+        await _settle()
+        assert got == [("queue", 0.0)]
+        _advance(queue, TICK)
+        await _settle()
+        assert got == [("queue", 0.0), ("queue", 0.5)], "three adds, one pass"
+        queue.add("other")  # spacing is per key
+        await _settle()
+        assert got[-1] == ("other", 0.5)
+
+
 def test_add_rate_limited_backs_off_exponentially_up_to_the_cap() -> None:
     queue = _queue(base_backoff_s=0.01, max_backoff_s=0.05)
     delays = [queue.add_rate_limited("k") for _ in range(5)]

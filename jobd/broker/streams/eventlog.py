@@ -11,6 +11,12 @@ says where the file stands in the table; only the file's tail is read, whatever 
 size. A half-written last line is cut off first (the table has that event too). A file
 written before lines carried `seq` is located by matching its last line's text against
 the table, read in pages: once, on the first start after the upgrade.
+
+Rotation by size (`--events-max-bytes`, `--events-keep`): once a write has taken the file
+to its cap, the file is renamed `events.jsonl.1` (the older ones one number up, the
+oldest past `keep` overwritten) and a new one is started. Only whole writes are ever
+renamed, so no line is split or lost; the start-up catch-up reads the newest rotated
+file's last line when the live one has none yet (jobd/eventfiles.py names them).
 """
 
 from __future__ import annotations
@@ -25,22 +31,42 @@ from typing import BinaryIO, TextIO
 
 from pydantic_core import to_json
 
+from jobd.eventfiles import files_oldest_first, rotated
 from jobd.logconfig import get_logger
 from jobd.store.base import Change, EventRecord, EventStore
 
-__all__ = ["EventLog", "highest_ids", "last_whole_line"]
+__all__ = [
+    "DEFAULT_EVENTS_KEEP",
+    "DEFAULT_EVENTS_MAX_BYTES",
+    "EventLog",
+    "highest_ids",
+    "last_whole_line",
+]
 
 log = get_logger()
+
+DEFAULT_EVENTS_MAX_BYTES = 100 << 20  # 100 MiB a file: ~400,000 lines
+DEFAULT_EVENTS_KEEP = 5  # rotated files kept beside the live one
 
 
 class EventLog:
     """Appends committed events to `<log dir>/events.jsonl`, one JSON object a line."""
 
-    def __init__(self, log_dir: Path, store: EventStore) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        store: EventStore,
+        max_bytes: int = DEFAULT_EVENTS_MAX_BYTES,
+        keep: int = DEFAULT_EVENTS_KEEP,
+    ) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / "events.jsonl"
         self.store = store
+        self.max_bytes = max_bytes  # 0: never rotate
+        self.keep = max(keep, 1)
         last = last_whole_line(self.path)  # a half-written line is cut off here
+        if last is None:  # just rotated: the newest rotated file says where the file stands
+            last = last_whole_line(rotated(self.path, 1))
         self._never_reuse_ids(_seq_of(last))
         self._file: TextIO = self._open()
         # The size after the last whole write: a line written in part is cut back to it.
@@ -79,7 +105,7 @@ class EventLog:
         """
         if last_seq is None or last_seq <= self.store.last_event_seq():
             return
-        raised = self.store.raise_counters(highest_ids(self.path))
+        raised = self.store.raise_counters(_highest_of_all(self.path))
         if raised:
             log.warning("store_counters_advanced", path=str(self.path), before=raised)
 
@@ -151,6 +177,29 @@ class EventLog:
                 self._reopen()  # no half line left for a reader while the disk is full
             raise
         self._good_size = self._file.tell()
+        if self.max_bytes and self._good_size >= self.max_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Start a new file; the full one becomes `.1`, the older ones a number up.
+
+        Called only after a whole write, so every line stays whole in one file. A rename
+        that fails (a read-only directory) leaves the live file growing: logged, and
+        tried again after the next write.
+        """
+        try:
+            for n in range(self.keep - 1, 0, -1):
+                older = rotated(self.path, n)
+                if older.exists():
+                    older.replace(rotated(self.path, n + 1))
+            self.path.replace(rotated(self.path, 1))
+        except OSError as exc:
+            log.error("events_file_not_rotated", path=str(self.path), error=str(exc))
+            return
+        self._file.close()
+        self._file = self._open()
+        self._good_size = 0
+        log.info("events_file_rotated", path=str(self.path), keep=self.keep)
 
     def _reopen(self) -> None:
         with contextlib.suppress(OSError, ValueError):  # what failed may fail again here
@@ -188,6 +237,12 @@ def highest_ids(path: Path) -> dict[str, int]:
                 job = max(job, _int(doc.get("job")))
                 seq = max(seq, _int(doc.get("seq")))
     return {"event_seq": seq, "job_id": job}
+
+
+def _highest_of_all(path: Path) -> dict[str, int]:
+    """highest_ids over the live file and its rotated ones."""
+    found = [highest_ids(p) for p in files_oldest_first(path)]
+    return {key: max((f[key] for f in found), default=0) for key in ("event_seq", "job_id")}
 
 
 def _int(value: object) -> int:

@@ -196,6 +196,13 @@ def refuse_masks(job: Job) -> None:
             f"spec.env.{masked[0]}: {MASK!r} is how jobd shows a secret value, not a value; "
             "give the real one (a finished job's secrets are removed when it ends)"
         )
+    for i, target in enumerate(job.spec.notify):
+        for field in ("url", "secret"):
+            if getattr(target, field) == MASK:
+                raise AdmissionError(
+                    f"spec.notify.{i}.{field}: {MASK!r} is how jobd shows a webhook's "
+                    f"{field}, not a value; give the real one"
+                )
 
 
 def refuse_relative_cwd(job: Job) -> None:
@@ -348,7 +355,23 @@ def _kept_secrets(spec: JobSpec, live: Job) -> JobSpec:
         for key in secret_keys(env, patterns_of(live))
         if key in stored and MASK in (env[key], stored[key]) and env[key] != stored[key]
     }
-    return spec.model_copy(update={"env": env | kept}) if kept else spec
+    update: dict[str, object] = {"env": env | kept} if kept else {}
+    if _notify_as_read(spec, live):
+        update["notify"] = live.spec.notify
+    return spec.model_copy(update=update) if update else spec
+
+
+def _notify_as_read(spec: JobSpec, live: Job) -> bool:
+    """`spec.notify` is the live job's as a masked read shows it: the stored targets stay."""
+    said, stored = spec.notify, live.spec.notify
+    return (
+        bool(said)
+        and len(said) == len(stored)
+        and all(
+            t.url == MASK and t.on == s.on and t.format == s.format
+            for t, s in zip(said, stored, strict=True)
+        )
+    )
 
 
 def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:

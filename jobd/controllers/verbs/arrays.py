@@ -56,6 +56,7 @@ def create_array(
     project = (projects or {}).get(array.project) or store.get_project(array.project)
     meta = ObjectMeta(project=array.project, labels=dict(array.metadata.labels))
     members = array.spec.array.members()
+    parallelism = array.spec.array.parallelism
     jobs = []
     for member in members:
         spec = template.model_copy(update={"command": member.command(template.command)}, deep=True)
@@ -71,7 +72,9 @@ def create_array(
         for job, member in zip(jobs, members, strict=True):
             job.metadata.name = member_name(name, member.index)
             job.metadata.labels[ARRAY_LABEL] = name
-            job.metadata.array = ArrayRef(id=array_id, name=name, index=member.index)
+            job.metadata.array = ArrayRef(
+                id=array_id, name=name, index=member.index, parallelism=parallelism
+            )
 
     return store.create_array(array, jobs, name_all, events_for=created_events)
 

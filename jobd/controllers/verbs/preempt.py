@@ -43,6 +43,11 @@ def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
             f"job {candidate.id} waits for its dependencies, not for capacity; "
             "preempting would not let it run"
         )
+    if candidate.status.retry_at is not None:
+        raise TransitionError(
+            f"job {candidate.id} waits out its retry backoff, not for capacity; "
+            "preempting would not let it run"
+        )
     bound = list(ctx.view.bound.values())
     caps = capacity_of(schedulable(ctx.view.workers.values(), ctx.leases.heard), bound)
     if not caps:

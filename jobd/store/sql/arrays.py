@@ -35,7 +35,7 @@ class SQLArrays(SQLJobs):
         with self.batch(durable=True), self._tx(durable=True) as tx:
             array_id = tx.reserve("array_id", 1)
             on_id(array_id)
-            created = self._insert_jobs(members, events_for, None)
+            created = self._insert_jobs(members, events_for, _note_last_member)
             assign(array.metadata, id=array_id, created_at=utcnow(), generation=1)
             array.status.jobs = [job.id for job in created]
             row = {
@@ -78,3 +78,11 @@ class SQLArrays(SQLJobs):
         """Remove the array's row (its members are jobs, deleted as jobs are)."""
         with self._tx(durable=True) as tx:  # inside batch(): the batch's commit
             tx.conn.execute(sa.delete(t.arrays).where(t.arrays.c.id == array.id))
+
+
+def _note_last_member(members: list[Job]) -> None:
+    """Each member's ArrayRef names the last member's id (ids are reserved in one block)."""
+    last = members[-1].id if members else None
+    for job in members:
+        if job.metadata.array is not None:
+            job.metadata.array.last_member = last

@@ -304,7 +304,8 @@ def _job_row(job: Job) -> dict[str, Any]:
         "name": job.metadata.name,
         "phase": str(job.status.phase),
         "priority": job.status.effective.priority,
-        "ready": job.status.dependencies_met,
+        # Queued only once its parents ended and, retried, its backoff is over.
+        "ready": job.status.dependencies_met and job.status.retry_at is None,
         "slots": job.spec.resources.slots,
         "gpus": job.spec.resources.gpus,
         "worker": job.status.worker,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from jobd.api.progress import Sample
+from jobd.wire import calls
 from jobd.worker.checkpoints import checkpoint_dir
 from jobd.worker.following import OutputFollower, SentinelWatch
 from jobd.worker.hooks.base import Hook
@@ -74,6 +75,7 @@ class FollowOutput(Hook):
 
     async def poststart(self, ex: Execution) -> None:
         self._progress = ProgressSender(ex.link, ex.job_id, ex.attempt)
+        await _continue_output(ex)
         self.follower = OutputFollower(
             ex.link,
             ex.state_dir,
@@ -105,6 +107,22 @@ class FollowOutput(Hook):
         if not ex.record.complete_reported:
             with anyio.move_on_after(LOG_CATCH_UP_S):
                 await self.follower.done.wait()
+
+
+async def _continue_output(ex: Execution) -> None:
+    """A retried job's new attempt writes after the output its earlier ones left.
+
+    The broker keeps one output per job, written at the worker's offsets; a new attempt
+    starts its own files at 0, so its first offset is where the broker's output ends now
+    (an empty append answers that). Asked once, before anything is shipped.
+    """
+    job = ex.job
+    if job is None or ex.record.log_offset or not getattr(job.status, "retries", 0):
+        return
+    end = await ex.link.call(calls.append_logs(ex.job_id, 0, b""))
+    if end:
+        ex.record.log_offset = end
+        await ex.save()  # an agent that re-adopts the run goes on from there too
 
 
 class WatchSentinel(Hook):

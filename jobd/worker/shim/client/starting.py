@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -195,6 +196,25 @@ class ShimPool:
     def _lost(self, process: anyio.abc.Process) -> None:
         if self._process is process:
             self._process = None
+
+    async def start(self) -> None:
+        """Start the pool process now, not at the first launch."""
+        await self._started()
+
+    async def warm_up(self, scratch: Path) -> None:
+        """Start the pool and run one launch of `true` through it in scratch (made afresh,
+        removed after). Once this returns the pool has started and imported, and a shim
+        whose pages its first launch touched waits idle: the agent's first job costs what
+        every other does, not an interpreter's start and a fork."""
+        await self.start()
+        shutil.rmtree(scratch, ignore_errors=True)  # what a killed agent left
+        scratch.mkdir(mode=0o700, parents=True)
+        try:
+            spec = LaunchSpec(["true"], "/", {"PATH": os.defpath}, 0.0, None, None)
+            shim = await self.launch(scratch / "run", spec)
+            await shim.wait()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     async def _started(self) -> anyio.abc.Process:
         async with self._start_lock:  # launches at once must not start a pool each

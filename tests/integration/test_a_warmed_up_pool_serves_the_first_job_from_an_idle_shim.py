@@ -1,0 +1,62 @@
+"""The agent warms its shim pool up at start: the first job then costs what every other does.
+
+Real pool, shims and workloads. After `ShimPool.warm_up` the pool process runs, one shim
+of it waits idle (its first launch, a `true`, done), the warm-up's scratch directory is
+gone, and the first real launch is served by that idle shim rather than by a fork.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from jobd.worker.shim.client import ShimPool
+from jobd.worker.shim.protocol import POOL_MODULE
+from tests.integration.supervised import python_spec
+
+pytestmark = pytest.mark.anyio
+
+
+def _children(parent: int) -> dict[int, str]:
+    """The live children of parent: pid -> command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and fields[0] != "Z":
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def _pool_pid() -> int:
+    (pid,) = [pid for pid, cmd in _children(os.getpid()).items() if POOL_MODULE in cmd]
+    return pid
+
+
+async def test_the_first_launch_after_a_warm_up_goes_to_the_idle_shim(
+    state_root: Path, tmp_path: Path
+) -> None:
+    pool = ShimPool()
+    scratch = tmp_path / "warm-up"
+    (scratch / "left-by-a-killed-agent").mkdir(parents=True)
+    try:
+        with anyio.fail_after(20):
+            await pool.warm_up(scratch)
+        assert not scratch.exists()
+        idle = set(_children(_pool_pid()))
+        assert len(idle) == 1, "one shim, idle after the warm-up's launch"
+        first = await pool.launch(state_root / "1-1", python_spec("pass"))
+        assert first.identity is not None and first.identity.pid in idle
+        with anyio.fail_after(10):
+            ended = await first.wait()
+        assert ended.exit_code == 0
+    finally:
+        await pool.aclose()
