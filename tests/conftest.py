@@ -35,6 +35,8 @@ SERIAL = frozenset(
         "::test_a_client_waiting_for_100_continue_gets_413_and_the_close_at_once",
         "tests/e2e/test_a_weak_token_beyond_loopback_is_refused.py",
         "tests/e2e/test_finished_jobs_expire_with_their_logs.py",
+        # tmux's resize under a loaded machine was once not seen by top within 20 s
+        "tests/e2e/test_job_top_shows_gpus_and_jobs_at_80x24.py",
         "tests/e2e/test_the_everyday_cli.py::test_logs_tail_and_since",
         "tests/fuzz/test_hostile_bodies_are_refused_cheaply.py",
         "tests/integration/test_hostile_manifests_are_refused_fast.py",

@@ -19,9 +19,18 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from jobd.api.field_options import NoOption, Option
+from jobd.api.labels import (
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MAX_KEY_LENGTH,
+    MAX_VALUE_LENGTH,
+    check_label_key,
+    check_label_value,
+)
 from jobd.api.secrets import MAX_PATTERN_LENGTH, MAX_PATTERNS, check_patterns
 from jobd.api.sizes import MAX_SIZE, SIZE_PATTERN, parse_size
 from jobd.api.vocabulary import (
@@ -48,6 +57,7 @@ __all__ = [
     "DEFAULT_PROJECT",
     "GPU_INDEX_TEXT",
     "MAX_ATTEMPTS_KEPT",
+    "MAX_CPUS",
     "MAX_GPU_INDEX",
     "MAX_GRACE_S",
     "MAX_ID",
@@ -55,6 +65,7 @@ __all__ = [
     "MAX_LEASE_S",
     "MAX_NOTIFY_TARGETS",
     "MAX_URL_LENGTH",
+    "MIN_CPUS",
     "MIN_LEASE_S",
     "NAME_PATTERN",
     "NOTIFY_DEFAULT_ON",
@@ -71,6 +82,7 @@ __all__ = [
     "Job",
     "JobSpec",
     "JobStatus",
+    "LabelExpression",
     "NotifyPhase",
     "NotifyTarget",
     "ObjectMeta",
@@ -95,6 +107,7 @@ __all__ = [
     "admitting",
     "assign",
     "check_name",
+    "check_node_labels",
     "dump",
     "normalise_worker_name",
     "set_condition",
@@ -260,6 +273,11 @@ class RunLimits(Strict):
 
 RUN_LIMITS = tuple(RunLimits.model_fields)
 
+# CPUs are counted in thousandths: a job asks for at least one, and no host has more
+# than MAX_CPUS (a million CPUs on one worker is a typo).
+MIN_CPUS = 0.001
+MAX_CPUS = 1 << 20
+
 
 def _size(value: Any) -> Any:
     """A size as written (`40GiB`) into bytes; a number is bytes already."""
@@ -296,14 +314,44 @@ def _memory_only_with_gpus(schema: dict[str, Any]) -> None:
     ]
 
 
+def _a_number(value: Any) -> Any:
+    if isinstance(value, bool):  # a count of CPUs, never a flag read as 0 or 1
+        raise ValueError("a number of CPUs (4, 0.5), not true or false")
+    return value
+
+
 class Resources(Strict):
-    """What a job takes on its worker: GPUs, or else one CPU slot (the two pools).
+    """What a job takes on its worker: GPUs, or else one CPU slot (the two pools); and
+    the CPUs and memory it names, on either.
 
     A job asking for GPUs takes those GPUs and no slot; a CPU-only job takes one slot and
-    no GPU. So CPU jobs never keep a GPU job from a worker whose GPUs are free.
+    no GPU. So CPU jobs never keep a GPU job from a worker whose GPUs are free. `cpus` and
+    `memory` come on top: a job naming them is placed where that much of the worker's
+    inventory is free and holds it while it runs; a job naming none holds none (best
+    effort, as a Kubernetes pod without requests).
     """
 
     model_config = ConfigDict(json_schema_extra=_memory_only_with_gpus)
+    cpus: Annotated[
+        float | None,
+        Option(
+            "--cpus",
+            "CPUs the job is placed by and holds, {minimum} to {maximum} (0.5 is half "
+            "of one) [default: none held].",
+            kind="number",
+            metavar="N",
+        ),
+        BeforeValidator(_a_number),
+    ] = Field(default=None, ge=MIN_CPUS, le=MAX_CPUS)
+    memory: Annotated[
+        Size | None,
+        Option(
+            "--memory",
+            "Memory the job is placed by and holds: 32GiB, 512M [default: none held].",
+            kind="size",
+            metavar="SIZE",
+        ),
+    ] = None
     gpus: Annotated[
         int,
         Option(
@@ -329,12 +377,90 @@ class Resources(Strict):
         """The CPU slots the job takes: one for a CPU-only job, none for a GPU job."""
         return 0 if self.gpus else 1
 
+    @property
+    def millicpus(self) -> int:
+        """The CPUs it holds in thousandths (whole numbers add up exactly); 0: none."""
+        return round(self.cpus * 1000) if self.cpus else 0
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory or 0
+
     @field_validator("gpu_memory")
     @classmethod
     def _memory_needs_gpus(cls, memory: int | None, info: ValidationInfo) -> int | None:
         if memory is not None and not info.data.get("gpus"):
             raise ValueError("gpu_memory is memory per GPU: ask for gpus as well")
         return memory
+
+
+_LABEL_KEY_SCHEMA: dict[str, Any] = {"pattern": LABEL_KEY_PATTERN, "maxLength": MAX_KEY_LENGTH}
+_LABEL_VALUE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": LABEL_VALUE_PATTERN,
+    "maxLength": MAX_VALUE_LENGTH,
+}
+# Worker labels and node selectors: Kubernetes' label syntax (api/labels.py).
+_NODE_LABELS_SCHEMA: dict[str, Any] = {
+    "propertyNames": _LABEL_KEY_SCHEMA,
+    "additionalProperties": _LABEL_VALUE_SCHEMA,
+}
+_MAX_SELECTOR_TERMS = 64
+# A worker's name as a pin: any case (worker names are lower-cased hostnames).
+_WORKER_PIN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+_WORKER_PIN_RE = re.compile(_WORKER_PIN)
+
+
+def check_node_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        check_label_value(check_label_key(key), value)
+    return labels
+
+
+def _values_by_operator(schema: dict[str, Any]) -> None:
+    """LabelExpression's JSON Schema says what `_values_for_operator` does."""
+    schema["anyOf"] = [
+        {
+            "properties": {"operator": {"enum": ["In", "NotIn"]}, "values": {"minItems": 1}},
+            "required": ["values"],
+        },
+        {
+            "properties": {
+                "operator": {"enum": ["Exists", "DoesNotExist"]},
+                "values": {"maxItems": 0},
+            }
+        },
+    ]
+
+
+class LabelExpression(Strict):
+    """One of Kubernetes' matchExpressions on worker labels: `In` and `NotIn` take
+    values (a NotIn also holds where the key is absent), `Exists` and `DoesNotExist`
+    none."""
+
+    model_config = ConfigDict(json_schema_extra=_values_by_operator)
+    key: str = Field(json_schema_extra=_LABEL_KEY_SCHEMA)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(
+        default_factory=list,
+        max_length=_MAX_SELECTOR_TERMS,
+        json_schema_extra={"items": _LABEL_VALUE_SCHEMA},
+    )
+
+    @field_validator("key")
+    @classmethod
+    def _valid_key(cls, key: str) -> str:
+        return check_label_key(key)
+
+    @model_validator(mode="after")
+    def _values_for_operator(self) -> LabelExpression:
+        for value in self.values:
+            check_label_value(self.key, value)
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"{self.key}: {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"{self.key}: {self.operator} takes no values")
+        return self
 
 
 # Bounds of a retry policy (OpenAPI says them; admission refuses past them).
@@ -490,6 +616,27 @@ class JobSpec(Strict):
         ),
     ] = None
     resources: Resources = Field(default_factory=Resources)
+    # Where it may run (controllers/eligibility.py): workers whose labels hold every
+    # pair, and every expression; the one worker named.
+    node_selector: Annotated[
+        dict[str, str],
+        Option(
+            "--selector",
+            "Run only on a worker with this label (gpu.model=A100, site=lab2); all must hold.",
+            kind="pairs",
+            metavar="K=V",
+        ),
+    ] = Field(
+        default_factory=dict, max_length=_MAX_SELECTOR_TERMS, json_schema_extra=_NODE_LABELS_SCHEMA
+    )
+    node_affinity: Annotated[
+        list[LabelExpression],
+        NoOption("a manifest's: Kubernetes matchExpressions (In, NotIn, Exists, DoesNotExist)"),
+    ] = Field(default_factory=list, max_length=_MAX_SELECTOR_TERMS)
+    worker: Annotated[
+        str | None,
+        Option("--worker", "Run only on this worker (a pin).", metavar="NAME"),
+    ] = Field(default=None, json_schema_extra={"pattern": _WORKER_PIN})
     # The run limits (RunLimits, declared here again to keep the document's order).
     max_runtime_s: Annotated[
         GuardSeconds | None,
@@ -585,6 +732,18 @@ class JobSpec(Strict):
             if isinstance(ref, int) and not 1 <= ref <= MAX_ID:
                 raise ValueError(f"{ref} is not a job id (an integer, 1 to {MAX_ID})")
         return refs
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector_labels(cls, selector: dict[str, str]) -> dict[str, str]:
+        return check_node_labels(selector)
+
+    @field_validator("worker")
+    @classmethod
+    def _worker_name(cls, value: str | None) -> str | None:
+        if value is not None and not _WORKER_PIN_RE.fullmatch(value):
+            raise ValueError(f"{value!r} is not a worker name (letters, digits, '.', '_', '-')")
+        return None if value is None else value.lower()  # as workers' names are
 
     @field_validator("cwd")
     @classmethod
@@ -800,6 +959,37 @@ class WorkerSpec(Strict):
     # `job cordon`: no new job is placed here; what runs goes on (Kubernetes'
     # `spec.unschedulable`). Set by users, kept when the worker registers again.
     cordoned: bool = False
+    # What jobs naming CPUs and memory may hold here (the inventory: detected less the
+    # reserve, or declared; daemon/inventory.py). None: an agent that says none (older):
+    # only jobs naming neither go there.
+    cpus: float | None = Field(default=None, ge=0, le=MAX_CPUS)
+    memory: StoreInt | None = Field(default=None, le=MAX_SIZE)
+    # Labels a job's node_selector and node_affinity match: declared and detected.
+    labels: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_LABELS_SCHEMA)
+    # A job is placed here only if its cwd is under one of these; none: any cwd.
+    mount_roots: list[str] = Field(
+        default_factory=list,
+        max_length=_MAX_SELECTOR_TERMS,
+        json_schema_extra={"items": {"type": "string", "pattern": r"^/[^\x00]*$"}},
+    )
+
+    @property
+    def millicpus(self) -> int:
+        return round(self.cpus * 1000) if self.cpus else 0
+
+    @field_validator("labels")
+    @classmethod
+    def _node_labels(cls, labels: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        return check_node_labels(labels) if admitting(info) else labels
+
+    @field_validator("mount_roots")
+    @classmethod
+    def _absolute_roots(cls, roots: list[str], info: ValidationInfo) -> list[str]:
+        if admitting(info):
+            for root in roots:
+                if not root.startswith("/") or "\x00" in root:
+                    raise ValueError(f"{root!r}: a mount root is an absolute path, without NUL")
+        return roots
 
     @field_validator("gpus")
     @classmethod

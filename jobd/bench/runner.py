@@ -35,6 +35,7 @@ from jobd.bench.footprint import run_footprint
 from jobd.bench.harness import Endpoint
 from jobd.bench.loaded import run_healthz
 from jobd.bench.notify import run_notify
+from jobd.bench.placement import run_placement
 from jobd.bench.preempt import run_preempt
 from jobd.bench.progress import Progress
 from jobd.bench.reconcile import run_reconcile
@@ -53,6 +54,7 @@ SCENARIOS: dict[str, Scenario] = {
     "preempt": run_preempt,
     "scale": run_scale,
     "reconcile": run_reconcile,
+    "placement": run_placement,
     "cli": run_cli,
     "footprint": run_footprint,
 }

@@ -494,7 +494,9 @@ def workers_table(
     now = _now(now)
     slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
-    table = _table(*headers, *(["HOST", "RUNNER", "AGE"] if wide else []))
+    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LABELS"]
+    table = _table(*headers, *(more if wide else []))
+    held = _held(bound) if wide else {}
     for worker in workers:
         name = (worker.get("metadata") or {}).get("name", "?")
         spec, status = worker.get("spec") or {}, worker.get("status") or {}
@@ -506,8 +508,33 @@ def workers_table(
         if wide:
             row += [status.get("hostname") or "-", status.get("runner") or "-"]
             row.append(_age(status.get("registered_at"), now))
+            row += _inventory(spec, held.get(name, (0, 0)))
         table.add_row(*row)
     return table
+
+
+def _held(bound: Iterable[Document]) -> dict[str, tuple[int, int]]:
+    """Per worker: the millicpus and bytes of memory its jobs hold."""
+    held: dict[str, tuple[int, int]] = {}
+    for job in bound:
+        worker = _status(job).get("worker") or ""
+        resources = _spec(job).get("resources") or {}
+        cpus, memory = held.get(worker, (0, 0))
+        cpus += round(float(resources.get("cpus") or 0) * 1000)
+        memory += int(resources.get("memory") or 0)
+        held[worker] = (cpus, memory)
+    return held
+
+
+def _inventory(spec: Document, held: tuple[int, int]) -> list[str]:
+    """CPUS and MEMORY as free/total (`-` where the worker says none), then LABELS."""
+    cpus, memory = spec.get("cpus"), spec.get("memory")
+    free_cpus = "-" if cpus is None else f"{(round(cpus * 1000) - held[0]) / 1000:g}/{cpus:g}"
+    free_memory = (
+        "-" if memory is None else f"{format_size(max(0, memory - held[1]))}/{format_size(memory)}"
+    )
+    labels = ",".join(f"{k}={v}" for k, v in sorted((spec.get("labels") or {}).items()))
+    return [free_cpus, free_memory, labels or "-"]
 
 
 def _usage(bound: Iterable[Document]) -> tuple[dict[str, int], dict[str, dict[int, int]]]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
-from jobd.api.models import Job, Resources, Worker, WorkerPhase
+from jobd.api.models import Job, Resources, Worker, WorkerPhase, WorkerSpec
+from jobd.controllers import eligibility
+from jobd.controllers.eligibility import eligible
 from jobd.controllers.view import ClusterView
 from jobd.controllers.worker_disk import disk_is_full
 
@@ -31,7 +33,9 @@ class Capacity:
 
     Two pools (Resources): CPU slots for CPU-only jobs, GPUs for GPU jobs. A GPU's
     memory is what it has less what processes jobd did not start use on it; a GPU
-    whose memory is unknown takes only jobs that ask for no gpu_memory.
+    whose memory is unknown takes only jobs that ask for no gpu_memory. On top of
+    either, the CPUs (in thousandths) and memory jobs name: a job fits where every
+    dimension it asks for is free at once.
     """
 
     worker: str
@@ -42,27 +46,70 @@ class Capacity:
     # job id -> what is held for it: its slot or its GPUs (the ones it would be given),
     # or a GPU freed for a nominated job could go to another job first.
     reserved: dict[int, Resources] = field(default_factory=dict)
+    free_millicpus: int = 0
+    free_memory: int = 0
+    # The worker's spec, for eligibility (labels, mount roots: eligibility.py) and for
+    # its whole inventory (best fit); None: every job is eligible, inventory none.
+    spec: WorkerSpec | None = None
+    rooted: bool = False  # whether the worker names mount roots
+    # The whole inventory in CPUs (thousandths) and memory: the best fit's measure.
+    total_millicpus: int = 0
+    total_memory: int = 0
 
     def pick(self, job: Job) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
 
-        What is held for other nominated jobs is not offered: their slot, and the GPUs
-        they would be given (those free now that fit them, up to their count).
+        What is held for other nominated jobs is not offered: their slot, CPUs and
+        memory, and the GPUs they would be given (those free now that fit them, up to
+        their count).
         """
-        slots, gpus = self.free_slots, self.free_gpus
-        for held_id, held in self.reserved.items():
-            if held_id != job.metadata.id:
-                slots -= held.slots
-                taken = self._fitting(held, gpus)[: held.gpus]
-                gpus = [g for g in gpus if g not in taken]
-        needs = job.spec.resources
-        fitting = self._fitting(needs, gpus)
+        spec = job.spec
+        # Eligibility first, checked only where there is something to check: this runs
+        # for every queued job against every worker on the scheduler's hot path.
+        where = self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
+        if where and self.spec is not None and not eligible(spec, self.worker, self.spec):
+            return None
+        if self.reserved:
+            slots, gpus, millicpus, memory = self._offered(job)
+        else:
+            slots, gpus = self.free_slots, self.free_gpus
+            millicpus, memory = self.free_millicpus, self.free_memory
+        needs = spec.resources
+        fitting = self._fitting(needs, gpus) if needs.gpus else []
         if slots < needs.slots or len(fitting) < needs.gpus:
+            return None
+        if (needs.cpus and millicpus < needs.millicpus) or (needs.memory and memory < needs.memory):
             return None
         return fitting[: needs.gpus]
 
+    def _offered(self, job: Job) -> tuple[int, list[int], int, int]:
+        """Free slots, GPUs, millicpus and memory, less what is held for other jobs."""
+        slots, gpus = self.free_slots, self.free_gpus
+        millicpus, memory = self.free_millicpus, self.free_memory
+        for held_id, held in self.reserved.items():
+            if held_id != job.metadata.id:
+                slots -= held.slots
+                millicpus -= held.millicpus
+                memory -= held.memory_bytes
+                taken = self._fitting(held, gpus)[: held.gpus]
+                gpus = [g for g in gpus if g not in taken]
+        return slots, gpus, millicpus, memory
+
     def fits(self, job: Job) -> bool:
         return self.pick(job) is not None
+
+    def lacks(self, job: Job) -> set[str]:
+        """The dimensions `job` is short of here (what is held for others counted as
+        taken): `slots`, `gpus`, `cpus`, `memory`."""
+        slots, gpus, millicpus, memory = self._offered(job)
+        needs = job.spec.resources
+        short = {
+            "slots": slots < needs.slots,
+            "gpus": len(self._fitting(needs, gpus)) < needs.gpus,
+            "cpus": millicpus < needs.millicpus,
+            "memory": memory < needs.memory_bytes,
+        }
+        return {dimension for dimension, lacking in short.items() if lacking}
 
     def _fitting(self, needs: Resources, gpus: list[int]) -> list[int]:
         """The GPUs of `gpus` with room for `needs`, smallest first (best fit: big ones
@@ -76,9 +123,22 @@ class Capacity:
     def take(self, job: Job) -> list[int]:
         gpus = self.pick(job) or []
         self.reserved.pop(job.id, None)
-        self.free_slots -= job.spec.resources.slots
+        needs = job.spec.resources
+        self.free_slots -= needs.slots
+        self.free_millicpus -= needs.millicpus
+        self.free_memory -= needs.memory_bytes
         self.free_gpus = [g for g in self.free_gpus if g not in gpus]
         return gpus
+
+    def left_after(self, needs: Resources) -> float:
+        """What placing `needs` here leaves of the CPUs and memory it names, as shares of
+        the worker's inventory summed: the best fit leaves least (0 when it names none)."""
+        left = 0.0
+        if needs.cpus:
+            left += (self.free_millicpus - needs.millicpus) / max(1, self.total_millicpus)
+        if needs.memory:
+            left += (self.free_memory - needs.memory) / max(1, self.total_memory)
+        return left
 
     def has_room(self) -> bool:
         """Whether anything at all could start here: a free slot or a free GPU."""
@@ -91,6 +151,12 @@ class Capacity:
             list(self.free_gpus),
             self.gpu_memory,
             dict(self.reserved),
+            self.free_millicpus,
+            self.free_memory,
+            self.spec,
+            self.rooted,
+            self.total_millicpus,
+            self.total_memory,
         )
 
 
@@ -112,16 +178,38 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     whose disk is full (worker_disk.py).
     """
     caps = {
-        w.name: Capacity(w.name, w.spec.slots, sorted(w.spec.gpus), _memory_free(w))
+        w.name: _capacity(w)
         for w in workers
         if w.status.phase == WorkerPhase.READY and not w.spec.cordoned and not disk_is_full(w)
     }
     for job in bound:
         cap = caps.get(job.status.worker or "")
         if cap is not None:
-            cap.free_slots -= job.spec.resources.slots
+            needs = job.spec.resources
+            cap.free_slots -= needs.slots
+            cap.free_millicpus -= needs.millicpus
+            cap.free_memory -= needs.memory_bytes
             cap.free_gpus = [g for g in cap.free_gpus if g not in job.status.gpus]
     return caps
+
+
+def _capacity(worker: Worker) -> Capacity:
+    """An empty worker's capacity: all of it free."""
+    spec = worker.spec
+    millicpus, memory = spec.millicpus, spec.memory or 0
+    return Capacity(
+        worker.name,
+        spec.slots,
+        sorted(spec.gpus),
+        _memory_free(worker),
+        {},
+        millicpus,
+        memory,
+        spec,
+        bool(spec.mount_roots),
+        millicpus,
+        memory,
+    )
 
 
 def _memory_free(worker: Worker) -> dict[int, int]:
@@ -130,8 +218,11 @@ def _memory_free(worker: Worker) -> dict[int, int]:
 
 
 def give_back(cap: Capacity, job: Job) -> None:
-    """Count `job`'s slots and GPUs on `cap` as free again (a victim, in a trial)."""
-    cap.free_slots += job.spec.resources.slots
+    """Count what `job` holds on `cap` as free again (a victim, in a trial)."""
+    needs = job.spec.resources
+    cap.free_slots += needs.slots
+    cap.free_millicpus += needs.millicpus
+    cap.free_memory += needs.memory_bytes
     cap.free_gpus = sorted(set(cap.free_gpus) | set(job.status.gpus))
 
 
@@ -146,20 +237,39 @@ def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
 def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
     """The nominated worker if the job has one; else, for a CPU job, the fitting worker
     with most free slots; for a GPU job, the one whose GPUs fit it best (least memory
-    given, then most GPUs left), so big GPUs stay free for the jobs that need them."""
+    given, then most GPUs left), so big GPUs stay free for the jobs that need them. A job
+    naming CPUs or memory goes, after its GPUs, where it leaves least of them free (best
+    fit: big holes stay for big jobs)."""
     if job.status.nominated_worker:
         cap = caps.get(job.status.nominated_worker)
         return cap if cap is not None and cap.fits(job) else None
-    best: tuple[tuple[int, int, str], Capacity] | None = None
+    spec = job.spec
+    needs = spec.resources
+    slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
+    sized = bool(millicpus or memory)
+    # Whether pick() has more to check than the comparisons below, whatever the worker.
+    where = count > 0 or eligibility.asks_where(spec)
+    best: tuple[tuple[float, float, int, str], Capacity] | None = None
     for cap in caps.values():
-        gpus = cap.pick(job)
-        if gpus is None:
+        # What is free before reservations bounds what pick() offers: most workers a job
+        # does not fit are passed over here, at the cost of four comparisons.
+        if cap.free_slots < slots or cap.free_millicpus < millicpus or cap.free_memory < memory:
             continue
-        if job.spec.resources.gpus:
-            given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
-            key = (-given, len(cap.free_gpus), cap.worker)
+        if len(cap.free_gpus) < count:
+            continue
+        if where or cap.reserved or cap.rooted:
+            picked = cap.pick(job)
+            if picked is None:
+                continue
+            gpus = picked
         else:
-            key = (cap.free_slots, 0, cap.worker)
+            gpus = []  # no GPUs, holds, nor rules: the comparisons above were pick()'s
+        snug = -cap.left_after(needs) if sized else 0.0
+        if needs.gpus:
+            given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
+            key = (float(-given), snug, len(cap.free_gpus), cap.worker)
+        else:
+            key = (snug, 0.0, cap.free_slots, cap.worker)
         if best is None or key > best[0]:
             best = (key, cap)
     return best[1] if best else None

@@ -1,4 +1,5 @@
-"""The scheduler: binds pending jobs to workers with a free slot (CPU jobs) or free GPUs.
+"""The scheduler: binds pending jobs to workers with a free slot (CPU jobs) or free GPUs,
+and the CPUs and memory a job names free there, among the workers it may run on.
 
 One key, "queue": each pass reads the workers and the jobs bound to them (work that
 grows with what runs, not with history), then walks ready Pending jobs highest priority
@@ -24,7 +25,7 @@ from jobd.controllers.capacity import (
 )
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
-from jobd.store.base import Change, Conflict
+from jobd.store.base import Change, Conflict, Fits
 
 __all__ = ["QUEUE_KEY", "SchedulerController"]
 
@@ -101,9 +102,11 @@ class SchedulerController:
             # A floor of 8 parsed six bodies more than a one-slot pass binds.)
             size = min(_SCAN_LIMIT - scanned, 2 * free)
             # Jobs too big for every worker's free room stay in the index, unread.
-            fits = (
+            fits = Fits(
                 max(max(0, c.free_slots) for c in caps.values()),
                 max(len(c.free_gpus) for c in caps.values()),
+                max(max(0, c.free_millicpus) for c in caps.values()),
+                max(max(0, c.free_memory) for c in caps.values()),
             )
             page = self.ctx.store.queue_head(size, fits, after)
             lost, past_full_array = self._bind_page(page, caps, arrays)

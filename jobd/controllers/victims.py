@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobd.api.models import Job, Phase
+from jobd.controllers import eligibility
 from jobd.controllers.capacity import Capacity, give_back
 
 __all__ = ["Plan", "choose_victims", "frees_for", "may_yield_to", "on_the_way", "runtime_s"]
@@ -49,7 +50,8 @@ def choose_victims(
     bound: Iterable[Job],
     eligible: Callable[[Job], bool],
 ) -> Plan | None:
-    """The fewest victims, on one worker, whose slots or GPUs let `candidate` run there.
+    """The fewest victims, on one worker, whose slots, GPUs, CPUs and memory let
+    `candidate` run there (each victim taken frees some of what it still lacks).
 
     Victims are taken lowest priority first, then most recently started (least work
     lost); jobs already on their way out count as capacity. Among workers, the plan with
@@ -60,6 +62,8 @@ def choose_victims(
         by_worker.setdefault(job.status.worker or "", []).append(job)
     plans: list[tuple[tuple[int, int, str], Plan]] = []
     for name, cap in caps.items():
+        if cap.spec is not None and not eligibility.eligible(candidate.spec, name, cap.spec):
+            continue  # no victim there makes the candidate welcome (its selector, pin, cwd)
         trial = cap.copy()
         jobs = by_worker.get(name, [])
         for job in filter(on_the_way, jobs):
@@ -70,9 +74,15 @@ def choose_victims(
         )
         base = trial.copy()
         chosen: list[Job] = []
-        while not trial.fits(candidate) and victims:
-            chosen.append(victims.pop(0))
-            give_back(trial, chosen[-1])
+        while not trial.fits(candidate):
+            # The first in order that frees what the candidate still lacks here.
+            lacking = trial.lacks(candidate)
+            victim = next((v for v in victims if _holds(v) & lacking), None)
+            if victim is None:
+                break
+            victims.remove(victim)
+            chosen.append(victim)
+            give_back(trial, victim)
         if trial.fits(candidate):
             chosen = _drop_unneeded(base, candidate, chosen)
             worst = max((v.status.effective.priority for v in chosen), default=-1)
@@ -81,11 +91,33 @@ def choose_victims(
 
 
 def frees_for(victim: Job, candidate: Job) -> bool:
-    """Whether stopping `victim` frees what `candidate` lacks: a GPU for a GPU job, a
-    slot for a CPU job. Stopping a CPU job never lets a GPU job run, nor the reverse."""
-    if candidate.spec.resources.gpus:
-        return bool(victim.status.gpus)
-    return victim.spec.resources.slots > 0
+    """Whether stopping `victim` frees something `candidate` asks for: a GPU for a GPU
+    job, a slot for a CPU job, CPUs or memory for a job naming them. Stopping a CPU job
+    never lets a GPU job run, nor the reverse, unless CPUs or memory are what it lacks."""
+    return bool(_holds(victim) & _asks(candidate))
+
+
+def _holds(job: Job) -> set[str]:
+    """The dimensions a running job gives back when it stops."""
+    needs = job.spec.resources
+    held = {
+        "slots": needs.slots > 0,
+        "gpus": bool(job.status.gpus),
+        "cpus": needs.millicpus > 0,
+        "memory": needs.memory_bytes > 0,
+    }
+    return {dimension for dimension, holds in held.items() if holds}
+
+
+def _asks(job: Job) -> set[str]:
+    needs = job.spec.resources
+    asked = {
+        "slots": needs.slots > 0,
+        "gpus": needs.gpus > 0,
+        "cpus": needs.millicpus > 0,
+        "memory": needs.memory_bytes > 0,
+    }
+    return {dimension for dimension, asks in asked.items() if asks}
 
 
 def _drop_unneeded(base: Capacity, candidate: Job, chosen: list[Job]) -> list[Job]:

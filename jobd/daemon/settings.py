@@ -21,6 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from jobd.cli.durations import Duration
+from jobd.daemon.inventory import (
+    DEFAULT_RESERVE_CPUS,
+    DEFAULT_RESERVE_MEMORY,
+    mount_roots_of,
+    parse_labels,
+    size_option,
+)
 from jobd.daemon.worker_host import Gpus, parse_gpus, worker_name
 
 if TYPE_CHECKING:
@@ -53,8 +60,9 @@ class _Flag:
     help: str
     type: Any = None
     is_flag: bool = False
-    multiple: bool = False
     callback: Callable[[click.Context, click.Parameter, Any], Any] | None = None
+    multiple: bool = False  # repeatable; the environment variable holds several
+    shown: str | None = None  # the default as --help shows it, when not as it is held
 
 
 def setting(
@@ -80,7 +88,8 @@ def _option(field: dataclasses.Field[Any]) -> Callable[[F], F]:
         is_flag=how.is_flag,
         multiple=how.multiple,
         callback=how.callback,
-        show_default=default not in (None, ()) and not callable(default) and not how.is_flag,
+        show_default=how.shown
+        or (default not in (None, ()) and not callable(default) and not how.is_flag),
         help=how.help,
     )
 
@@ -122,6 +131,22 @@ def _name_option(ctx: click.Context, _param: click.Parameter, value: str) -> str
 
 def _gpus_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Gpus | None:
     return parse_gpus(value)
+
+
+def _size_option(_ctx: click.Context, _param: click.Parameter, value: Any) -> int | None:
+    return size_option(value)
+
+
+def _labels_option(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    return parse_labels(value)
+
+
+def _roots_option(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[Path, ...]
+) -> tuple[str, ...]:
+    return tuple(mount_roots_of(value))
 
 
 _A_PATH = click.Path(path_type=Path)
@@ -367,6 +392,55 @@ class WorkerOptions:
         "0:24GiB,1:80GiB, or 'none'; checked against NVML or nvidia-smi where they "
         "answer. [default: from NVML, else nvidia-smi]",
         callback=_gpus_option,
+    )
+    cpus: float | None = setting(
+        "--cpus",
+        "JOBD_WORKER_CPUS",
+        "CPUs that jobs naming CPUs may hold here (fractions: 7.5). "
+        "[default: the CPUs this process may run on, less --reserve-cpus]",
+        type=click.FloatRange(min=0, max=1 << 20),
+    )
+    memory: int | None = setting(
+        "--memory",
+        "JOBD_WORKER_MEMORY",
+        "Memory that jobs naming memory may hold here: 64GiB, 512G. "
+        "[default: MemTotal of /proc/meminfo, less --reserve-memory]",
+        callback=_size_option,
+    )
+    reserve_cpus: float = setting(
+        "--reserve-cpus",
+        "JOBD_WORKER_RESERVE_CPUS",
+        "CPUs kept for the host when the CPUs are detected (not when --cpus says).",
+        default=DEFAULT_RESERVE_CPUS,
+        type=click.FloatRange(min=0),
+    )
+    reserve_memory: int = setting(
+        "--reserve-memory",
+        "JOBD_WORKER_RESERVE_MEMORY",
+        "Memory kept for the host when the memory is detected (not when --memory says).",
+        default=DEFAULT_RESERVE_MEMORY,
+        type=click.STRING,  # a size as written: the callback reads it
+        callback=_size_option,
+        shown="2GiB",
+    )
+    labels: tuple[tuple[str, str], ...] = setting(
+        "--label",
+        "JOBD_WORKER_LABELS",
+        "A label that node_selector matches, K=V (repeatable; the variable takes several, "
+        "comma-separated), over the detected arch, os and gpu.model.",
+        default=(),
+        multiple=True,
+        callback=_labels_option,
+    )
+    mount_roots: tuple[str, ...] = setting(
+        "--mount-root",
+        "JOBD_WORKER_MOUNT_ROOTS",
+        "Place here only jobs whose cwd is under this path (repeatable; the variable "
+        "takes several, ':'-separated). [default: none: any cwd]",
+        default=(),
+        multiple=True,
+        type=_A_PATH,
+        callback=_roots_option,
     )
     checkpoint_root: str | None = setting(
         "--checkpoint-root",

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from jobd.cli.credentials import TokenFileError, read_token_file
+from jobd.daemon.inventory import detected_cpus, detected_memory, labels_of, offered
 from jobd.daemon.settings import NAME_GIVEN, OutputOptions, WorkerOptions, default_data_dir
 from jobd.daemon.worker_host import Gpus, check_gpus, detect_gpus
 from jobd.discovery import TokenError, usable_token
@@ -36,10 +37,16 @@ def worker_settings(
     if worker.checkpoint_root:
         env["JOBD_WORKER_CHECKPOINT_ROOT"] = worker.checkpoint_root
     state_dir = worker.state_dir or (data_dir or default_data_dir()) / "worker" / worker.name
+    cpus = offered(worker.cpus, detected_cpus(), worker.reserve_cpus)
+    memory = offered(worker.memory, detected_memory(), worker.reserve_memory)
     return WorkerSettings(
         name=worker.name,
         slots=worker.slots or max(1, len(gpus)),
         gpus=sorted(gpus),
+        cpus=cpus,
+        memory=None if memory is None else int(memory),
+        labels=labels_of(worker.labels, sorted(gpus)),
+        mount_roots=list(worker.mount_roots),
         gpu_memory={g: m for g, m in gpus.items() if m is not None},
         checkpoint_root=checkpoint_root(env),
         default_grace_s=worker.default_grace,

@@ -53,7 +53,7 @@ def job_document(
 ) -> Document:
     """A Job of `command` (argv, or a string split as a shell would, never run by one) in
     `cwd` (default: here). `spec_fields` are JobSpec's fields by name; a resource
-    (`gpus`, `gpu_memory`) may be said directly. Only what is said is sent, so
+    (`cpus`, `memory`, `gpus`, `gpu_memory`) may be said directly. Only what is said is sent, so
     every default stays the project's and the broker's; the broker checks the values."""
     argv = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
     if not argv:

@@ -25,12 +25,12 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic_core import to_json
 
 from jobd.api.arrays import JobArray
-from jobd.api.models import Job, Phase, Project, Worker
+from jobd.api.models import MAX_ID, MAX_INT, Job, Phase, Project, Worker
 
 __all__ = [
     "ArrayStore",
@@ -40,6 +40,7 @@ __all__ = [
     "Conflict",
     "EventRecord",
     "EventStore",
+    "Fits",
     "Gone",
     "JobStore",
     "Kind",
@@ -58,6 +59,16 @@ __all__ = [
 
 Kind = Literal["Job", "Project", "Worker"]
 Op = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class Fits(NamedTuple):
+    """The most any one worker has free of each: the queue's read skips a job bigger in
+    any (`queue_head`). CPUs in thousandths, memory in bytes; unsaid: no bound."""
+
+    slots: int
+    gpus: int
+    millicpus: int = MAX_ID  # an INTEGER column, as ids
+    memory: int = MAX_INT
 
 
 class Conflict(Exception):
@@ -254,7 +265,7 @@ class JobStore(Transactions, Protocol):
         by_priority: bool = False,
     ) -> list[Job]: ...
     def queue_head(
-        self, limit: int, fits: tuple[int, int], after: tuple[int, int] | None = None
+        self, limit: int, fits: Fits, after: tuple[int, int] | None = None
     ) -> list[Job]: ...
     def count_jobs_by_phase(self) -> dict[str, int]: ...
     def children_of(self, job_id: int) -> list[int]: ...

@@ -43,6 +43,10 @@ jobs = sa.Table(
     sa.Column("ready", sa.Boolean, nullable=False),
     sa.Column("slots", sa.Integer, nullable=False),
     sa.Column("gpus", sa.Integer, nullable=False),
+    # What the job holds of its worker's inventory: CPUs in thousandths, memory in bytes
+    # (0: it names none). The queue's read skips what fits no worker's free room.
+    sa.Column("millicpus", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("memory", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("worker", sa.String(253)),
     sa.Column("nominated_worker", sa.String(253)),
     sa.Column("resource_version", sa.BigInteger, nullable=False),

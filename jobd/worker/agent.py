@@ -138,6 +138,10 @@ class Agent:
             gpus=self.settings.gpus,
             gpu_memory=self.settings.gpu_memory,
             lease_duration_s=self.lease_duration_s,
+            cpus=self.settings.cpus,
+            memory=self.settings.memory,
+            labels=self.settings.labels,
+            mount_roots=self.settings.mount_roots,
         )
         runner, link = self.containment.name, self.link
         body = Registration(
@@ -153,6 +157,10 @@ class Agent:
             worker=self.settings.name,
             runner=runner,
             slots=spec.slots,
+            cpus=spec.cpus,
+            memory=spec.memory,
+            labels=spec.labels,
+            mount_roots=spec.mount_roots,
             instance=link.instance,
             epoch=link.epoch,
         )

@@ -36,6 +36,12 @@ class WorkerSettings:
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES  # per output file: head and newest bytes kept
     keep_job_files: bool = False  # keep a job's state directory once it is over and shipped
     gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> bytes, where known
+    # The inventory jobs naming CPUs and memory hold (None: not known), the labels
+    # selectors match, the mount roots a job's cwd must be under (daemon/inventory.py).
+    cpus: float | None = None
+    memory: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    mount_roots: list[str] = field(default_factory=list)
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

@@ -107,3 +107,23 @@ def test_a_failing_nvidia_smi_is_a_warning_not_silence(tmp_path: Path) -> None:
     assert warning is not None and warning["level"] == "warning"
     assert "nvidia-smi exited 9: NVIDIA-SMI has failed" in warning["message"]
     assert "running with no GPUs" in warning["message"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--label", "gpu"], "jobd: error: --label 'gpu': 'gpu' is not a label: KEY=VALUE"),
+        (["--label", "a=b=c"], "jobd: error: --label 'a=b=c': a: 'b=c' is not a label value"),
+        (["--memory", "lots"], "jobd: error: 'lots' is not a size"),
+        (["--mount-root", "data"], "jobd: error: --mount-root 'data': give an absolute path"),
+    ],
+)
+def test_an_unusable_inventory_label_or_mount_root_is_one_error(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    env = _fake_smi(tmp_path, LISTS_TWO)
+    env["JOBD_DATA_DIR"] = str(tmp_path / "data")
+    result = _jobd(env, "worker", *flags, "--server", "http://127.0.0.1:9")
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(said), line

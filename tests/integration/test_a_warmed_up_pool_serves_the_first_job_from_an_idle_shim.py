@@ -36,14 +36,15 @@ def _children(parent: int) -> dict[int, str]:
     return found
 
 
-def _pool_pid() -> int:
-    (pid,) = [pid for pid, cmd in _children(os.getpid()).items() if POOL_MODULE in cmd]
-    return pid
+def _pools() -> set[int]:
+    """This process's live shim pools (an earlier test's may still be exiting)."""
+    return {pid for pid, cmd in _children(os.getpid()).items() if POOL_MODULE in cmd}
 
 
 async def test_the_first_launch_after_a_warm_up_goes_to_the_idle_shim(
     state_root: Path, tmp_path: Path
 ) -> None:
+    before = _pools()
     pool = ShimPool()
     scratch = tmp_path / "warm-up"
     (scratch / "left-by-a-killed-agent").mkdir(parents=True)
@@ -51,7 +52,8 @@ async def test_the_first_launch_after_a_warm_up_goes_to_the_idle_shim(
         with anyio.fail_after(20):
             await pool.warm_up(scratch)
         assert not scratch.exists()
-        idle = set(_children(_pool_pid()))
+        (pool_pid,) = _pools() - before
+        idle = set(_children(pool_pid))
         assert len(idle) == 1, "one shim, idle after the warm-up's launch"
         first = await pool.launch(state_root / "1-1", python_spec("pass"))
         assert first.identity is not None and first.identity.pid in idle

@@ -24,10 +24,11 @@ SCENARIOS = [
     "preempt",
     "scale",
     "reconcile",
+    "placement",
     "cli",
     "footprint",
 ]
-RATE_NOT_APPLICABLE = {"dispatch", "preempt", "scale", "reconcile"}
+RATE_NOT_APPLICABLE = {"dispatch", "preempt", "scale", "reconcile", "placement"}
 # Memory, not time: no rate nor latency (their figures are checked below).
 MEMORY = {"footprint"}
 

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -42,6 +43,7 @@ from jobd.store import (
     Change,
     Conflict,
     EventRecord,
+    Fits,
     Gone,
     NotFound,
     SQLStore,
@@ -384,7 +386,7 @@ def test_the_queue_head_pages_by_keyset_in_priority_order(store: SQLStore) -> No
         [make_job(f"p{i}", priority=prio) for i, prio in enumerate([5, 10, 5, 1, 10, 5])]
     )
     expected = sorted(jobs, key=lambda j: (-j.status.effective.priority, j.id))
-    fits = (1, 0)  # every job here asks for one slot and no GPU
+    fits = Fits(1, 0)  # every job here asks for one slot and no GPU
 
     assert store.list_jobs(by_priority=True) == expected
     pages: list[list[Job]] = []
@@ -706,11 +708,38 @@ def test_gpu_jobs_of_an_older_store_take_no_slot_once_migrated(
     _downgrade(store, "0005")
     old = SQLStore(store_url)
     try:
-        assert old.queue_head(10, (0, 2)) == [], "the old row asks for two slots"
+        with old.engine.connect() as conn:  # (today's queue read names 0007's columns)
+            slots = conn.execute(sa.select(t.jobs.c.slots)).scalar_one()
+        assert slots == 2, "the old row asks for two slots"
         old.migrate()
-        assert old.queue_head(10, (0, 2)) == [gpu_job], "every slot taken, two GPUs free"
+        assert old.queue_head(10, Fits(0, 2)) == [gpu_job], "every slot taken, two GPUs free"
     finally:
         old.close()
+
+
+def test_jobs_of_an_older_store_hold_no_cpus_nor_memory_once_migrated(
+    store: SQLStore, store_url: str
+) -> None:
+    """Before 0007 no job named CPUs or memory: its row is filled with none of either."""
+    [old_job] = store.create_jobs([make_job("old")])
+    _downgrade(store, "0006")
+    old = SQLStore(store_url)
+    try:
+        old.migrate()
+        [big] = old.create_jobs([_resized(make_job("big"), cpus=2, memory="1GiB")])
+        no_room = Fits(1, 0, millicpus=0, memory=0)
+        assert old.queue_head(10, no_room) == [old_job], "the old job holds none"
+        room = Fits(1, 0, millicpus=2000, memory=1 << 30)
+        assert old.queue_head(10, room) == [old_job, big]
+        assert old.queue_head(10, room._replace(millicpus=1999)) == [old_job]
+        assert old.queue_head(10, room._replace(memory=(1 << 30) - 1)) == [old_job]
+    finally:
+        old.close()
+
+
+def _resized(job: Job, **resources: Any) -> Job:
+    job.spec.resources = Resources(**resources)
+    return job
 
 
 def test_checkpoints_from_another_thread_lose_no_write(store: SQLStore) -> None:

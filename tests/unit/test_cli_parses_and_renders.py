@@ -103,6 +103,11 @@ def test_submit_sends_cwd_as_an_absolute_path(
         ({"priority": -1}, "--priority: Input should be greater than or equal to 0"),
         ({"env": ["NOEQUALS"]}, "--env expects KEY=VALUE, got 'NOEQUALS'"),
         ({"name": "Bad Name"}, "--name: must be 1-63 lowercase letters"),
+        ({"cpus": -1}, "--cpus: Input should be greater than or equal to 0.001"),
+        ({"memory": "0"}, "--memory: '0': a size must be more than 0 bytes"),
+        ({"selector": ["gpu=a=b"]}, "--selector: gpu: 'a=b' is not a label value"),
+        ({"selector": ["gpu"]}, "--selector expects KEY=VALUE, got 'gpu'"),
+        ({"worker": "Bad!"}, "--worker: 'Bad!' is not a worker name"),
     ],
 )
 def test_submit_refuses_bad_flags_naming_the_flag(kwargs: dict[str, Any], message: str) -> None:

@@ -38,6 +38,10 @@ CONTRACT = {
     "JOBD_WORKER_NAME": "--name",
     "JOBD_WORKER_SLOTS": "--slots",
     "JOBD_WORKER_GPUS": "--gpus",
+    "JOBD_WORKER_CPUS": "--cpus",
+    "JOBD_WORKER_MEMORY": "--memory",
+    "JOBD_WORKER_LABELS": "--label",
+    "JOBD_WORKER_MOUNT_ROOTS": "--mount-root",
     "JOBD_WORKER_CHECKPOINT_ROOT": "--checkpoint-root",
     "JOBD_WORKER_DEFAULT_GRACE_S": "--default-grace",
     "JOBD_TOKEN_FILE": "--token-file",
@@ -73,6 +77,17 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
     "--webhook-backoff": ("0.5", 0.5, "2", 2.0),
     "--webhook-backoff-max": ("5", 5.0, "60", 60.0),
     "--webhook-queue": ("10", 10, "20", 20),
+    "--cpus": ("7.5", 7.5, "3", 3.0),
+    "--memory": ("64GiB", 64 << 30, "512M", 512 << 20),
+    "--reserve-cpus": ("0.5", 0.5, "2", 2.0),
+    "--reserve-memory": ("1GiB", 1 << 30, "4096", 4096),
+    "--label": (
+        "gpu=a100",
+        (("gpu", "a100"),),
+        "gpu=h100,site=lab2",
+        (("gpu", "h100"), ("site", "lab2")),
+    ),
+    "--mount-root": ("/data", ("/data",), "/data:/scratch/", ("/data", "/scratch")),
 }
 
 

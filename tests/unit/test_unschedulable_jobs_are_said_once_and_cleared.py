@@ -5,25 +5,25 @@ from __future__ import annotations
 
 from jobd.api.models import Phase, Resources
 from jobd.controllers import transitions
-from jobd.controllers.placement import unschedulable_message
+from jobd.controllers.placement import Shape, unschedulable_message
 from tests.unit.conftest import NOW, job_in
 
 
 def test_the_message_names_what_is_missing_and_the_largest_worker() -> None:
-    shapes = {(4, (0, 0, 0, 0)), (8, (0, 0))}
+    shapes = {Shape(4, (0, 0, 0, 0)), Shape(8, (0, 0))}
     assert unschedulable_message(Resources(gpus=5), shapes) == (
         "no worker has 5 GPUs; the largest has 4"
     )
-    assert unschedulable_message(Resources(gpus=1), {(1, ())}) == (
+    assert unschedulable_message(Resources(gpus=1), {Shape(1, ())}) == (
         "no worker has 1 GPU; the largest has 0"
     )
     assert unschedulable_message(Resources(gpus=4), shapes) is None
-    assert unschedulable_message(Resources(), {(1, ())}) is None, "a CPU job needs only a slot"
+    assert unschedulable_message(Resources(), {Shape(1, ())}) is None, "a CPU job needs only a slot"
 
 
 def test_gpu_memory_is_judged_per_gpu_on_one_worker() -> None:
     gib = 1 << 30
-    shapes = {(2, (80 * gib, 24 * gib)), (1, (40 * gib, 40 * gib))}
+    shapes = {Shape(2, (80 * gib, 24 * gib)), Shape(1, (40 * gib, 40 * gib))}
     assert unschedulable_message(Resources(gpus=1, gpu_memory=80 * gib), shapes) is None
     assert unschedulable_message(Resources(gpus=2, gpu_memory=40 * gib), shapes) is None
     assert unschedulable_message(Resources(gpus=2, gpu_memory=48 * gib), shapes) == (
@@ -33,7 +33,7 @@ def test_gpu_memory_is_judged_per_gpu_on_one_worker() -> None:
     assert unschedulable_message(Resources(gpus=1, gpu_memory="100GiB"), shapes) == (
         "no worker has 1 GPU with 100GiB each (no GPU with that much; the largest GPU has 80GiB)"
     )
-    unknown = {(1, (0,))}
+    unknown = {Shape(1, (0,))}
     assert unschedulable_message(Resources(gpus=1, gpu_memory=gib), unknown) == (
         "no worker has 1 GPU with 1GiB each (no GPU with that much; no GPU's memory is known)"
     )

@@ -32,7 +32,7 @@ from jobd.api.models import (
 from jobd.api.secrets import MASK, masked_keys, patterns_of, secret_keys
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
-from jobd.controllers.placement import UNSCHEDULABLE, Shape, shapes_of, unschedulable_message
+from jobd.controllers.placement import UNSCHEDULABLE, Shape, placement_message, shapes_of
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -250,8 +250,9 @@ def create_jobs(
 
 
 def judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
+    rooted = any(s.mount_roots for s in shapes)
     for job in jobs:
-        message = unschedulable_message(job.spec.resources, shapes)
+        message = placement_message(job.spec, shapes, rooted)
         if message is not None:
             set_condition(job.status, "Scheduled", False, UNSCHEDULABLE, message, now=clock.now())
 

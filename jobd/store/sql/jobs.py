@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from jobd.api.models import SCRUBBED_PHASES, Job, ObjectMeta, Phase, assign, utcnow
 from jobd.api.secrets import mask_job, patterns_of, secret_keys
 from jobd.store import schema as t
-from jobd.store.base import Conflict, EventRecord
+from jobd.store.base import Conflict, EventRecord, Fits
 from jobd.store.faults import storage_fault
 from jobd.store.sql.cas import SQLCompareAndSwap
 from jobd.store.sql.statements import to_json
@@ -226,16 +226,15 @@ class SQLJobs(SQLCompareAndSwap):
             q = q.limit(limit)
         return [Job.model_validate_json(row.body) for row in self._rows(q)]
 
-    def queue_head(
-        self, limit: int, fits: tuple[int, int], after: tuple[int, int] | None = None
-    ) -> list[Job]:
-        """Ready Pending jobs no bigger than `fits` (slots, GPUs), in the scheduler's order.
+    def queue_head(self, limit: int, fits: Fits, after: tuple[int, int] | None = None) -> list[Job]:
+        """Ready Pending jobs no bigger than `fits` (slots, GPUs, millicpus, memory), in
+        the scheduler's order.
 
         `after` pages by keyset: the (priority, id) of the last job of the page before.
         Statements compiled once: a scheduling pass runs this on every change that frees
         room, and building the query each time cost more than running it.
         """
-        params: dict[str, Any] = {"limit": limit, "slots": fits[0], "gpus": fits[1]}
+        params: dict[str, Any] = {"limit": limit, **fits._asdict()}
         statement = self._hot.queue_first
         if after is not None:
             statement = self._hot.queue_after
@@ -308,6 +307,8 @@ def _job_row(job: Job) -> dict[str, Any]:
         "ready": job.status.dependencies_met and job.status.retry_at is None,
         "slots": job.spec.resources.slots,
         "gpus": job.spec.resources.gpus,
+        "millicpus": job.spec.resources.millicpus,
+        "memory": job.spec.resources.memory_bytes,
         "worker": job.status.worker,
         "nominated_worker": job.status.nominated_worker,
         "resource_version": job.metadata.resource_version,

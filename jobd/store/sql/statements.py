@@ -47,6 +47,8 @@ _QUEUE_FIRST = (
         t.jobs.c.ready == sa.true(),
         t.jobs.c.slots <= sa.bindparam("slots"),
         t.jobs.c.gpus <= sa.bindparam("gpus"),
+        t.jobs.c.millicpus <= sa.bindparam("millicpus"),
+        t.jobs.c.memory <= sa.bindparam("memory"),
     )
     .order_by(t.jobs.c.priority.desc(), t.jobs.c.id)
     .limit(sa.bindparam("limit"))
