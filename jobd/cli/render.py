@@ -534,6 +534,8 @@ def _held(bound: Iterable[Document]) -> dict[str, tuple[int, int]]:
 
 def _inventory(spec: Document, held: tuple[int, int]) -> list[str]:
     """CPUS and MEMORY as free/total (`-` where the worker says none), then LABELS."""
+    from jobd.api.sizes import format_size
+
     cpus, memory = spec.get("cpus"), spec.get("memory")
     free_cpus = "-" if cpus is None else f"{(round(cpus * 1000) - held[0]) / 1000:g}/{cpus:g}"
     free_memory = (

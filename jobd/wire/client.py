@@ -19,12 +19,19 @@ import httpx
 from jobd.discovery import usable_token
 from jobd.wire.calls import Call
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.plain_http import HOLD_MARGIN_S
 
-__all__ = ["ApiError", "AsyncClient", "BaseClient", "BrokerUnreachable", "Client", "error_message"]
+__all__ = [
+    "HOLD_MARGIN_S",
+    "ApiError",
+    "AsyncClient",
+    "BaseClient",
+    "BrokerUnreachable",
+    "Client",
+    "error_message",
+]
 
 T = TypeVar("T")
-# A held request (follow/watch) may take the server's whole timeout; the socket must outlast it.
-HOLD_MARGIN_S = 10.0
 
 
 class BaseClient:

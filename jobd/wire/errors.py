@@ -2,8 +2,8 @@
 the one sentence a refusal is said in.
 
 Apart from the clients, and plain standard library, so that what only catches them (the
-`job` command's error lines) need not load httpx to do it, nor the `job` command's own
-client (`cli/plain_http.py`) to word a refusal.
+`job` command's error lines, the agent) need not load httpx to do it, nor the plain
+clients (`cli/plain_http.py`, `wire/plain_async.py`) to word a refusal.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ A list passes on the jobs whose resource_version moved since they were last pass
 (all of them with `every_listed`, a resync), so a relist misses nothing and says nothing
 twice. `Reflector` holds all of this but the I/O: the call to send next and what its
 answer means. `Informer` sends its calls with the sync `Client` and is an iterator;
-`AsyncInformer` sends them with the `AsyncClient` and hands each change to a handler.
+`AsyncInformer` sends them with an async client (the agent's plain one, or httpx's) and
+hands each change to a handler.
 """
 
 from __future__ import annotations
@@ -19,14 +20,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
 from jobd.wire import calls
 from jobd.wire.answers import Document, JobList, WatchPage
 from jobd.wire.calls import Call
-from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable, Client
+from jobd.wire.errors import ApiError, BrokerUnreachable
+
+if TYPE_CHECKING:  # the agent sends with its plain client and never loads httpx
+    from jobd.wire.client import Client
+    from jobd.wire.plain_async import AsyncSender
 
 __all__ = [
     "AsyncInformer",
@@ -216,7 +221,7 @@ class AsyncInformer:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncSender,
         jobs: JobFilter,
         *,
         every_listed: bool = False,

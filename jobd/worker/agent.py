@@ -22,14 +22,14 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import httpx
 
 from jobd.api.models import GpuUsage, Job, Phase, WorkerSpec
 from jobd.logconfig import get_logger
 from jobd.wire import calls
-from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
+from jobd.wire.errors import ApiError, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
 from jobd.wire.models import Heartbeat, Registration
+from jobd.wire.plain_async import open_async_client
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.diskspace import DiskWatch, filled_the_disk
 from jobd.worker.execution import Execution, Host
@@ -93,10 +93,10 @@ class Agent:
             identity.release()
 
     async def _run_as(self, instance: str) -> None:
-        # A small pool: httpcore looks at every pooled connection on each request.
-        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
-        async with AsyncClient(
-            self.server, self.token, timeout=10.0, limits=limits, user_agent="jobd-worker"
+        # A small pool: one connection for each request at once (the watch, a report batch,
+        # a heartbeat); plain h11 for an http:// broker, httpx for https:// (plain_async.py).
+        async with open_async_client(
+            self.server, self.token, timeout=10.0, max_connections=4, user_agent="jobd-worker"
         ) as client:
             self.link = BrokerLink(client, self.settings.name, instance)
             try:

@@ -17,7 +17,7 @@ import anyio
 from jobd.api.models import TERMINAL_PHASES, Phase
 from jobd.logconfig import get_logger
 from jobd.wire import calls
-from jobd.wire.client import ApiError
+from jobd.wire.errors import ApiError
 from jobd.worker.checkpoints import remove_stale_checkpoints
 from jobd.worker.reporting import BrokerLink
 

@@ -3,7 +3,7 @@
 A report (started, stopping, complete, checkpoint-complete) must survive a broker that
 is briefly unreachable, so it is retried with backoff until the broker answers; a 4xx
 answer is final (the broker decided otherwise, e.g. the job was cancelled meanwhile).
-Requests are the wire's calls (`jobd.wire.calls`), sent by its `AsyncClient`, reports
+Requests are the wire's calls (`jobd.wire.calls`), sent by one of its async clients, reports
 batched by its `ReportBatcher` (`jobd.wire.reports`); this module adds the retries and
 the events that ride along.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -20,10 +20,13 @@ from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
-from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
+from jobd.wire.errors import ApiError, BrokerUnreachable
 from jobd.wire.models import BatchedReport, Heartbeat, ReportBatch, WorkerEvent, WorkerEvents
 from jobd.wire.reports import ReportBatcher
 from jobd.worker.identity import Refused
+
+if TYPE_CHECKING:
+    from jobd.wire.plain_async import AsyncSender
 
 __all__ = ["BrokerLink"]
 
@@ -35,7 +38,7 @@ Sent = TypeVar("Sent", Heartbeat, ReportBatch)
 
 @dataclass
 class BrokerLink:
-    client: AsyncClient
+    client: AsyncSender
     worker: str
     # Who sends: this agent's instance id, and the lease's epoch once registered
     # (identity.py). The broker refuses a sender that does not hold the lease.

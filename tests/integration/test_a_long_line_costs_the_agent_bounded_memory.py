@@ -23,6 +23,7 @@ import anyio
 import pytest
 
 from jobd.wire.client import AsyncClient
+from jobd.wire.plain_async import PlainAsyncClient
 from jobd.worker.following import CHUNK_BYTES, OutputFollower
 from jobd.worker.jobrecord import JobRecord
 from jobd.worker.progress import ProgressScanner
@@ -74,8 +75,13 @@ def daemons_collector() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+# The agent's client for http:// (h11) and the one it takes for https:// (httpx).
+@pytest.mark.parametrize("make_client", [PlainAsyncClient, AsyncClient])
 async def test_one_long_line_is_shipped_in_bounded_memory(
-    broker: str, tmp_path: Path, daemons_collector: None
+    broker: str,
+    tmp_path: Path,
+    daemons_collector: None,
+    make_client: type[PlainAsyncClient | AsyncClient],
 ) -> None:
     with open(tmp_path / "stdout", "wb") as out:
         for _ in range(PRINTED // CHUNK_BYTES):
@@ -87,7 +93,7 @@ async def test_one_long_line_is_shipped_in_bounded_memory(
     async def save() -> None:
         pass
 
-    async with AsyncClient(broker, "jobd_token") as client:
+    async with make_client(broker, "jobd_token") as client:
         follower = OutputFollower(
             BrokerLink(client, "w1"), tmp_path, record, save, 1 << 40, on_stdout=scanner.feed
         )
