@@ -14,16 +14,15 @@ chooses). Next stage: the broker's routes.
 from __future__ import annotations
 
 import http.client
-import json
-import os
 import select
 import socket
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from jobd.discovery import usable_token
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.plain_http import HOLD_MARGIN_S, Reply, plain_http_serves, request_body, target
 
 if TYPE_CHECKING:
     import httpx
@@ -33,38 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["HOLD_MARGIN_S", "PlainClient", "Reply", "plain_http_serves"]
 
 T = TypeVar("T")
-# As the wire's client: a held request's socket outlasts the broker's hold by this much
-# (a test holds the two equal).
-HOLD_MARGIN_S = 10.0
-_PROXY_VARIABLES = ("http_proxy", "all_proxy")
-# What httpx leaves unescaped in a path (RFC 3986's pchar); anything else is %-escaped.
-_PATH_SAFE = "/:@!$&'()*+,;=-._~%"
-
-
-def plain_http_serves(server: str) -> bool:
-    """Whether this client can reach `server`: http://, and no proxy said in the
-    environment (httpx honours those; this client does not)."""
-    if urlsplit(server).scheme != "http":
-        return False
-    names = {name.lower() for name in os.environ}
-    return not names & set(_PROXY_VARIABLES)
-
-
-class Reply:
-    """A response read whole: what the wire's parsers read of an httpx.Response."""
-
-    def __init__(self, status: int, reason: str, headers: http.client.HTTPMessage, body: bytes):
-        self.status_code = status
-        self.reason_phrase = reason
-        self.headers = headers  # case-insensitive .get(), as httpx's Headers
-        self.content = body
-
-    @property
-    def is_error(self) -> bool:
-        return self.status_code >= 400
-
-    def json(self) -> Any:
-        return json.loads(self.content)
 
 
 class PlainClient:
@@ -99,14 +66,14 @@ class PlainClient:
         return call.parse(cast("httpx.Response", reply))
 
     def _send(self, call: Call[Any]) -> Reply:
-        body, headers = _body(call)
+        body, headers = request_body(call)
         timeout = (
             self.timeout if call.hold is None else max(self.timeout, call.hold + HOLD_MARGIN_S)
         )
         self._connect(timeout)
         try:
             self._connection.request(
-                call.method, self._target(call), body, {**self.headers, **headers}
+                call.method, target(self._base_path, call), body, {**self.headers, **headers}
             )
             answer = self._connection.getresponse()
             return Reply(answer.status, answer.reason, answer.headers, answer.read())
@@ -135,10 +102,6 @@ class PlainClient:
             connection.close()
             said = "cannot reach the jobd broker at {server} (is `jobd dev` running?)"
             raise self._unreachable(said) from None
-
-    def _target(self, call: Call[Any]) -> str:
-        path = quote(self._base_path + call.url, safe=_PATH_SAFE)
-        return f"{path}?{_query(call.params)}" if call.params else path
 
     def _unreachable(self, message: str) -> BrokerUnreachable:
         return BrokerUnreachable(self.server, message.format(server=self.server))
@@ -173,33 +136,6 @@ def _create_connection(address: tuple[str, int], *args: Any) -> socket.socket:
     host, port = address
     name = cast(str, host.encode()) if host.isascii() else host  # getaddrinfo takes bytes
     return socket.create_connection((name, port), *args)
-
-
-def _body(call: Call[Any]) -> tuple[bytes | None, dict[str, str]]:
-    """The request's body and the headers that go with it, as httpx encodes them."""
-    headers = dict(call.headers)
-    if call.content is not None:
-        return call.content, headers
-    if call.json is not None:
-        encoded = json.dumps(call.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return encoded.encode(), {"Content-Type": "application/json", **headers}
-    return None, headers
-
-
-def _query(params: Any) -> str:
-    """Query parameters as httpx writes them: a list repeats its key, booleans are
-    `true`/`false`, None is empty."""
-    pairs = []
-    for key, value in params.items():
-        for item in value if isinstance(value, list | tuple) else [value]:
-            pairs.append((key, _primitive(item)))
-    return urlencode(pairs)
-
-
-def _primitive(value: Any) -> str:
-    if value is True or value is False:
-        return "true" if value else "false"
-    return "" if value is None else str(value)
 
 
 def _reason(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 if TYPE_CHECKING:
@@ -29,10 +29,6 @@ _PROXY_VARIABLES = ("http_proxy", "all_proxy")
 _PATH_SAFE = "/:@!$&'()*+,;=-._~%"
 
 
-class _HeaderLookup(Protocol):
-    def get(self, name: str, default: str | None = None, /) -> str | None: ...
-
-
 def plain_http_serves(server: str) -> bool:
     """Whether a plain client can reach `server`: http://, and no proxy said in the
     environment (httpx honours those; the plain clients do not)."""
@@ -45,10 +41,12 @@ def plain_http_serves(server: str) -> bool:
 class Reply:
     """An answer read whole: what the wire's parsers read of an httpx.Response."""
 
-    def __init__(self, status: int, reason: str, headers: _HeaderLookup, body: bytes) -> None:
+    def __init__(self, status: int, reason: str, headers: Any, body: bytes) -> None:
+        # headers: anything with a case-insensitive .get(name), as httpx's Headers
+        # (http.client's HTTPMessage, or the agent's lookup of h11's header list)
         self.status_code = status
         self.reason_phrase = reason
-        self.headers = headers  # case-insensitive .get(), as httpx's Headers
+        self.headers = headers
         self.content = body
 
     @property

@@ -11,10 +11,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import httpx
 import pytest
 
-from jobd.cli import plain_http
 from jobd.cli.broker_client import JobdClient
 from jobd.cli.plain_http import PlainClient, plain_http_serves
-from jobd.wire import calls
+from jobd.wire import calls, plain_http
 from jobd.wire import client as wire_client
 from jobd.wire.calls import Call
 
@@ -46,13 +45,12 @@ def _httpx_request(call: Call[Any]) -> httpx.Request:
 @pytest.mark.parametrize("call", CALLS, ids=lambda c: f"{c.method} {c.route.path}")
 def test_each_call_is_the_same_request_as_httpx_makes(call: Call[Any]) -> None:
     expected = _httpx_request(call)
-    target = PlainClient(SERVER, "t0ken")._target(call)
-    path, _, query = target.partition("?")
+    path, _, query = plain_http.target(urlsplit(SERVER).path.rstrip("/"), call).partition("?")
     assert unquote(path) == unquote(expected.url.path)
     assert parse_qsl(query, keep_blank_values=True) == parse_qsl(
         expected.url.query.decode(), keep_blank_values=True
     )
-    body, headers = plain_http._body(call)
+    body, headers = plain_http.request_body(call)
     assert (body or b"") == expected.content
     assert headers.get("Content-Type") == expected.headers.get("Content-Type")
 
