@@ -31,7 +31,7 @@ from typing import BinaryIO, TextIO
 
 from pydantic_core import to_json
 
-from jobd.eventfiles import files_oldest_first, rotated
+from jobd.eventfiles import read_events, rotated
 from jobd.logconfig import get_logger
 from jobd.store.base import Change, EventRecord, EventStore
 
@@ -105,7 +105,7 @@ class EventLog:
         """
         if last_seq is None or last_seq <= self.store.last_event_seq():
             return
-        raised = self.store.raise_counters(_highest_of_all(self.path))
+        raised = self.store.raise_counters(highest_ids(self.path))
         if raised:
             log.warning("store_counters_advanced", path=str(self.path), before=raised)
 
@@ -225,24 +225,13 @@ def _seq_of(line: bytes | None) -> int | None:
 
 
 def highest_ids(path: Path) -> dict[str, int]:
-    """The highest job id and seq named in events.jsonl, as the store's counters' floors."""
+    """The highest job id and seq named in events.jsonl and its rotated files, as the
+    store's counters' floors."""
     job = seq = 0
-    with path.open("rb") as f:
-        for line in f:
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                job = max(job, _int(doc.get("job")))
-                seq = max(seq, _int(doc.get("seq")))
+    for doc in read_events(path):
+        job = max(job, _int(doc.get("job")))
+        seq = max(seq, _int(doc.get("seq")))
     return {"event_seq": seq, "job_id": job}
-
-
-def _highest_of_all(path: Path) -> dict[str, int]:
-    """highest_ids over the live file and its rotated ones."""
-    found = [highest_ids(p) for p in files_oldest_first(path)]
-    return {key: max((f[key] for f in found), default=0) for key in ("event_seq", "job_id")}
 
 
 def _int(value: object) -> int:
