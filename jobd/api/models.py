@@ -882,6 +882,18 @@ class Job(Strict):
     def ref(self) -> str:
         return f"{self.project}/{self.metadata.name}"
 
+    @property
+    def auto_resumes(self) -> bool:
+        """Whether auto_resume continues this job (or has, `status.resumed_by`): preempted
+        once its checkpoint completed, under `spec.auto_resume`."""
+        preemption = self.status.preemption
+        return (
+            self.status.phase == Phase.PREEMPTED
+            and self.spec.auto_resume
+            and preemption is not None
+            and preemption.checkpoint_complete
+        )
+
     def evolve(self) -> Job:
         """A copy whose status may be changed; spec and metadata are shared, not copied.
 

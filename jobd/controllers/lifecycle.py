@@ -102,14 +102,7 @@ class LifecycleController:
 
 def _wants_auto_resume(job: Job) -> bool:
     """Opt-in: a preemption whose checkpoint completed is resubmitted once."""
-    preemption = job.status.preemption
-    return (
-        job.status.phase == Phase.PREEMPTED
-        and job.spec.auto_resume
-        and preemption is not None
-        and preemption.checkpoint_complete
-        and job.status.resumed_by is None
-    )
+    return job.auto_resumes and job.status.resumed_by is None
 
 
 _TERMINAL_VALUES = frozenset(p.value for p in TERMINAL_PHASES)

@@ -92,7 +92,7 @@ class JobFuture(Generic[T]):
         if self._outcome is not None:
             return True
         job = self._client.get(self.job_id)
-        return job.status.phase in _ENDS and not _resumes(job)
+        return job.status.phase in _ENDS and not job.auto_resumes
 
     def cancel(self) -> bool:
         """Cancel the job; False when it had already ended."""
@@ -134,7 +134,7 @@ class JobFuture(Generic[T]):
         """The job resuming `job`, when auto_resume makes (or has made) one: the broker's
         lifecycle loop sets `resumed_by` moments after the preemption, watched for here
         (TimeoutError when it has not within `wait_s`)."""
-        if not _resumes(job) or job.status.resumed_by is not None:
+        if not job.auto_resumes or job.status.resumed_by is not None:
             return job.status.resumed_by
         watching = self._client.watch(job.metadata.project, name=job.metadata.name, timeout=wait_s)
         for _op, seen in watching:
@@ -193,17 +193,6 @@ def _outcome_in(output: str) -> bytes | None:
 
 
 _ENDS = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.PREEMPTED, Phase.CANCELLED})
-
-
-def _resumes(job: Job) -> bool:
-    """Whether auto_resume continues this job (or has): preempted after a checkpoint."""
-    preemption = job.status.preemption
-    return (
-        job.status.phase == Phase.PREEMPTED
-        and job.spec.auto_resume
-        and preemption is not None
-        and preemption.checkpoint_complete
-    )
 
 
 class Executor:
