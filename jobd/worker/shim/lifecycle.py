@@ -16,7 +16,6 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from jobd.worker.shim.log import log_event, serving
@@ -34,6 +33,7 @@ from jobd.worker.shim.protocol import (
     ShimRecord,
     StopRecord,
     StopRequest,
+    utc_at,
     utc_now,
 )
 from jobd.worker.shim.signals import (
@@ -256,9 +256,9 @@ class _JobRun:
         if self.stop is None and self.pid is not None:
             signal_job(self.pid, signal.SIGTERM)
         now, deadline = time.time(), time.monotonic() + grace_s
-        kill_at = _utc(now + grace_s)
+        kill_at = utc_at(now + grace_s)
         if self.stop is None:
-            sigterm_at = _utc(now)
+            sigterm_at = utc_at(now)
             requested_at = request.requested_at or sigterm_at
             self.stop = StopRecord(request.reason, grace_s, requested_at, sigterm_at, kill_at)
             log_event(f"stop ({self.stop.reason}): SIGTERM sent, grace {grace_s}s")
@@ -314,9 +314,3 @@ class _JobRun:
         started = self.started_at
         workload = None if started is None or self.pid is None else (started, self.pid)
         return ExitStatus.of(returncode, error, workload, self.stop, self.spec)
-
-
-def _utc(timestamp: float) -> str:
-    """A time as utc_now() writes it."""
-    stamp = datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds")
-    return stamp.replace("+00:00", "Z")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +70,7 @@ __all__ = [
     "as_str",
     "bootstrap",
     "decode_reply",
+    "utc_at",
     "utc_now",
 ]
 
@@ -103,7 +105,13 @@ def bootstrap(module: str) -> str:
 
 
 def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return utc_at(time.time())
+
+
+def utc_at(timestamp: float) -> str:
+    """A time.time() as the shim's files write times: ISO 8601, microseconds, `Z`."""
+    stamp = datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds")
+    return stamp.replace("+00:00", "Z")
 
 
 def as_int(value: object) -> int | None:
