@@ -19,9 +19,12 @@ from jobd.controllers.worker_disk import disk_is_full
 
 __all__ = [
     "Capacity",
+    "PlacementKey",
+    "best_of",
     "capacity_of",
     "choose_worker",
     "give_back",
+    "placement_key",
     "reserve_nominated",
     "schedulable",
 ]
@@ -56,17 +59,19 @@ class Capacity:
     total_millicpus: int = 0
     total_memory: int = 0
 
-    def pick(self, job: Job) -> list[int] | None:
+    def pick(self, job: Job, *, admitted: bool = False) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
 
         What is held for other nominated jobs is not offered: their slot, CPUs and
         memory, and the GPUs they would be given (those free now that fit them, up to
-        their count).
+        their count). `admitted`: the job is known to be eligible here.
         """
         spec = job.spec
         # Eligibility first, checked only where there is something to check: this runs
         # for every queued job against every worker on the scheduler's hot path.
-        where = self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
+        where = not admitted and (
+            self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
+        )
         if where and self.spec is not None and not eligible(spec, self.worker, self.spec):
             return None
         if self.reserved:
@@ -239,37 +244,49 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
     with most free slots; for a GPU job, the one whose GPUs fit it best (least memory
     given, then most GPUs left), so big GPUs stay free for the jobs that need them. A job
     naming CPUs or memory goes, after its GPUs, where it leaves least of them free (best
-    fit: big holes stay for big jobs)."""
+    fit: big holes stay for big jobs). The scheduler asks the same of an index by free
+    room (rooms.py), which looks at one worker of each kind instead of every worker."""
     if job.status.nominated_worker:
         cap = caps.get(job.status.nominated_worker)
         return cap if cap is not None and cap.fits(job) else None
-    spec = job.spec
-    needs = spec.resources
-    slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
-    sized = bool(millicpus or memory)
-    # Whether pick() has more to check than the comparisons below, whatever the worker.
-    where = count > 0 or eligibility.asks_where(spec)
-    best: tuple[tuple[float, float, int, str], Capacity] | None = None
-    for cap in caps.values():
-        # What is free before reservations bounds what pick() offers: most workers a job
-        # does not fit are passed over here, at the cost of four comparisons.
-        if cap.free_slots < slots or cap.free_millicpus < millicpus or cap.free_memory < memory:
-            continue
-        if len(cap.free_gpus) < count:
-            continue
-        if where or cap.reserved or cap.rooted:
-            picked = cap.pick(job)
-            if picked is None:
-                continue
-            gpus = picked
-        else:
-            gpus = []  # no GPUs, holds, nor rules: the comparisons above were pick()'s
-        snug = -cap.left_after(needs) if sized else 0.0
-        if needs.gpus:
-            given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
-            key = (float(-given), snug, len(cap.free_gpus), cap.worker)
-        else:
-            key = (snug, 0.0, cap.free_slots, cap.worker)
-        if best is None or key > best[0]:
+    return best_of(job, caps.values())
+
+
+# What a worker is worth to a job (larger is better): see choose_worker.
+PlacementKey = tuple[float, float, int, str]
+
+
+def best_of(job: Job, caps: Iterable[Capacity], *, admitted: bool = False) -> Capacity | None:
+    """The best of `caps` for `job` by choose_worker's measure; `admitted`: each of them
+    is known to be eligible (rooms.py judged its kind once), so pick() need not ask."""
+    best: tuple[PlacementKey, Capacity] | None = None
+    for cap in caps:
+        key = placement_key(job, cap, admitted=admitted)
+        if key is not None and (best is None or key > best[0]):
             best = (key, cap)
     return best[1] if best else None
+
+
+def placement_key(job: Job, cap: Capacity, *, admitted: bool = False) -> PlacementKey | None:
+    """How good a place `cap` is for `job` (None: it does not fit there)."""
+    needs = job.spec.resources
+    millicpus, memory = needs.millicpus, needs.memory_bytes
+    # What is free before reservations bounds what pick() offers: most workers a job
+    # does not fit are passed over here, at the cost of four comparisons.
+    if cap.free_slots < needs.slots or cap.free_millicpus < millicpus or cap.free_memory < memory:
+        return None
+    if len(cap.free_gpus) < needs.gpus:
+        return None
+    # Whether pick() has more to check than the comparisons above.
+    where = not admitted and (cap.rooted or eligibility.asks_where(job.spec))
+    if where or needs.gpus or cap.reserved:
+        gpus = cap.pick(job, admitted=admitted)
+        if gpus is None:
+            return None
+    else:
+        gpus = []  # no GPUs, holds, nor rules: the comparisons above were pick()'s
+    snug = -cap.left_after(needs) if millicpus or memory else 0.0
+    if needs.gpus:
+        given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
+        return (float(-given), snug, len(cap.free_gpus), cap.worker)
+    return (snug, 0.0, cap.free_slots, cap.worker)

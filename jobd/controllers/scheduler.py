@@ -16,15 +16,10 @@ from collections.abc import Iterable
 
 from jobd.api.models import BOUND_PHASES, Job, Phase
 from jobd.controllers import transitions
-from jobd.controllers.capacity import (
-    Capacity,
-    capacity_of,
-    choose_worker,
-    reserve_nominated,
-    schedulable,
-)
+from jobd.controllers.capacity import Capacity, capacity_of, reserve_nominated, schedulable
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
+from jobd.controllers.rooms import RoomIndex
 from jobd.store.base import Change, Conflict, Fits
 
 __all__ = ["QUEUE_KEY", "SchedulerController"]
@@ -96,6 +91,7 @@ class SchedulerController:
     def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
         after: tuple[int, int] | None = None
         scanned, raced = 0, False
+        rooms = RoomIndex(caps)  # a job weighs one worker of each kind and room
         while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
             # Read about as many queued jobs as could start: a pass costs what it binds.
             # (Twice that; a page whose jobs all go unbound is followed by the next one.
@@ -109,7 +105,7 @@ class SchedulerController:
                 max(max(0, c.free_memory) for c in caps.values()),
             )
             page = self.ctx.store.queue_head(size, fits, after)
-            lost, past_full_array = self._bind_page(page, caps, arrays)
+            lost, past_full_array = self._bind_page(page, rooms, arrays)
             raced = raced or lost
             scanned += len(page)
             if past_full_array is not None:  # the rest of that array's members: unread
@@ -121,7 +117,7 @@ class SchedulerController:
         return raced
 
     def _bind_page(
-        self, page: list[Job], caps: dict[str, Capacity], arrays: dict[int, int]
+        self, page: list[Job], rooms: RoomIndex, arrays: dict[int, int]
     ) -> tuple[bool, tuple[int, int] | None]:
         """Bind what fits of one page; True when a bind lost a race, and, when a member of
         a full array was met, where the next page starts: past that array's members."""
@@ -132,16 +128,17 @@ class SchedulerController:
                 if past is not None:
                     return raced, past
                 continue
-            cap = choose_worker(job, caps)
+            cap = rooms.choose(job)
             if cap is not None:
-                bound = self._bind(job, cap)
+                bound = self._bind(job, cap, rooms)
                 raced = not bound or raced
                 if bound and job.metadata.array is not None:
                     arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
         return raced, None
 
-    def _bind(self, job: Job, cap: Capacity) -> bool:
-        bound, events = transitions.bind(job, cap.worker, cap.take(job), self.ctx.clock.now())
+    def _bind(self, job: Job, cap: Capacity, rooms: RoomIndex) -> bool:
+        gpus = rooms.take(cap, job)
+        bound, events = transitions.bind(job, cap.worker, gpus, self.ctx.clock.now())
         try:
             self.ctx.store.update_job(bound, events)
         except Conflict:
