@@ -189,6 +189,7 @@ class PlacementController:
     """Per-job key (and `*`): say, or unsay, that no worker could run a queued job."""
 
     name = "placement"
+    worker_coalesce_s = 0.1  # every queued job looked at: a fleet registering, once
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -36,6 +36,9 @@ class SchedulerController:
     # bound); under load, passes start at least this far apart, so the changes of a
     # couple of milliseconds make one pass, not one each.
     pass_spacing_s = 0.002
+    # A worker's change (a registration, a cordon lifted) waits this long for its pass,
+    # so a fleet registering at once makes a pass per tenth of a second (manager.py).
+    worker_coalesce_s = 0.1
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
