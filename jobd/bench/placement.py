@@ -17,14 +17,12 @@ passes every 20,000 allocations); its time inside the passes is reported apart
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from jobd.api.models import Job, JobSpec, LabelExpression, ObjectMeta, Phase, Resources, WorkerSpec
 from jobd.bench.calls import PROJECT, TRUE
+from jobd.bench.collector import Collections, as_the_broker_collects
 from jobd.bench.context import BenchContext
 from jobd.bench.stats import Result, ms, percentile
 from jobd.controllers.context import Context
@@ -84,44 +82,14 @@ def _jobs(first: int, count: int) -> list[Job]:
     ]
 
 
-class _Collections:
-    """CPU time the cyclic collector took while counting (gc.callbacks)."""
-
-    def __init__(self) -> None:
-        self.counting = False
-        self.seconds = 0.0
-        self._began = 0.0
-
-    def __call__(self, phase: str, _info: dict[str, int]) -> None:
-        if phase == "start":
-            self._began = time.process_time()
-        elif self.counting:
-            self.seconds += time.process_time() - self._began
-
-
-@contextmanager
-def _as_the_broker_collects() -> Iterator[_Collections]:
-    """The collector as `jobd broker` runs it (daemon/main.py _tune_gc), then as it was."""
-    thresholds, seen = gc.get_threshold(), _Collections()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
-    gc.callbacks.append(seen)
-    try:
-        yield seen
-    finally:
-        gc.callbacks.remove(seen)
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
-
-
 async def _measure(
-    ctx: Context, batches: int, batch: int, collections: _Collections
+    ctx: Context, batches: int, batch: int, collections: Collections
 ) -> tuple[list[float], list[float]]:
     """Admission CPU seconds per job, and scheduler CPU seconds per bound job, by batch."""
     scheduler = SchedulerController(ctx)
     await scheduler.reconcile(QUEUE_KEY)  # warm: imports, statement caches
     admitted, scheduled = [], []
+    collections.counting = False  # only inside the passes
     for b in range(batches):
         began = time.process_time()
         created = admission.create_jobs(ctx.store, _jobs(b * batch, batch), ctx.clock)
@@ -149,7 +117,7 @@ async def run_placement(ctx: BenchContext) -> Result:
         for i in range(workers):
             register_worker(context, f"node-{i:04d}", _worker_spec(i), "sim", "sim")
         ctx.progress.step(f"{workers} workers registered")
-        with _as_the_broker_collects() as collections:
+        with as_the_broker_collects() as collections:
             admitted, scheduled = await _measure(context, batches, batch, collections)
     finally:
         store.close()

@@ -74,11 +74,14 @@ def placement_message(
     holds every dimension it asks for at once. `rooted`: whether some shape names mount
     roots (the controller keeps it; else it is worked out here).
     """
+    if not shapes:
+        return None
     needs = spec.resources
     if rooted is None:
         rooted = any(s.mount_roots for s in shapes)
-    sized = needs.gpus or needs.millicpus or needs.memory_bytes
-    if not shapes or not (sized or rooted or eligibility.asks_where(spec)):
+    # Every create and every change of a queued job asks: a job naming none of it is
+    # answered on the fields themselves (cpus and memory are None or above zero).
+    if not (needs.gpus or needs.cpus or needs.memory or rooted or eligibility.asks_where(spec)):
         return None
     welcome = [s for s in shapes if _admits(spec, s)]
     if not welcome:

@@ -10,13 +10,15 @@ safety net (broker/wiring.py registers it and decides when).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from jobd.api.models import BOUND_PHASES, Job, Phase, Project, Worker
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ClusterView"]
+
+T = TypeVar("T")
 
 
 class ClusterView:
@@ -31,6 +33,8 @@ class ClusterView:
         self.nominated: dict[int, Job] = {}
         # Members bound to a worker, by array id, for arrays with a parallelism cap.
         self.array_bound: dict[int, int] = {}
+        # What is worked out from all the workers (of_workers), until one changes.
+        self._of_workers: dict[Callable[..., Any], Any] = {}
         self.reload(store)
 
     def reload(self, store: Store) -> bool:
@@ -47,6 +51,7 @@ class ClusterView:
         nominated = [j for j in store.list_jobs(nominated=True) if j.status.phase == Phase.PENDING]
         before = self.versions()
         _refill(self.workers, {w.name: w for w in workers})
+        self._of_workers.clear()
         _refill(self.projects, {p.name: p for p in projects})
         self.parents.clear()
         self.parents.update(parents)
@@ -74,6 +79,13 @@ class ClusterView:
             by_worker,
         )
 
+    def of_workers(self, derive: Callable[[Iterable[Worker]], T]) -> T:
+        """`derive(workers)`, worked out once and kept until a worker changes: what a
+        create asks of the whole fleet (placement.shapes_of) costs it nothing per create."""
+        if derive not in self._of_workers:
+            self._of_workers[derive] = derive(self.workers.values())
+        return cast(T, self._of_workers[derive])
+
     def bound_to(self, worker: str) -> list[Job]:
         """The jobs bound to one worker, without looking at anyone else's."""
         return [self.bound[i] for i in sorted(self._by_worker.get(worker, ()))]
@@ -88,6 +100,7 @@ class ClusterView:
                 self._on_job(change)
 
     def _on_worker(self, change: Change) -> None:
+        self._of_workers.clear()
         if change.op == "DELETED":
             self.workers.pop(change.key, None)
         else:

@@ -11,7 +11,7 @@ scheduler binds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -222,12 +222,14 @@ def create_jobs(
     clock: Clock,
     projects: Mapping[str, Project] | None = None,
     workers: Iterable[Worker] = (),
+    shapes: Collection[Shape] | None = None,
 ) -> list[Job]:
     """Admit and insert jobs in one transaction; all or nothing.
 
     A job may depend on one that comes earlier in the same batch (by name); those links
-    are made once the store has given the batch its ids. Given the registered `workers`,
-    a job none of them could run is said Unschedulable at once (placement.py).
+    are made once the store has given the batch its ids. Given the registered `workers`
+    (or their `shapes`, which the broker's view keeps), a job none of them could run is
+    said Unschedulable at once (placement.py).
     """
     batch = _positions(jobs)
     if projects is None:  # the broker passes its view's; others read the store
@@ -239,7 +241,7 @@ def create_jobs(
         prepared.append(prepare_new_job(job, projects.get(job.project), clock, stored + marker))
         if local:
             local_links[i] = local
-    judge_placement(prepared, shapes_of(workers), clock)
+    judge_placement(prepared, shapes_of(workers) if shapes is None else shapes, clock)
 
     def link(created: list[Job]) -> None:
         for i, positions in local_links.items():
@@ -249,7 +251,7 @@ def create_jobs(
     return store.create_jobs(prepared, events_for=created_events, on_ids=link)
 
 
-def judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
+def judge_placement(jobs: list[Job], shapes: Collection[Shape], clock: Clock) -> None:
     rooted = any(s.mount_roots for s in shapes)
     for job in jobs:
         message = placement_message(job.spec, shapes, rooted)
