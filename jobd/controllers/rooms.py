@@ -17,8 +17,10 @@ The choice is choose_worker's, by construction: the same measure (`placement_key
 the same candidates, a room standing for its members. A worker holding room for a
 nominated job is a room of its own (what it offers depends on the job), and a job pinned
 to a worker is weighed against that worker alone. Taking room moves a worker to its new
-room. Built once per scheduling pass from the pass's capacities (as many rooms as workers
-at worst, a few dozen for a fleet of a few shapes); nothing here reads the store.
+room. Built from the pass's capacities (as many rooms as workers at worst, a few dozen for
+a fleet of a few shapes), at the pass's second choice: building it costs about one walk
+of every worker, so a pass that binds one job (a dispatch on an idle fleet) walks them
+once, as before, and one that binds many pays the walk once. Nothing here reads the store.
 """
 
 from __future__ import annotations
@@ -67,11 +69,12 @@ class RoomIndex:
         self.caps = caps
         self._kinds: dict[WhereKind, dict[Room, list[str]]] = {}
         self._place: dict[str, tuple[WhereKind, Room]] = {}
-        for cap in caps.values():
-            self._add(cap)
+        self._built = False
+        self._walked = False  # the pass's first choice walked every worker
 
     def __len__(self) -> int:
         """How many rooms: what a job's choice weighs at most."""
+        self._build()
         return sum(len(rooms) for rooms in self._kinds.values())
 
     def choose(self, job: Job) -> Capacity | None:
@@ -79,6 +82,10 @@ class RoomIndex:
         spec = job.spec
         if job.status.nominated_worker:
             return choose_worker(job, self.caps)
+        if not self._walked:
+            self._walked = True
+            return choose_worker(job, self.caps)
+        self._build()
         if spec.worker is not None:
             return best_of(job, self._pinned(spec.worker))
         needs = spec.resources
@@ -93,11 +100,19 @@ class RoomIndex:
 
     def take(self, cap: Capacity, job: Job) -> list[int]:
         """Capacity.take, and `cap` moved to the room it has left."""
+        if not self._built:
+            return cap.take(job)
         self._remove(cap.worker)
         try:
             return cap.take(job)
         finally:
             self._add(cap)
+
+    def _build(self) -> None:
+        if not self._built:
+            for cap in self.caps.values():
+                self._add(cap)
+            self._built = True
 
     def _pinned(self, name: str) -> list[Capacity]:
         """A pinned job's candidates: its worker, and any worker without a spec (no
