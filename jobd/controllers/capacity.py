@@ -24,7 +24,6 @@ __all__ = [
     "capacity_of",
     "choose_worker",
     "give_back",
-    "placement_key",
     "reserve_nominated",
     "schedulable",
 ]
@@ -259,34 +258,33 @@ PlacementKey = tuple[float, float, int, str]
 def best_of(job: Job, caps: Iterable[Capacity], *, admitted: bool = False) -> Capacity | None:
     """The best of `caps` for `job` by choose_worker's measure; `admitted`: each of them
     is known to be eligible (rooms.py judged its kind once), so pick() need not ask."""
+    spec = job.spec
+    needs = spec.resources
+    slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
+    sized = bool(millicpus or memory)
+    # Whether pick() has more to check than the comparisons below, whatever the worker.
+    where = count > 0 or (not admitted and eligibility.asks_where(spec))
     best: tuple[PlacementKey, Capacity] | None = None
     for cap in caps:
-        key = placement_key(job, cap, admitted=admitted)
-        if key is not None and (best is None or key > best[0]):
+        # What is free before reservations bounds what pick() offers: most workers a job
+        # does not fit are passed over here, at the cost of four comparisons.
+        if cap.free_slots < slots or cap.free_millicpus < millicpus or cap.free_memory < memory:
+            continue
+        if len(cap.free_gpus) < count:
+            continue
+        if where or cap.reserved or (cap.rooted and not admitted):
+            picked = cap.pick(job, admitted=admitted)
+            if picked is None:
+                continue
+            gpus = picked
+        else:
+            gpus = []  # no GPUs, holds, nor rules: the comparisons above were pick()'s
+        snug = -cap.left_after(needs) if sized else 0.0
+        if count:
+            given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
+            key = (float(-given), snug, len(cap.free_gpus), cap.worker)
+        else:
+            key = (snug, 0.0, cap.free_slots, cap.worker)
+        if best is None or key > best[0]:
             best = (key, cap)
     return best[1] if best else None
-
-
-def placement_key(job: Job, cap: Capacity, *, admitted: bool = False) -> PlacementKey | None:
-    """How good a place `cap` is for `job` (None: it does not fit there)."""
-    needs = job.spec.resources
-    millicpus, memory = needs.millicpus, needs.memory_bytes
-    # What is free before reservations bounds what pick() offers: most workers a job
-    # does not fit are passed over here, at the cost of four comparisons.
-    if cap.free_slots < needs.slots or cap.free_millicpus < millicpus or cap.free_memory < memory:
-        return None
-    if len(cap.free_gpus) < needs.gpus:
-        return None
-    # Whether pick() has more to check than the comparisons above.
-    where = not admitted and (cap.rooted or eligibility.asks_where(job.spec))
-    if where or needs.gpus or cap.reserved:
-        gpus = cap.pick(job, admitted=admitted)
-        if gpus is None:
-            return None
-    else:
-        gpus = []  # no GPUs, holds, nor rules: the comparisons above were pick()'s
-    snug = -cap.left_after(needs) if millicpus or memory else 0.0
-    if needs.gpus:
-        given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
-        return (float(-given), snug, len(cap.free_gpus), cap.worker)
-    return (snug, 0.0, cap.free_slots, cap.worker)

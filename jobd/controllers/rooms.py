@@ -13,7 +13,7 @@ wins). So the index keeps:
   memory, and the whole inventory the best fit measures against), each room with its
   workers' names in order, so only the last name of each room is weighed.
 
-The choice is choose_worker's, by construction: the same measure (`placement_key`) over
+The choice is choose_worker's, by construction: the same measure (`capacity.best_of`) over
 the same candidates, a room standing for its members. A worker holding room for a
 nominated job is a room of its own (what it offers depends on the job), and a job pinned
 to a worker is weighed against that worker alone. Taking room moves a worker to its new
@@ -39,7 +39,7 @@ WhereKind = tuple[tuple[tuple[str, str], ...], tuple[str, ...]] | None
 
 
 class Room(NamedTuple):
-    """Everything placement_key and pick read of a worker but its name and its rules:
+    """Everything best_of and pick read of a worker but its name and its rules:
     workers of one kind with equal rooms are equal places to any job."""
 
     free_slots: int
@@ -52,7 +52,7 @@ class Room(NamedTuple):
     held_for: str | None  # room held for nominated jobs: a room of the worker's own
 
     def may_fit(self, needs: Resources) -> bool:
-        """placement_key's first comparisons, on the room's own numbers."""
+        """best_of's first comparisons, on the room's own numbers."""
         return (
             self.free_slots >= needs.slots
             and self.free_millicpus >= needs.millicpus
