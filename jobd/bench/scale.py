@@ -32,7 +32,7 @@ import httpx
 
 from jobd.api.models import WorkerSpec
 from jobd.bench.calls import create_job, job_doc
-from jobd.bench.collector import Collections, as_the_broker_collects
+from jobd.bench.collector import paused
 from jobd.bench.context import BenchContext
 from jobd.bench.harness import BrokerProcess, raise_open_file_limit, wire_client
 from jobd.bench.served import HealthProbe, LoopLag, bucket_percentile, route_buckets
@@ -72,7 +72,6 @@ class Fleet:
     served_p99_s: float | None = None
     lag: LoopLag = field(default_factory=LoopLag)
     health: HealthProbe | None = None
-    collections: Collections | None = None  # this process's collector while measuring
 
     def arrived(self, job: int) -> anyio.Event:
         return self.arrivals.setdefault(job, anyio.Event())
@@ -237,10 +236,10 @@ async def _drive(ctx: BenchContext, http: httpx.AsyncClient, broker: BrokerProce
             await _listed(sims)  # the fleet's first lists are not what is measured
             await anyio.sleep(1.0)  # the watches park
             fleet.heartbeats.clear()  # those of the start-up are not what is measured
-            # A thousand agents share this one process's collector: with CPython's
-            # defaults, a full collection of the fleet's heap stalls every agent at
-            # once, which no fleet of hosts sees (bench/collector.py).
-            fleet.collections = stack.enter_context(as_the_broker_collects())
+            # A thousand agents share this one process's collector: a collection of
+            # the fleet's heap stalls every agent at once, which no fleet of hosts sees
+            # (bench/collector.py).
+            stack.enter_context(paused())
             tg.start_soon(fleet.lag.run)
             fleet.health = HealthProbe(await stack.enter_async_context(Connection(endpoint)))
             tg.start_soon(fleet.health.run)
@@ -276,8 +275,6 @@ def _result(workers: int, latencies: list[float], fleet: Fleet) -> Result:
         "broker_heartbeat_p99_ms": ms(fleet.served_p99_s),
         "client_lag_p50_ms": ms(fleet.lag.p(50)),
         "client_lag_p99_ms": ms(fleet.lag.p(99)),
-        "client_gc_ms": ms(fleet.collections.seconds) if fleet.collections else None,
-        "client_gc_longest_ms": ms(fleet.collections.longest) if fleet.collections else None,
         "healthz_p50_ms": ms(fleet.health.p(50)) if fleet.health else None,
         "healthz_p99_ms": ms(fleet.health.p(99)) if fleet.health else None,
         "failures": fleet.failures,
