@@ -217,6 +217,8 @@ def _capacity(worker: Worker) -> Capacity:
 
 
 def _memory_free(worker: Worker) -> dict[int, int]:
+    if not worker.spec.gpu_memory:
+        return {}  # a CPU worker: asked of every worker in every pass
     foreign = worker.status.gpu_memory_foreign
     return {g: size - foreign.get(g, 0) for g, size in worker.spec.gpu_memory.items()}
 
