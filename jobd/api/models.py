@@ -23,6 +23,14 @@ from pydantic import (
 )
 
 from jobd.api.field_options import NoOption, Option
+from jobd.api.identity import (
+    MAX_MEMBERS,
+    MAX_USER_NAME,
+    MEMBER_PATTERN,
+    USER_NAME_PATTERN,
+    check_member,
+    check_user_name,
+)
 from jobd.api.labels import (
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
@@ -91,6 +99,7 @@ __all__ = [
     "Progress",
     "Project",
     "ProjectDefaults",
+    "ProjectQuota",
     "ProjectSpec",
     "Resource",
     "Resources",
@@ -133,6 +142,10 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # told what admission takes; the validators below enforce them.
 _NO_NUL = r"^[^\x00]*$"
 _NAME_SCHEMA: dict[str, Any] = {"pattern": NAME_PATTERN}
+_USER_SCHEMA: dict[str, Any] = {"pattern": USER_NAME_PATTERN, "maxLength": MAX_USER_NAME}
+_MEMBERS_SCHEMA: dict[str, Any] = {
+    "items": {"type": "string", "pattern": MEMBER_PATTERN, "maxLength": MAX_USER_NAME + 1}
+}
 _LABELS_SCHEMA: dict[str, Any] = {
     "propertyNames": {"pattern": r"^[^\x00-\x1f\x7f]+$"},
     "additionalProperties": {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"},
@@ -208,11 +221,19 @@ class ObjectMeta(Strict):
     resource_version: int | None = Field(default=None, ge=0, le=MAX_INT)
     created_at: datetime | None = None
     array: ArrayRef | None = None  # a job's, when it is a member of an array
+    # A job's owner: the Unix user the broker knew the caller as (api/identity.py). Set by
+    # the broker from the request's identity, never taken from a request body.
+    owner: str | None = Field(default=None, json_schema_extra=_USER_SCHEMA)
 
     @field_validator("name", "project")
     @classmethod
     def _valid_name(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else check_name(value, strict=admitting(info))
+
+    @field_validator("owner")
+    @classmethod
+    def _valid_owner(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None or not admitting(info) else check_user_name(value)
 
     @field_validator("labels")
     @classmethod
@@ -911,8 +932,36 @@ class ProjectDefaults(RunLimits):
     checkpoint_grace_s: Grace | None = None
 
 
+class ProjectQuota(Strict):
+    """What a project's running jobs may hold at once, in all (Slurm's `GrpTRES`); a
+    dimension not said is not limited. With `ProjectSpec.borrow`, idle capacity beyond
+    it may be used, and is reclaimed (preempted) when a project within its quota waits."""
+
+    gpus: int | None = Field(default=None, ge=0, le=MAX_INT)
+    cpus: float | None = Field(default=None, ge=0, le=MAX_CPUS)
+    memory: Size | None = None
+    running_jobs: int | None = Field(default=None, ge=0, le=MAX_INT)
+
+
 class ProjectSpec(Strict):
     priority: int = Field(default=0, ge=0, le=1_000_000)
+    # Who may use the project: Unix user names, and `@group` names (api/identity.py).
+    # Members see and act on its jobs and change their own; admins change any of them.
+    members: list[str] = Field(
+        default_factory=list, max_length=MAX_MEMBERS, json_schema_extra=_MEMBERS_SCHEMA
+    )
+    admins: list[str] = Field(
+        default_factory=list, max_length=MAX_MEMBERS, json_schema_extra=_MEMBERS_SCHEMA
+    )
+    # Whether a job of this project may run as root (its owner root); refused otherwise.
+    allow_root: bool = False
+    quota: ProjectQuota | None = None
+    max_running_per_user: int | None = Field(default=None, ge=0, le=MAX_INT)
+    # Whether the project may run past its quota on capacity nobody else is using.
+    borrow: bool = True
+    # The project's weight in fair share: its target share of the usage is its shares
+    # over the sum of the shares of the projects using the machines.
+    shares: int = Field(default=1, ge=1, le=1_000_000)
     defaults: ProjectDefaults = Field(default_factory=ProjectDefaults)
     # Globs (fnmatch, case-insensitive) of the env keys whose values are secret in this
     # project's jobs, beyond the defaults every project has (api/secrets.py).
@@ -933,6 +982,11 @@ class ProjectSpec(Strict):
     @classmethod
     def _valid_patterns(cls, patterns: list[str], info: ValidationInfo) -> list[str]:
         return check_patterns(patterns) if admitting(info) else patterns
+
+    @field_validator("members", "admins")
+    @classmethod
+    def _valid_members(cls, members: list[str], info: ValidationInfo) -> list[str]:
+        return [check_member(member) for member in members] if admitting(info) else members
 
 
 class Project(Strict):
