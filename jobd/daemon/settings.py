@@ -340,6 +340,18 @@ class BrokerOptions:
         default=256,
         type=click.IntRange(min=16),
     )
+    socket: str | None = setting(
+        "--socket",
+        "JOBD_SOCKET",
+        "The Unix socket local users reach the broker on, known by their uid (no token); "
+        "`none`: no socket. [default: /run/jobd/jobd.sock for root's `jobd broker`, else "
+        "$XDG_RUNTIME_DIR/jobd.sock; `jobd dev`: <data-dir>/jobd.sock]",
+    )
+    admin_group: str | None = setting(
+        "--admin-group",
+        "JOBD_ADMIN_GROUP",
+        "A Unix group whose members are admins over the socket (root always is). [default: none]",
+    )
 
 
 @dataclass(frozen=True)
