@@ -17,11 +17,14 @@ import errno
 import os
 import socket
 import stat
+import weakref
 from pathlib import Path
 
 __all__ = ["MAX_SOCKET_PATH", "ListenError", "bind_listener", "bind_unix_listener", "unlink_socket"]
 
 MAX_SOCKET_PATH = 107  # bytes of sun_path, less its NUL (Linux)
+# The file each bound socket made (device, inode): a socket's own fstat is sockfs's.
+_FILES: weakref.WeakKeyDictionary[socket.socket, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
 class ListenError(OSError):
@@ -74,19 +77,22 @@ def bind_unix_listener(path: Path, public_dir: bool = True) -> socket.socket:
     try:
         sock.bind(where)
         os.chmod(path, 0o666)  # the umask made it private: every local user may connect
+        made = os.stat(path)
     except OSError as exc:
         sock.close()
         raise ListenError(f"cannot listen on {path}: {exc.strerror}") from None
+    _FILES[sock] = (made.st_dev, made.st_ino)
     return sock
 
 
 def unlink_socket(sock: socket.socket, path: Path) -> None:
     """Remove the socket file bound by `sock`, unless another broker's replaced it since."""
     try:
-        if os.stat(path).st_ino == os.fstat(sock.fileno()).st_ino:
-            os.unlink(path)
-    except (OSError, ValueError):  # gone already, or the socket closed: nothing to remove
-        pass
+        found = os.stat(path)
+    except OSError:  # gone already: nothing to remove
+        return
+    if _FILES.get(sock) == (found.st_dev, found.st_ino):
+        os.unlink(path)
 
 
 def _make_directory(directory: Path, public: bool) -> None:

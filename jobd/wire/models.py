@@ -76,6 +76,7 @@ __all__ = [
     "TokenInfo",
     "TokenRequest",
     "WatchQuery",
+    "WhoAmI",
     "WorkerEvent",
     "WorkerEvents",
 ]
