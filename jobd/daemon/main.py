@@ -217,14 +217,24 @@ def worker(ctx: click.Context, /, **given: Any) -> None:
     settings.state_dir.mkdir(parents=True, exist_ok=True)  # under the daemon's umask
     warn_wide_modes([settings.state_dir], private)
     agent = Agent(connection.server, token, settings, lease_duration_s=worker_options.lease_s)
+    relayed = assemble.relay_socket(connection.socket, connection.server)
+    relayed_at = assemble.socket_file(relayed)
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg.cancel_scope)
+            if relayed is not None:
+                from jobd.worker.relay import Relay
+
+                relay = Relay(connection.server, token, settings.name)
+                tg.start_soon(relay.serve, relayed)
             await agent.run()  # on a signal: cancelled; its jobs run on
             tg.cancel_scope.cancel()  # returned: refused (agent.refusal)
 
-    _run(run, serves_http=False)
+    try:
+        _run(run, serves_http=False)
+    finally:
+        _remove_socket(relayed, relayed_at)
     _refused(agent)
     assemble.say_jobs_run_on(agent)
 

@@ -377,6 +377,13 @@ class AgentConnection:
         "Not used by the worker: job output lives in its --state-dir. [default: ~/jobd/logs]",
         type=_A_PATH,
     )
+    socket: str | None = setting(
+        "--socket",
+        "JOBD_SOCKET",
+        "A Unix socket this host's users reach the broker through: the agent vouches for "
+        "each caller's user (never root) under its worker token; `none`: no socket. "
+        "[default: /run/jobd/jobd.sock for a root worker, else none]",
+    )
 
 
 @dataclass(frozen=True)
