@@ -173,3 +173,10 @@ async def test_a_vouch_from_a_user_token_speaks_for_nobody(api: httpx.AsyncClien
     bob = await _token(api, user="bob")
     who = await api.get("/whoami", headers={**bob, "X-Jobd-User": "alice"})
     assert who.json()["user"] == "bob"
+
+
+async def test_the_dashboard_refuses_a_person_plainly(api: httpx.AsyncClient) -> None:
+    alice = await _token(api, user="alice")
+    refused = await api.post("/login-codes", headers=alice)
+    assert refused.status_code == 403
+    assert "dashboard signs in with a token of no user" in refused.json()["detail"]
