@@ -60,7 +60,7 @@ class Cluster:
         self._wait(lambda: httpx.get(f"{self.url}/readyz").status_code == 200)
         self._start(
             "worker", "--name", "w1", "--gpus", "none", "--socket", str(self.socket),
-            "--token-file", str(token_file),
+            "--token-file", str(token_file), "--state-dir", str(root / "state"),
         )  # fmt: skip
         self._wait(lambda: self.admin_api().get("/workers/w1").is_success)
 

@@ -69,19 +69,20 @@ class TokenAuth:
         peer = scope.get(PEER)
         if peer is not None:
             return self.people.peer(peer.uid)
-        who, vouched = None, None
+        who = None
         for name, value in scope["headers"]:
-            if name == b"authorization" and who is None:
-                who = self.tokens.resolve(value)  # the first Authorization header counts
-            elif name == VOUCH_HEADER and vouched is None:
-                vouched = value
+            if name == b"authorization":
+                who = self.tokens.resolve(value)
+                break  # the first Authorization header counts, as before
         if who is None:
             return None
-        if who.role == WORKER and vouched is not None:
-            return self.people.vouched(who, _user_name(vouched))
-        if who.role == USER and who.user is not None:
+        if who.role == WORKER:  # only a worker's word for a user is taken (people.py)
+            vouched = next((v for n, v in scope["headers"] if n == VOUCH_HEADER), None)
+            if vouched is not None:
+                return self.people.vouched(who, _user_name(vouched))
+        elif who.role == USER and who.user is not None:
             return self.people.of_token(who)
-        return who  # a vouch from any but a worker speaks for nobody: ignored
+        return who  # a vouch beside any other token speaks for nobody: ignored
 
 
 def _user_name(raw: bytes) -> str:
