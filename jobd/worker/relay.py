@@ -116,8 +116,8 @@ class Relay:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
-        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError):
-            pass  # a caller that hung up or spoke no HTTP: nothing to answer
+        except (h11.ProtocolError, ConnectionError, UnicodeError, asyncio.IncompleteReadError):
+            pass  # a caller that hung up or spoke no HTTP (or no ASCII): nothing to answer
         finally:
             writer.close()
 
