@@ -52,6 +52,13 @@ class Cluster:
             "PYTHONPATH": str(REPO),
         }
         self.processes: list[subprocess.Popen[bytes]] = []
+        try:
+            self._start_both(root, admins)
+        except BaseException:
+            self.close()  # nothing left running when it did not come up
+            raise
+
+    def _start_both(self, root: Path, admins: str) -> None:
         made = self._jobd("token", "create", "--role", "worker", "--worker", "w1")
         token_file = root / "w1.token"
         token_file.write_text(made)
@@ -107,8 +114,9 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory, users: dict[str, str]) -> Iterator[Cluster]:
     sock_dir = Path(tempfile.mkdtemp(prefix="jobd-relay-"))
     sock_dir.chmod(0o755)
-    running = Cluster(tmp_path_factory.mktemp("relay"), sock_dir, users["admins"])
+    running: Cluster | None = None
     try:
+        running = Cluster(tmp_path_factory.mktemp("relay"), sock_dir, users["admins"])
         project = {
             "apiVersion": "jobd/v1",
             "kind": "Project",
@@ -126,7 +134,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, users: dict[str, str]) -> 
         _raw(running.socket, "GET", "/whoami", {})
         yield running
     finally:
-        running.close()
+        if running is not None:
+            running.close()
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
