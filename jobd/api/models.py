@@ -83,6 +83,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "LabelExpression",
+    "LimitsEnforcement",
     "NotifyPhase",
     "NotifyTarget",
     "ObjectMeta",
@@ -947,6 +948,16 @@ class Project(Strict):
         return self.metadata.name
 
 
+class LimitsEnforcement(Strict):
+    """How a worker holds a job to the CPUs and memory it names (worker/limits.py): its
+    cores pinned by affinity (or not at all), its memory capped by a cgroup the worker
+    makes (v2, or the v1 memory controller) or by its shim watching the RSS of its
+    processes."""
+
+    cpu: Literal["affinity", "none"] = "none"
+    memory: Literal["cgroup-v2", "cgroup-v1", "rss-watch"] = "rss-watch"
+
+
 class WorkerSpec(Strict):
     slots: int = Field(default=1, ge=1, le=1024)
     gpus: list[int] = Field(
@@ -978,6 +989,9 @@ class WorkerSpec(Strict):
     memory: StoreInt | None = Field(default=None, le=MAX_SIZE)
     # Labels a job's node_selector and node_affinity match: declared and detected.
     labels: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_LABELS_SCHEMA)
+    # How this worker enforces a job's cpus and memory, detected at its start. None: an
+    # agent that says none (older): it enforces neither.
+    enforcement: LimitsEnforcement | None = None
     # A job is placed here only if its cwd is under one of these; none: any cwd.
     mount_roots: list[str] = Field(
         default_factory=list,

@@ -28,6 +28,7 @@ from jobd.logconfig import get_logger
 from jobd.worker.hooks import Hook, LaunchPlan, StartFailed, default_hooks
 from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
+from jobd.worker.limits import NO_ENFORCEMENT, CoreAllocator, Enforcement
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
 from jobd.worker.shim.client import (
@@ -57,6 +58,9 @@ class Host:
     containment: Containment
     link: BrokerLink
     pool: ShimPool = field(default_factory=ShimPool)
+    # How limits are enforced here, and the cores each running job holds (worker/limits.py).
+    enforcement: Enforcement = field(default_factory=lambda: NO_ENFORCEMENT)
+    cores: CoreAllocator = field(default_factory=lambda: CoreAllocator(()))
 
 
 class Execution:
@@ -195,7 +199,9 @@ class Execution:
                 raise StartFailed(f"{self.state_dir} holds a launch whose supervisor is gone")
             self.advance(AttemptPhase.RUNNING)
             return
-        spec = LaunchSpec(plan.argv, plan.cwd, plan.env, self.grace_s, job.id, self.attempt)
+        spec = LaunchSpec(
+            plan.argv, plan.cwd, plan.env, self.grace_s, job.id, self.attempt, plan.limits
+        )
         host = self.host
         self.shim = await start_shim(host.pool, host.containment, self.state_dir, spec)
         self.advance(AttemptPhase.RUNNING)
