@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_PROJECT",
     "GPU_INDEX_TEXT",
     "MAX_ATTEMPTS_KEPT",
+    "MAX_CORE_INDEX",
     "MAX_CPUS",
     "MAX_GPU_INDEX",
     "MAX_GRACE_S",
@@ -75,6 +76,7 @@ __all__ = [
     "ArrayRef",
     "Attempt",
     "Condition",
+    "CoreSet",
     "Effective",
     "GpuUsage",
     "Grace",
@@ -278,6 +280,11 @@ RUN_LIMITS = tuple(RunLimits.model_fields)
 # than MAX_CPUS (a million CPUs on one worker is a typo).
 MIN_CPUS = 0.001
 MAX_CPUS = 1 << 20
+# The cores a job is pinned to (status.cpuset): Linux numbers at most 8192 of them.
+MAX_CORE_INDEX = 8191
+CoreSet = Annotated[
+    list[Annotated[int, Field(ge=0, le=MAX_CORE_INDEX)]], Field(max_length=MAX_CORE_INDEX + 1)
+]
 
 
 def _size(value: Any) -> Any:
@@ -861,6 +868,9 @@ class JobStatus(Strict):
     checkpoint_dir: str | None = None
     checkpoint_latest: str | None = None  # the worker's pick for RESUME_FROM at exit
     resumed_by: int | None = None
+    # The cores this run's processes are pinned to, as its worker's `started` says; None:
+    # not pinned (a job naming no cpus, or a worker that pins none).
+    cpuset: CoreSet | None = None
 
 
 class Job(Strict):

@@ -84,6 +84,7 @@ class Execution:
         self.hooks = list(default_hooks() if hooks is None else hooks)
         self.failed = False  # failed alone (start_failed, supervision_failed): never again
         self.filled_disk: str | None = None  # why it was ended for filling the disk
+        self.cpuset: list[int] | None = None  # the cores it is pinned to (hooks/limits.py)
         self._stop_asked = record.stop_reason is not None
         self._hooked = anyio.Event()  # the poststart hooks ran (or it failed): a stop may act
         self._phase_events: dict[AttemptPhase, anyio.Event] = {}

@@ -85,7 +85,8 @@ class ReportCompletion(Hook):
         if last_progress is not None:  # the newest line before the end, not yet sent
             reports.insert(0, ("progress", last_progress))
         if not ex.record.started_reported and end.started_at is not None:
-            reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
+            started = {"checkpoint_dir": f"{ckpt}/", **({"cpuset": ex.cpuset} if ex.cpuset else {})}
+            reports.insert(0, ("started", started))
         # Queued first, so it rides with `complete` (the broker records it after the
         # report, in the same commit) rather than in a request of its own.
         ex.link.event(

@@ -4,6 +4,7 @@ them. The shim applies them around the spawn (jobd.worker.shim.limits)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ class ApplyLimits(Hook):
                 if name not in ex.job.spec.env:
                     plan.env[name] = str(thread_count(resources.cpus))
             if host.enforcement.cpu == "affinity":
-                cores = host.cores.take(ex.job_id, resources.cpus)
+                cores = ex.cpuset = host.cores.take(ex.job_id, resources.cpus)
         plan.limits = host.enforcement.limits(cores, resources.memory).to_dict()
         ex.link.event(
             "limits_applied",
@@ -55,3 +56,16 @@ class ApplyLimits(Hook):
             return
         if set(cores) < os.sched_getaffinity(0):  # pinned, not to every core of ours
             ex.host.cores.hold(ex.job_id, cores)
+            ex.cpuset = cores
+
+    async def cleanup(self, ex: Execution) -> None:
+        """The job's cgroup, if its shim could not remove it (killed -9, say): the agent
+        has ended what it left by now, so it is empty."""
+        enforcement = ex.host.enforcement
+        if enforcement.cgroup_root is None or enforcement.cgroup_parent is None:
+            return
+        if ex.job is not None and ex.job.spec.resources.memory is None:
+            return  # it had none
+        parent = enforcement.cgroup_parent.lstrip("/")
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(enforcement.cgroup_root, parent, ex.state_dir.name))
