@@ -36,7 +36,13 @@ from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
-from jobd.worker.limits import CoreAllocator, detect_enforcement, pinnable_cores, sweep_cgroups
+from jobd.worker.limits import (
+    CoreAllocator,
+    detect_enforcement,
+    pinnable_cores,
+    remove_cgroup_parent,
+    sweep_cgroups,
+)
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
@@ -116,6 +122,7 @@ class Agent:
             finally:
                 # Jobs run on under their shims; the pool exits with its pipe.
                 await self.pool.aclose()
+                remove_cgroup_parent(self.enforcement)
 
     async def _warm_up_pool(self) -> None:
         """Where shims are pooled, start the pool and an idle shim now, before the agent

@@ -34,6 +34,7 @@ __all__ = [
     "NoCgroup",
     "detect_enforcement",
     "pinnable_cores",
+    "remove_cgroup_parent",
     "sweep_cgroups",
     "thread_count",
 ]
@@ -130,7 +131,9 @@ def _cgroup_place(version: str, name: str) -> tuple[str, str] | None:
 
 
 def _can_cap(version: str, own: Path, parent: Path) -> bool:
-    probe = parent / _PROBE
+    """Whether a job cgroup with a memory cap can be made under parent (made here; removed
+    again when it cannot: a hierarchy without the memory controller keeps nothing of ours)."""
+    probe, made = parent / _PROBE, not parent.exists()
     try:
         parent.mkdir(exist_ok=True)
         if version == CGROUP_V2:
@@ -142,10 +145,23 @@ def _can_cap(version: str, own: Path, parent: Path) -> bool:
         (probe / cap).write_text(str(1 << 30))
         return True
     except OSError:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+        if made:
+            with contextlib.suppress(OSError):
+                parent.rmdir()
         return False
     finally:
         with contextlib.suppress(OSError):
             probe.rmdir()
+
+
+def remove_cgroup_parent(enforcement: Enforcement) -> None:
+    """The worker's directory of job cgroups, when the agent leaves and no job is in it
+    (one that runs on keeps it; a shim makes it again for the next job if it must)."""
+    if enforcement.cgroup_root is not None and enforcement.cgroup_parent is not None:
+        with contextlib.suppress(OSError):
+            Path(enforcement.cgroup_root, enforcement.cgroup_parent.lstrip("/")).rmdir()
 
 
 def sweep_cgroups(enforcement: Enforcement) -> None:

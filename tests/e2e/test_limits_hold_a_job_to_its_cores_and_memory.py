@@ -58,14 +58,24 @@ class Lab:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._start("broker", "broker", "--port", str(port))
         self._wait(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
-        for name, how in zip(WORKERS, ("auto", "rss"), strict=True):
-            self._start(
-                name, "worker", "--name", f"{name}-{os.getpid()}", "--gpus", "none",
-                "--slots", "4", "--cpus", "4", "--memory", "4GiB",
-                "--memory-enforcement", how,
-                "--state-dir", str(root / "data" / "worker" / name),
-            )  # fmt: skip
+        for name in WORKERS:
+            self.start_worker(name)
         self._wait(lambda: len(self.api("GET", "/workers")["items"]) == 2)
+
+    def start_worker(self, name: str) -> None:
+        how = "rss" if name == "watched" else "auto"
+        self._start(
+            name, "worker", "--name", f"{name}-{os.getpid()}", "--gpus", "none",
+            "--slots", "4", "--cpus", "4", "--memory", "4GiB",
+            "--memory-enforcement", how,
+            "--state-dir", str(self.root / "data" / "worker" / name),
+        )  # fmt: skip
+
+    def restart_worker(self, name: str) -> None:
+        """SIGTERM the agent (its jobs run on under their shims) and start it again."""
+        self.processes[name].terminate()
+        self.processes[name].wait(10)
+        self.start_worker(name)
 
     def worker(self, name: str) -> str:
         return f"{name}-{os.getpid()}"
@@ -236,3 +246,28 @@ def _logs(lab: Lab, job_id: int) -> str:
         assert time.monotonic() < deadline, f"job {job_id} printed nothing"
         time.sleep(0.1)
     return out
+
+
+def _pinned_cores(lab: Lab, job_id: int) -> list[int]:
+    doc = lab.wait_phase(job_id, "Running")
+    deadline = time.monotonic() + 10
+    while not doc["status"].get("cpuset"):
+        assert time.monotonic() < deadline, doc["status"]
+        time.sleep(0.05)
+        doc = lab.api("GET", f"/jobs/{job_id}")
+    cores: list[int] = doc["status"]["cpuset"]
+    return cores
+
+
+def test_a_restarted_agent_keeps_the_cores_of_the_jobs_it_readopts(lab: Lab) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: every job shares it")
+    first = lab.submit("capped", NEIGHBOUR, "--cpus", "1")
+    held = _pinned_cores(lab, first)
+
+    lab.restart_worker("capped")
+    second = lab.submit("capped", NEIGHBOUR, "--cpus", "1")
+
+    assert lab.api("GET", f"/jobs/{first}")["status"]["phase"] == "Running"
+    assert not set(_pinned_cores(lab, second)) & set(held), "the readopted job's core is held"
+    assert lab.job("cancel", str(first), str(second)).returncode == 0
