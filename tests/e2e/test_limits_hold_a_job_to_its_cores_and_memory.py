@@ -14,7 +14,9 @@ and two real `jobd worker`s on this host.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.harness import BIN, REPO, _free_port, end_all_jobs
+from tests.e2e.harness import BIN, REPO, _free_port, end_all_jobs, process_alive
 
 WORKERS = ("capped", "watched")
 # Prints what it was given, then sleeps; its argv carries a marker to find its process by.
@@ -271,3 +273,45 @@ def test_a_restarted_agent_keeps_the_cores_of_the_jobs_it_readopts(lab: Lab) -> 
     assert lab.api("GET", f"/jobs/{first}")["status"]["phase"] == "Running"
     assert not set(_pinned_cores(lab, second)) & set(held), "the readopted job's core is held"
     assert lab.job("cancel", str(first), str(second)).returncode == 0
+
+
+# Leaves a daemon outside its group and session (a double fork and setsid), which writes
+# its pid to argv[1], then sleeps.
+ESCAPES = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(0.2)
+        open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))
+        os.rename(sys.argv[1] + '.tmp', sys.argv[1])
+        time.sleep(120)
+    os._exit(0)
+time.sleep(120)
+"""
+
+
+def test_what_escaped_a_capped_job_whose_shim_was_killed_goes_with_its_cgroup(
+    lab: Lab, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    job_id = lab.submit("capped", ESCAPES.replace("sys.argv[1]", repr(str(pid_file))),
+                        "--memory", "256MiB")  # fmt: skip
+    lab.wait_phase(job_id, "Running")
+    deadline = time.monotonic() + 10
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the daemon never said its pid"
+        time.sleep(0.05)
+    daemon = int(pid_file.read_text())
+    attempt = lab.api("GET", f"/jobs/{job_id}")["status"]["attempt"]
+    state_dir = lab.root / "data" / "worker" / "capped" / "jobs" / f"{job_id}-{attempt}"
+    record = json.loads((state_dir / "supervisor.json").read_text())
+
+    os.kill(record["supervisor_pid"], signal.SIGKILL)
+
+    doc = lab.wait_phase(job_id, "Failed")
+    assert doc["status"]["reason"] == "supervisor_lost", doc["status"]
+    deadline = time.monotonic() + 10
+    while process_alive(daemon):
+        assert time.monotonic() < deadline, "the escaped daemon outlived its job's cgroup"
+        time.sleep(0.05)

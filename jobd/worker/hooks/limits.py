@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
+
+from jobd.logconfig import get_logger
 from jobd.worker.hooks.base import Hook, LaunchPlan
 from jobd.worker.limits import THREAD_VARIABLES, thread_count
 from jobd.worker.shim.client import read_record
@@ -16,6 +21,10 @@ if TYPE_CHECKING:
     from jobd.worker.execution import Execution
 
 __all__ = ["ApplyLimits"]
+
+log = get_logger()
+# How many times (50 ms apart) a leftover job cgroup is emptied and removed.
+_EMPTYING_TRIES = 40
 
 
 class ApplyLimits(Hook):
@@ -59,13 +68,25 @@ class ApplyLimits(Hook):
             ex.cpuset = cores
 
     async def cleanup(self, ex: Execution) -> None:
-        """The job's cgroup, if its shim could not remove it (killed -9, say): the agent
-        has ended what it left by now, so it is empty."""
+        """The job's cgroup, if its shim could not remove it (killed -9, say): what is
+        still in it (a process that left the job's group and session) is killed first."""
         enforcement = ex.host.enforcement
         if enforcement.cgroup_root is None or enforcement.cgroup_parent is None:
             return
         if ex.job is not None and ex.job.spec.resources.memory is None:
             return  # it had none
         parent = enforcement.cgroup_parent.lstrip("/")
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(enforcement.cgroup_root, parent, ex.state_dir.name))
+        cgroup = Path(enforcement.cgroup_root, parent, ex.state_dir.name)
+        for _ in range(_EMPTYING_TRIES):
+            try:
+                left = [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                return  # removed by its shim: the usual end
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+                return
+            await anyio.sleep(0.05)
+        log.warning("job_cgroup_left", job=ex.job_id, cgroup=str(cgroup))
