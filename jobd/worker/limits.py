@@ -29,6 +29,7 @@ from jobd.worker.shim.limits import CGROUP_V1, CGROUP_V2, RSS_WATCH, Limits, own
 __all__ = [
     "MEMORY_CHOICES",
     "NO_ENFORCEMENT",
+    "THREAD_VARIABLES",
     "CoreAllocator",
     "Enforcement",
     "NoCgroup",
