@@ -13,7 +13,8 @@ one spawn of the workload, so the workload has them from its first instruction:
   count and the peak at the end and removes the cgroup.
 - Memory, by watching (`rss-watch`, where no cgroup may be made): the shim sums the RSS
   of every process of the job (it is their subreaper, so all are its descendants) each
-  WATCH_INTERVAL_S, and SIGKILLs the job once the sum is over the cap. An allocation
+  WATCH_INTERVAL_S (walking the job's processes alone, by /proc's `children` files), and
+  SIGKILLs the job once the sum is over the cap. An allocation
   faster than that interval can overshoot briefly; the peak said is the largest seen.
 
 A job whose memory went over ends with `memory_exceeded` in status.json (the message,
@@ -202,7 +203,7 @@ class Enforcer:
         its memory."""
         if not self.watching or self.limits is None or self.limits.memory is None:
             return
-        used = sum(_rss(pid) for pid, _ in descendants(os.getpid()))
+        used = sum(_rss(pid) for pid in _job_processes())
         self.peak = max(self.peak, used)
         if used > self.limits.memory:
             self.watching, self.killed = False, True
@@ -274,6 +275,27 @@ def _cgroup_end(path: str, via: str) -> tuple[bool, int]:
             kills = int(value)
     peak = (_read(os.path.join(path, peak_file)) or "0").strip()
     return kills > 0, int(peak) if peak.isdigit() else 0
+
+
+def _job_processes() -> list[int]:
+    """Every descendant of this shim (so every process of its job): from each task's
+    `children` file where the kernel has them (a walk of the job alone), else from one
+    walk of all /proc."""
+    me = os.getpid()
+    if not os.path.exists(f"/proc/{me}/task/{me}/children"):
+        return [pid for pid, _ in descendants(me)]
+    found, frontier = [], [me]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for task in tasks:
+            kids = [int(k) for k in (_read(f"/proc/{parent}/task/{task}/children") or "").split()]
+            found.extend(kids)
+            frontier.extend(kids)
+    return found
 
 
 def _rss(pid: int) -> int:
