@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -315,3 +316,26 @@ def test_what_escaped_a_capped_job_whose_shim_was_killed_goes_with_its_cgroup(
     while process_alive(daemon):
         assert time.monotonic() < deadline, "the escaped daemon outlived its job's cgroup"
         time.sleep(0.05)
+
+
+def test_a_worker_that_may_make_no_cgroup_refuses_to_start_when_told_to_use_one(
+    tmp_path: Path,
+) -> None:
+    """As `nobody` (who may write no cgroup), `--memory-enforcement cgroup` is one
+    sentence and exit 1, before the worker says anything to a broker."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        reason = "needs root and setpriv (util-linux) to start a worker as nobody"
+        if os.environ.get("CI", "").strip().lower() in {"true", "1"}:
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    tmp_path.chmod(0o777)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "JOBD_DATA_DIR": str(tmp_path)}
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    said = subprocess.run(
+        [*as_nobody, str(BIN / "jobd"), "worker", "--memory-enforcement", "cgroup",
+         "--gpus", "none", "--server", "http://127.0.0.1:9"],
+        env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert said.returncode == 1, said.stderr
+    [line] = said.stderr.splitlines()
+    assert line.startswith("jobd: error: --memory-enforcement cgroup: this worker may make no")
