@@ -37,6 +37,7 @@ from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
 from jobd.worker.limits import (
+    NO_ENFORCEMENT,
     CoreAllocator,
     detect_enforcement,
     pinnable_cores,
@@ -74,10 +75,9 @@ class Agent:
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
         self.next_attempts: dict[int, Job] = {}  # a retry's, once the last attempt is over
         self.pool = ShimPool()
-        # How a job's limits are enforced here, and the cores each running job holds.
-        self.enforcement = settings.enforcement or detect_enforcement(
-            settings.name, "auto", pinnable_cores(declared_cpus=True, reserve_cpus=0)
-        )
+        # How a job's limits are enforced here (detected when the agent runs, if the
+        # settings do not say), and the cores each running job holds.
+        self.enforcement = settings.enforcement or NO_ENFORCEMENT
         self.cores = CoreAllocator(self.enforcement.cores)
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
@@ -115,6 +115,7 @@ class Agent:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     await self._warm_up_pool()
+                    self._detect_enforcement()
                     sweep_cgroups(self.enforcement)  # before readopting: theirs hold processes
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
@@ -123,6 +124,14 @@ class Agent:
                 # Jobs run on under their shims; the pool exits with its pipe.
                 await self.pool.aclose()
                 remove_cgroup_parent(self.enforcement)
+
+    def _detect_enforcement(self) -> None:
+        """What this host enforces, where the settings say nothing (an agent made in
+        process: a test's, say), every core of the agent's pinnable."""
+        if self.settings.enforcement is None:
+            cores = pinnable_cores(declared_cpus=True, reserve_cpus=0)
+            self.enforcement = detect_enforcement(self.settings.name, "auto", cores)
+            self.cores = CoreAllocator(self.enforcement.cores)
 
     async def _warm_up_pool(self) -> None:
         """Where shims are pooled, start the pool and an idle shim now, before the agent
