@@ -8,6 +8,7 @@ until the broker answers. Next stage: `client.py` sends calls and maps failures 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -81,6 +82,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+# A body of one of the wire's models as a plain JSON object (its fields, as said).
+Body = Mapping[str, Any]
 _JSON_TYPE = {"Content-Type": "application/json"}
 
 
@@ -124,10 +127,16 @@ class Call(Frozen, Generic[T]):
 
 
 def _model_call(
-    route: Route, url: str, body: BaseModel, parse: Callable[[httpx.Response], T]
+    route: Route, url: str, body: BaseModel | Body, parse: Callable[[httpx.Response], T]
 ) -> Call[T]:
-    """A call whose body is one of the wire's models, as its fields were said."""
-    content = body.model_dump_json(exclude_unset=True).encode()
+    """A call whose body is one of the wire's models, as its fields were said, or a plain
+    dict of that model's fields (the agent's, which loads no pydantic: the broker validates
+    what it receives)."""
+    if isinstance(body, Mapping):
+        encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        content = encoded.encode()
+    else:
+        content = body.model_dump_json(exclude_unset=True).encode()
     return Call(route, url, parse, content=content, headers=_JSON_TYPE)
 
 
@@ -426,22 +435,22 @@ def watch(
 # -- the worker's operations
 
 
-def register_worker(name: str, body: Registration) -> Call[Registered]:
+def register_worker(name: str, body: Registration | Body) -> Call[Registered]:
     route = routes.REGISTER_WORKER
     return _model_call(route, route.url(name=name), body, _registered)
 
 
-def heartbeat(name: str, body: Heartbeat) -> Call[HeartbeatAnswer]:
+def heartbeat(name: str, body: Heartbeat | Body) -> Call[HeartbeatAnswer]:
     route = routes.HEARTBEAT
     return _model_call(route, route.url(name=name), body, _heartbeat_answer)
 
 
-def send_reports(name: str, body: ReportBatch) -> Call[list[ReportResult]]:
+def send_reports(name: str, body: ReportBatch | Body) -> Call[list[ReportResult]]:
     route = routes.REPORT_BATCH
     return _model_call(route, route.url(name=name), body, _report_results)
 
 
-def ingest_events(body: WorkerEvents) -> Call[int]:
+def ingest_events(body: WorkerEvents | Body) -> Call[int]:
     return _model_call(routes.INGEST_EVENTS, routes.INGEST_EVENTS.url(), body, _accepted)
 
 

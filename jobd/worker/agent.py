@@ -23,12 +23,11 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from jobd.api.models import GpuUsage, Job, Phase, WorkerSpec
+from jobd.api.vocabulary import Phase
 from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.errors import ApiError, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
-from jobd.wire.models import Heartbeat, Registration
 from jobd.wire.plain_async import open_async_client
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.diskspace import DiskWatch, filled_the_disk
@@ -36,6 +35,7 @@ from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
+from jobd.worker.jobview import JobView
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
@@ -65,7 +65,7 @@ class Agent:
         self.lease_duration_s = lease_duration_s
         self.executions: dict[int, Execution] = {}
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
-        self.next_attempts: dict[int, Job] = {}  # a retry's, once the last attempt is over
+        self.next_attempts: dict[int, JobView] = {}  # a retry's, once the last attempt is over
         self.pool = ShimPool()
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
@@ -133,20 +133,23 @@ class Agent:
 
     async def _register(self) -> None:
         assert self.link is not None
-        spec = WorkerSpec(
-            slots=self.settings.slots,
-            gpus=self.settings.gpus,
-            gpu_memory=self.settings.gpu_memory,
-            lease_duration_s=self.lease_duration_s,
-            cpus=self.settings.cpus,
-            memory=self.settings.memory,
-            labels=self.settings.labels,
-            mount_roots=self.settings.mount_roots,
-        )
+        spec = {
+            "slots": self.settings.slots,
+            "gpus": self.settings.gpus,
+            "gpu_memory": self.settings.gpu_memory,
+            "lease_duration_s": self.lease_duration_s,
+            "cpus": self.settings.cpus,
+            "memory": self.settings.memory,
+            "labels": self.settings.labels,
+            "mount_roots": self.settings.mount_roots,
+        }
         runner, link = self.containment.name, self.link
-        body = Registration(
-            spec=spec, hostname=socket.gethostname(), runner=runner, instance=link.instance
-        )
+        body = {
+            "spec": spec,
+            "hostname": socket.gethostname(),
+            "runner": runner,
+            "instance": link.instance,
+        }
         call = calls.register_worker(self.settings.name, body)
         registered = await link.call(call, fenced=True)  # Refused: another instance holds it
         if registered is None:
@@ -156,11 +159,11 @@ class Agent:
             "worker_registered",
             worker=self.settings.name,
             runner=runner,
-            slots=spec.slots,
-            cpus=spec.cpus,
-            memory=spec.memory,
-            labels=spec.labels,
-            mount_roots=spec.mount_roots,
+            slots=spec["slots"],
+            cpus=spec["cpus"],
+            memory=spec["memory"],
+            labels=spec["labels"],
+            mount_roots=spec["mount_roots"],
             instance=link.instance,
             epoch=link.epoch,
         )
@@ -177,7 +180,7 @@ class Agent:
 
     def _on_change(self, delta: Delta) -> None:
         if delta.op != "DELETED" and self._may_act_on(delta.object):
-            self._reconcile(Job.model_validate(delta.object))
+            self._reconcile(JobView(delta.object))
 
     def _may_act_on(self, document: dict[str, Any]) -> bool:
         """Whether _reconcile could act on this job: one running here, or one Scheduled (to
@@ -220,7 +223,7 @@ class Agent:
         )
         self._supervise(execution)
 
-    def _reconcile(self, job: Job) -> None:
+    def _reconcile(self, job: JobView) -> None:
         """Drive local processes toward what the broker says about this job."""
         assert self._tg is not None and self.link is not None
         running = self.executions.get(job.id)
@@ -244,7 +247,7 @@ class Agent:
         elif job.status.signal is not None:
             self._tg.start_soon(running.stop, job.status.signal)
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: JobView) -> None:
         assert self.link is not None
         self._supervise(Execution.new(job, self._host()))
 
@@ -289,18 +292,19 @@ class Agent:
         used = {g: int(u["memory_used"]) for g, u in usage.items()}
         return usage, foreign_use(used, held)
 
-    def heartbeat_body(self) -> Heartbeat:
-        """What the next heartbeat says: the jobs running here, each one's attempt, what
-        NVML reads of the GPUs (where it is), whether the disk is full."""
+    def heartbeat_body(self) -> dict[str, Any]:
+        """What the next heartbeat says (wire.models.Heartbeat's fields): the jobs running
+        here, each one's attempt, what NVML reads of the GPUs (where it is), whether the
+        disk is full."""
         usage, foreign = self._gpu_usage()
-        body = Heartbeat(
-            running=sorted(self.executions),
-            attempts={i: e.attempt for i, e in self.executions.items()},
-            gpu_memory_foreign=foreign,
-            disk_full=self.disk.full,
-        )
+        body: dict[str, Any] = {
+            "running": sorted(self.executions),
+            "attempts": {i: e.attempt for i, e in self.executions.items()},
+            "gpu_memory_foreign": foreign,
+            "disk_full": self.disk.full,
+        }
         if usage is not None:  # only then: a broker older than the field takes the rest
-            body.gpu_usage = {g: GpuUsage.model_validate(u) for g, u in usage.items()}
+            body["gpu_usage"] = usage
         return body
 
     async def _heartbeat_forever(self) -> None:

@@ -20,13 +20,13 @@ import anyio
 import httpx
 import pytest
 
-from jobd.api.models import Job
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.wire.client import AsyncClient
 from jobd.worker.execution import Execution, Host
 from jobd.worker.hooks import Hook, LaunchPlan, default_hooks
 from jobd.worker.jobrecord import AttemptPhase
+from jobd.worker.jobview import JobView
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings
 from jobd.worker.shim.containment import ProcessGroup
@@ -280,7 +280,7 @@ async def test_a_job_that_ended_is_not_signalled_when_the_broker_says_it_is_over
     the job terminal, and the agent stops it as unbound: there is nothing left to stop."""
     api, wire = broker.api, broker.wire
     job_id = await bound_job(api, "short")
-    job = Job.model_validate((await api.get(f"/jobs/{job_id}")).json())
+    job = JobView((await api.get(f"/jobs/{job_id}")).json())
     settings = WorkerSettings(
         name=WORKER,
         slots=1,
@@ -326,7 +326,7 @@ async def test_a_hook_added_to_the_list_runs_at_each_stage_in_order(
 ) -> None:
     """An attempt's steps are hooks run in order; one more needs no edit to the others."""
     job_id = await bound_job(broker.api, "hooked")
-    job = Job.model_validate((await broker.api.get(f"/jobs/{job_id}")).json())
+    job = JobView((await broker.api.get(f"/jobs/{job_id}")).json())
     settings = WorkerSettings(
         name=WORKER,
         slots=1,
