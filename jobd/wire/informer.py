@@ -59,6 +59,9 @@ class JobFilter:
     phases: Sequence[str] = ()
     selector: str | None = None
     worker: str | None = None
+    # The watch leaves out a Running job's changes while no signal is set (the agent's
+    # own reports); the list shows every job.
+    skip_running: bool = False
 
     def list_call(self) -> Call[JobList]:
         return calls.list_jobs(
@@ -79,6 +82,7 @@ class JobFilter:
             selector=self.selector,
             worker=self.worker,
             timeout=hold,
+            skip_running=self.skip_running,
         )
 
 

@@ -238,6 +238,11 @@ class WatchQuery(_Query):
     phase: list[Phase] | None = None
     selector: _Selector = _selector_field()
     timeout: float = Field(default=30.0, ge=0, le=300)
+    skip_running: bool = Field(
+        default=False,
+        description="leave out changes of a job Running with no signal set: a worker's own "
+        "`started` and `progress` reports, on which its agent never acts",
+    )
 
 
 # -- the worker's requests -------------------------------------------------------------------

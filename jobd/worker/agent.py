@@ -172,7 +172,8 @@ class Agent:
         """List what is bound here and reconcile each, then each change from there; list
         again after a 410 or an error (the wire's informer)."""
         assert self.link is not None
-        bound = JobFilter(worker=self.settings.name)
+        # Not a Running job's own reports (started, progress): one watch answer a job less.
+        bound = JobFilter(worker=self.settings.name, skip_running=True)
         informer = AsyncInformer(
             self.link.client, bound, every_listed=True, on_error=_log_watch_error
         )

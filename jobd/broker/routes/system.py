@@ -79,10 +79,13 @@ async def run_watch(
     reveal = access.reveals(who, worker)  # every change passed is of a job bound there
     seen = access.projects(who) if who is not None and who.role == "user" else None
     jobs = _jobs_filter(query)
+    skip_running = query.skip_running
 
     def accept(entry: FeedEntry) -> bool:
         if kind is not None and entry.kind != kind:
             return False
+        if skip_running and entry.phase == "Running" and entry.signal is None:
+            return False  # an agent's own report: it never acts on one, nor wakes for it
         if seen is not None and entry.kind != "Worker" and entry.project not in seen:
             return False
         if jobs is not None and not jobs(entry):

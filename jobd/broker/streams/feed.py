@@ -45,6 +45,7 @@ class FeedEntry(NamedTuple):
     masked: str  # `text` as all but the job's worker read it: `text` itself, mostly
     name: str | None = None  # a job's name; None for anything else
     phase: str | None = None  # a job's phase
+    signal: str | None = None  # a job's status.signal
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
@@ -63,6 +64,7 @@ class FeedEntry(NamedTuple):
             masked,
             job.metadata.name,
             job.status.phase.value,
+            job.status.signal,
         )
 
     def labels(self) -> dict[str, str] | None:
