@@ -40,6 +40,7 @@ from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
 from jobd.worker.shim.containment import Containment, ProcessGroup, choose_containment
+from jobd.worker.trimming import IdleTrim
 
 __all__ = ["Agent"]
 
@@ -75,6 +76,8 @@ class Agent:
         self.disk = DiskWatch(settings.state_dir, self._end_disk_filler)
         # Why this agent may not run as its worker, once it stopped for that reason.
         self.refusal: str | None = None
+        # Once no job has run here for a while, the heap a burst of jobs grew is given back.
+        self.trimming = IdleTrim(lambda: bool(self.executions))
 
     async def run(self) -> None:
         """Run until cancelled; return early, with `refusal` said, when this agent may not
@@ -126,6 +129,7 @@ class Agent:
         tg.start_soon(self.link.ship_events_forever)
         tg.start_soon(self._heartbeat_forever)
         tg.start_soon(self.disk.run)
+        tg.start_soon(self.trimming.run)
         if self.settings.checkpoint_ttl_days is not None:
             root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
             tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
@@ -280,6 +284,8 @@ class Agent:
                 following = self.next_attempts.pop(execution.job_id, None)
                 if following is not None:
                     self._reconcile(following)
+                if not self.executions:
+                    self.trimming.went_idle()
 
         self._tg.start_soon(supervise)
 
