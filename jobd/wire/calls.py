@@ -416,11 +416,11 @@ def watch(
     phase: Sequence[str] = (),
     selector: str | None = None,
     timeout: float = 30.0,
-    skip_running: bool = False,
+    skip_own_reports: bool = False,
 ) -> Call[WatchPage]:
     """Changes after revision `since` (of the jobs a listing with the same filters shows,
-    when one is given); ApiError 410 means list again and watch from there. skip_running:
-    not the changes of a job Running with no signal (an agent's own reports)."""
+    when one is given); ApiError 410 means list again and watch from there. skip_own_reports:
+    not the changes a worker's own reports make (started, progress, complete)."""
     params = _params(
         since=since,
         kind=kind,
@@ -430,7 +430,7 @@ def watch(
         phase=list(phase),
         selector=selector,
         timeout=timeout,
-        skip_running=_flag(True) if skip_running else None,
+        skip_own_reports=_flag(True) if skip_own_reports else None,
     )
     return Call(routes.WATCH, routes.WATCH.url(), _watch_page, params=params, hold=timeout)
 

@@ -60,9 +60,9 @@ class JobFilter:
     phases: Sequence[str] = ()
     selector: str | None = None
     worker: str | None = None
-    # The watch leaves out a Running job's changes while no signal is set (the agent's
-    # own reports); the list shows every job.
-    skip_running: bool = False
+    # The watch leaves out the changes the worker's own reports make (the agent's watch:
+    # `skip_own_reports` of GET /watch); the list shows every job.
+    skip_own_reports: bool = False
 
     def list_call(self) -> Call[JobList]:
         return calls.list_jobs(
@@ -83,7 +83,7 @@ class JobFilter:
             selector=self.selector,
             worker=self.worker,
             timeout=hold,
-            skip_running=self.skip_running,
+            skip_own_reports=self.skip_own_reports,
         )
 
 

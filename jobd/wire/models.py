@@ -238,10 +238,11 @@ class WatchQuery(_Query):
     phase: list[Phase] | None = None
     selector: _Selector = _selector_field()
     timeout: float = Field(default=30.0, ge=0, le=300)
-    skip_running: bool = Field(
+    skip_own_reports: bool = Field(
         default=False,
-        description="leave out changes of a job Running with no signal set: a worker's own "
-        "`started` and `progress` reports, on which its agent never acts",
+        description="leave out the changes a worker's own reports make (`started`, "
+        "`progress`, `complete`): of a job with no signal set that is Running, or that has "
+        "ended after it started",
     )
 
 

@@ -176,8 +176,9 @@ class Agent:
         """List what is bound here and reconcile each, then each change from there; list
         again after a 410 or an error (the wire's informer)."""
         assert self.link is not None
-        # Not a Running job's own reports (started, progress): one watch answer a job less.
-        bound = JobFilter(worker=self.settings.name, skip_running=True)
+        # Not the changes its own reports make (started, progress, complete): it acts on
+        # none, and a drain's watch answers come with the binds alone.
+        bound = JobFilter(worker=self.settings.name, skip_own_reports=True)
         informer = AsyncInformer(
             self.link.client, bound, every_listed=True, on_error=_log_watch_error
         )

@@ -1,7 +1,8 @@
-"""A worker's watch with `skip_running=true` (the agent's) passes what its agent may act
-on — a job bound to it, a stop asked (a signal), a job's end — and leaves out the changes
-its own `started` and `progress` reports make of a Running job: the watch does not wake
-for them, and goes on to the next change that counts. Without the flag every change passes.
+"""A worker's watch with `skip_own_reports=true` (the agent's) passes what its agent may act
+on — a job bound to it, a stop asked (a signal, before or after it started) — and leaves
+out the changes its own `started`, `progress` and `complete` reports make: the watch
+does not wake for them, and goes on to the next change that counts. Without the flag every
+change passes.
 
 The broker app in-process (httpx.ASGITransport), no controllers running: jobs are bound
 here as the scheduler would bind them.
@@ -66,27 +67,44 @@ async def test_the_agents_watch_leaves_out_its_own_reports_of_a_running_job(
     await _report(api, job_id, "started")
     await _report(api, job_id, "progress", step=1, total=10)
     await _report(api, job_id, "progress", step=2, total=10)
-    after_reports, skipped = await _watch(api, start, skip_running="true")
+    after_reports, skipped = await _watch(api, start, skip_own_reports="true")
     assert skipped == [f"{job_id}:Scheduled:None"]  # the bind only
 
     # Nothing new for the agent since: an empty page, at the newest revision it passed.
-    again, nothing = await _watch(api, after_reports, skip_running="true")
+    again, nothing = await _watch(api, after_reports, skip_own_reports="true")
     assert nothing == [] and again >= after_reports
 
-    assert (await api.post(f"/jobs/{job_id}/cancel")).status_code == 200
-    await _report(api, job_id, "complete", exit_code=0)
-    _, then = await _watch(api, after_reports, skip_running="true")
-    assert then == [f"{job_id}:Running:cancel", f"{job_id}:Cancelled:cancel"]
+    await _report(api, job_id, "complete", exit_code=0)  # its own end: left out too
+    at_end, nothing = await _watch(api, after_reports, skip_own_reports="true")
+    assert nothing == [] and at_end > after_reports
+
+    stopped = int((await api.post("/jobs", json=job_document("b"))).json()["metadata"]["id"])
+    bind(api, stopped, WORKER)
+    await _report(api, stopped, "started")
+    assert (await api.post(f"/jobs/{stopped}/cancel")).status_code == 200
+    await _report(api, stopped, "complete", exit_code=143)
+    never = int((await api.post("/jobs", json=job_document("c"))).json()["metadata"]["id"])
+    bind(api, never, WORKER)
+    assert (await api.post(f"/jobs/{never}/cancel")).status_code == 200
+    _, then = await _watch(api, at_end, skip_own_reports="true")
+    assert then == [
+        f"{stopped}:Scheduled:None",
+        f"{stopped}:Running:cancel",  # a stop asked: the agent acts on it
+        f"{stopped}:Cancelled:cancel",
+        f"{never}:Scheduled:None",
+        f"{never}:Scheduled:cancel",  # bound here: its agent says it is over, never run
+    ]
 
     _, everything = await _watch(api, start)  # without the flag: every change
-    assert everything[:4] == [
+    assert everything[:5] == [
         f"{job_id}:Scheduled:None",
         f"{job_id}:Running:None",
         f"{job_id}:Running:None",
         f"{job_id}:Running:None",
+        f"{job_id}:Succeeded:None",
     ]
 
 
-async def test_a_bad_skip_running_is_refused_naming_it(api: httpx.AsyncClient) -> None:
-    answer = await api.get("/watch", params={"since": 0, "skip_running": "maybe"})
-    assert answer.status_code == 422 and "skip_running" in answer.text
+async def test_a_bad_skip_own_reports_is_refused_naming_it(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/watch", params={"since": 0, "skip_own_reports": "maybe"})
+    assert answer.status_code == 422 and "skip_own_reports" in answer.text

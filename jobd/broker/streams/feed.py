@@ -46,6 +46,7 @@ class FeedEntry(NamedTuple):
     name: str | None = None  # a job's name; None for anything else
     phase: str | None = None  # a job's phase
     signal: str | None = None  # a job's status.signal
+    started: bool = False  # a job's status.started_at is set
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
@@ -65,6 +66,7 @@ class FeedEntry(NamedTuple):
             job.metadata.name,
             job.status.phase.value,
             job.status.signal,
+            job.status.started_at is not None,
         )
 
     def labels(self) -> dict[str, str] | None:
