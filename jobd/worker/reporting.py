@@ -10,6 +10,7 @@ the events that ride along.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -125,7 +126,8 @@ class BrokerLink:
         ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         if not self._events:
             self._events_since = anyio.current_time()
-        self._events.append({"event": event, "job": job, "ts": ts, "fields": fields})
+        said = {key: _json_value(value) for key, value in fields.items()}
+        self._events.append({"event": event, "job": job, "ts": ts, "fields": said})
         self._events_ready.set()
 
     async def ship_events_forever(self, interval_s: float = 0.2) -> None:
@@ -142,3 +144,18 @@ class BrokerLink:
                     continue
                 batch, self._events = self._events, []
                 await self.call(calls.ingest_events({"worker": self.worker, "events": batch}))
+
+
+def _json_value(value: Any) -> Any:
+    """An event field as JSON holds it: a value JSON cannot say (a path, NaN) as its text.
+    The batch it rides in is encoded whole, so one such value must never fail it (the
+    events would be queued again, and fail every batch after)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return [_json_value(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _json_value(item) for key, item in value.items()}
+    return str(value)

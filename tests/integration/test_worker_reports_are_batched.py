@@ -191,6 +191,24 @@ async def test_queued_events_ride_along_with_the_next_report_batch_once(broker: 
 
 
 @pytest.mark.forged_events  # made-up events and fields, as a worker may post
+async def test_an_event_field_json_cannot_say_goes_as_text_and_fails_no_batch(
+    broker: Broker,
+) -> None:
+    """The agent sends plain JSON: a path or a NaN in an event is sent as its text, and the
+    batch it rides in (with a report) is taken whole."""
+    api, wire, link = broker.api, broker.wire, broker.link
+    a = await bound_job(api, "odd")
+    link.event("process_spawned", a, where=Path("/tmp/x"), share=float("nan"), ids=(1, 2))
+    with anyio.fail_after(5):
+        await link.report(a, "started")
+    (post,) = wire.report_posts
+    assert post.status == 200
+    fields = post.body["events"][0]["fields"]
+    assert fields == {"where": "/tmp/x", "share": "nan", "ids": [1, 2]}
+    assert await phase(api, a) == "Running"
+
+
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
 async def test_an_event_waits_for_a_report_to_carry_it_before_it_goes_alone(
     broker: Broker,
 ) -> None:
