@@ -442,6 +442,15 @@ class WorkerOptions:
         type=_A_PATH,
         callback=_roots_option,
     )
+    memory_enforcement: str = setting(
+        "--memory-enforcement",
+        "JOBD_WORKER_MEMORY_ENFORCEMENT",
+        "How a job's memory is capped: auto (a cgroup where this worker may make one, v2 "
+        "or v1, else its shim watches the job's RSS), cgroup (refuse to start without "
+        "one), rss (always watch).",
+        default="auto",
+        type=click.Choice(["auto", "cgroup", "rss"]),
+    )
     checkpoint_root: str | None = setting(
         "--checkpoint-root",
         "JOBD_WORKER_CHECKPOINT_ROOT",

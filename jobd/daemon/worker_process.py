@@ -15,11 +15,12 @@ import click
 from jobd.cli.credentials import TokenFileError, read_token_file
 from jobd.daemon.inventory import detected_cpus, detected_memory, labels_of, offered
 from jobd.daemon.settings import NAME_GIVEN, OutputOptions, WorkerOptions, default_data_dir
-from jobd.daemon.worker_host import Gpus, check_gpus, detect_gpus
+from jobd.daemon.worker_host import Gpus, StartupError, check_gpus, detect_gpus
 from jobd.discovery import TokenError, usable_token
 from jobd.logconfig import get_logger
 from jobd.worker.agent import Agent
 from jobd.worker.checkpoints import checkpoint_root
+from jobd.worker.limits import NoCgroup, detect_enforcement, pinnable_cores
 from jobd.worker.settings import WorkerSettings
 
 __all__ = ["forget_token", "say_jobs_run_on", "worker_settings", "worker_token"]
@@ -39,6 +40,11 @@ def worker_settings(
     state_dir = worker.state_dir or (data_dir or default_data_dir()) / "worker" / worker.name
     cpus = offered(worker.cpus, detected_cpus(), worker.reserve_cpus)
     memory = offered(worker.memory, detected_memory(), worker.reserve_memory)
+    cores = pinnable_cores(worker.cpus is not None, worker.reserve_cpus)
+    try:
+        enforcement = detect_enforcement(worker.name, worker.memory_enforcement, cores)
+    except NoCgroup as exc:
+        raise StartupError(str(exc)) from None
     return WorkerSettings(
         name=worker.name,
         slots=worker.slots or max(1, len(gpus)),
@@ -47,6 +53,7 @@ def worker_settings(
         memory=None if memory is None else int(memory),
         labels=labels_of(worker.labels, sorted(gpus)),
         mount_roots=list(worker.mount_roots),
+        enforcement=enforcement,
         gpu_memory={g: m for g, m in gpus.items() if m is not None},
         checkpoint_root=checkpoint_root(env),
         default_grace_s=worker.default_grace,

@@ -21,6 +21,7 @@ from jobd.api.models import (
     MAX_ID,
     MAX_INT,
     NAME_PATTERN,
+    CoreSet,
     GpuUsage,
     Job,
     ObjectMeta,
@@ -329,6 +330,7 @@ class Report(_Body):
 
 class Started(Report):
     checkpoint_dir: str | None = None
+    cpuset: CoreSet | None = None  # the cores the workload is pinned to (None: not pinned)
 
 
 class Completion(Report):

@@ -54,8 +54,20 @@ class MetadataView:
         self.array: ArrayView | None = None if array is None else ArrayView(array)
 
 
+class ResourcesView:
+    """What a job holds here: GPUs, and the cores and memory its limits say (None: none)."""
+
+    __slots__ = ("cpus", "gpus", "memory")
+
+    def __init__(self, resources: Mapping[str, Any]) -> None:
+        cpus, memory = resources.get("cpus"), resources.get("memory")
+        self.cpus: float | None = None if cpus is None else float(cpus)
+        self.memory: int | None = None if memory is None else int(memory)
+        self.gpus: int = int(resources.get("gpus") or 0)
+
+
 class SpecView:
-    __slots__ = ("command", "cwd", "env")
+    __slots__ = ("command", "cwd", "env", "resources")
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         command = spec.get("command")
@@ -64,6 +76,7 @@ class SpecView:
         self.command: list[str] = [str(word) for word in command]
         self.cwd: str | None = spec.get("cwd")
         self.env: dict[str, str] = dict(spec.get("env") or {})
+        self.resources = ResourcesView(_object(spec, "resources"))
 
 
 class EffectiveView:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from jobd.api.arrays import JobArray
 from jobd.api.models import Job
 from jobd.broker.auth.tokens import ADMIN, USER, WORKER, Principal
 from jobd.wire import routes as r
@@ -40,6 +41,7 @@ __all__ = [
     "projects",
     "refusal",
     "reveals",
+    "stamp_owner",
 ]
 
 PRINCIPAL = "jobd.principal"  # the key of the request's principal in the ASGI scope
@@ -153,6 +155,20 @@ def jobs_visible(who: Principal, project_asked: str | None, worker_asked: str | 
             f"token {who.label!r} may list only the jobs of worker {who.worker!r} "
             f"(ask with worker={who.worker})"
         )
+
+
+def stamp_owner(who: Principal, resource: Job | JobArray) -> None:
+    """Set `resource`'s owner from the identity of who made it, never from its body.
+
+    The caller's user when it has one (the socket's peer, a user token's user). An admin
+    of no user (the admin token) may name an owner, as root may `sbatch --uid`: a job
+    submitted on a user's behalf; anyone else's body value is dropped.
+    """
+    meta = resource.metadata
+    if who.user is not None:
+        meta.owner = who.user
+    elif who.role != ADMIN:
+        meta.owner = None
 
 
 def as_worker(who: Principal, name: str) -> None:

@@ -69,6 +69,9 @@ class Principal:
     role: str
     projects: frozenset[str] = frozenset()
     worker: str | None = None
+    # The Unix user it speaks for (api/identity.py): a user token's user, or the peer of
+    # the Unix socket. None: a token of no user (the jobs it makes have no owner).
+    user: str | None = None
     last_used: float = 0.0  # time.time() of the newest request; written by Tokens.flush
 
     @property

@@ -41,6 +41,7 @@ def array_document(array: JobArray, members: list[Job]) -> dict[str, Any]:
 async def create_array(state: BrokerState, _path: PathArgs, array: JobArray, who: Principal) -> str:
     if not who.admin:
         access.project(who, array.project)
+    access.stamp_owner(who, array)
     view = state.ctx.view
     created = arrays.create_array(
         state.store, array, state.ctx.clock, view.projects, view.workers.values()

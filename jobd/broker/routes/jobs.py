@@ -123,6 +123,9 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
     if any(p.metadata.name is None for p in projects):
         raise AdmissionError("metadata.name: required to apply a Project")
     _may_apply(who, projects, [*jobs, *job_arrays])
+    made: list[Job | JobArray] = [*jobs, *job_arrays]
+    for resource in made:
+        access.stamp_owner(who, resource)
     clock = state.ctx.clock
     if projects or job_arrays:  # refuse before writing anything: a bad job must not
         admission.apply_jobs(state.store, jobs, clock, dry_run=True)  # leave the others
@@ -173,6 +176,7 @@ def _collector_paused() -> Iterator[None]:
 async def create_job(state: BrokerState, _path: PathArgs, job: Job, who: Principal) -> str:
     if not who.admin:
         access.project(who, job.project)
+    access.stamp_owner(who, job)
     return doc(await state.creates.create(job))
 
 
