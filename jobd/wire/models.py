@@ -241,6 +241,12 @@ class WatchQuery(_Query):
     phase: list[Phase] | None = None
     selector: _Selector = _selector_field()
     timeout: float = Field(default=30.0, ge=0, le=300)
+    skip_own_reports: bool = Field(
+        default=False,
+        description="leave out the changes a worker's own reports make (`started`, "
+        "`progress`, `complete`): of a job with no signal set that is Running, or that has "
+        "ended after it started",
+    )
 
 
 # -- the worker's requests -------------------------------------------------------------------

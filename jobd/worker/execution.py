@@ -23,11 +23,11 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from jobd.api.models import Job
 from jobd.logconfig import get_logger
 from jobd.worker.hooks import Hook, LaunchPlan, StartFailed, default_hooks
 from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
+from jobd.worker.jobview import JobView
 from jobd.worker.limits import NO_ENFORCEMENT, CoreAllocator, Enforcement
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
@@ -72,7 +72,7 @@ class Execution:
         record: JobRecord,
         state_dir: Path,
         grace_s: float,
-        job: Job | None = None,
+        job: JobView | None = None,
         shim: Shim | None = None,
         hooks: Sequence[Hook] | None = None,
     ) -> None:
@@ -93,7 +93,7 @@ class Execution:
         self._unsaved = False  # the last save found the disk full (logged once)
 
     @classmethod
-    def new(cls, job: Job, host: Host, hooks: Sequence[Hook] | None = None) -> Execution:
+    def new(cls, job: JobView, host: Host, hooks: Sequence[Hook] | None = None) -> Execution:
         """The attempt the broker bound here, still to be launched (hooks: default_hooks())."""
         attempt = attempt_of(job)
         record = JobRecord(job.id, attempt, boot_id(), phase=AttemptPhase.PREPARING)

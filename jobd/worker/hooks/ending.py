@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from jobd.wire.models import Completion
 from jobd.worker.checkpoints import checkpoint_dir, find_resume_target
 from jobd.worker.diskspace import filled_the_disk
 from jobd.worker.hooks.base import Hook
@@ -122,9 +121,27 @@ def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
     return {}
 
 
+# The fields of a `complete` (wire.models.Completion) and the longest text each may hold:
+# the broker refuses a batch holding a longer one whole.
+_COMPLETION_FIELDS = {
+    "exit_code": None,
+    "signal": None,
+    "checkpoint_latest": None,
+    "reason": 64,
+    "message": 4096,
+}
+
+
 def wire_completion(body: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a `complete` the wire knows (reason and message since issue 11)."""
-    return {k: v for k, v in body.items() if k in Completion.model_fields}
+    """The fields of a `complete` the wire knows (reason and message since issue 11), a
+    text cut to what the wire holds."""
+    return {k: _cut(v, _COMPLETION_FIELDS[k]) for k, v in body.items() if k in _COMPLETION_FIELDS}
+
+
+def _cut(value: Any, longest: int | None) -> Any:
+    if longest is None or not isinstance(value, str) or len(value) <= longest:
+        return value
+    return value[: longest - 1] + "…"
 
 
 class Tidy(Hook):
