@@ -19,7 +19,8 @@ What is relayed is kept small, and the worker token never becomes the caller's:
   body and the few headers a client reads.
 
 Standard library and h11 (which the agent's plain client already uses), plus httpx to
-reach the broker, as the agent does.
+reach the broker, imported at the first relayed request: a root worker offers the socket
+by default, and an agent nobody asks through keeps httpx's memory for nothing.
 """
 
 from __future__ import annotations
@@ -29,15 +30,18 @@ import json
 import pwd
 import socket
 import struct
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import h11
-import httpx
 
 from jobd.logconfig import get_logger
 from jobd.wire import routes as r
 from jobd.wire.plain_http import HOLD_MARGIN_S
 from jobd.wire.routes import find_route
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["USER_ROUTES", "VOUCH_HEADER", "Relay"]
 
@@ -84,10 +88,19 @@ class Relay:
 
     def __init__(self, server: str, token: str | None, worker: str) -> None:
         self.server, self.worker = server, worker
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(
-            base_url=server, headers=headers, timeout=httpx.Timeout(15.0, read=_HOLD_S)
-        )
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(
+                base_url=self.server,
+                headers=self._headers,
+                timeout=httpx.Timeout(15.0, read=_HOLD_S),
+            )
+        return self._client
 
     async def serve(self, sock: socket.socket) -> None:
         """Serve the bound socket `sock` until cancelled."""
@@ -97,7 +110,8 @@ class Relay:
             async with server:
                 await server.serve_forever()
         finally:
-            await self._http.aclose()
+            if self._client is not None:
+                await self._client.aclose()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         uid = _peer_uid(writer)
@@ -131,8 +145,11 @@ class Relay:
             return _json(403, f"uid {uid} has no user name on worker {self.worker}'s host")
         headers = [(k, v) for k, v in request.headers if k.lower() not in _DROPPED]
         headers.append((VOUCH_HEADER.encode(), user.encode()))
+        http = self._http()
+        import httpx  # loaded by _http: a dict lookup
+
         try:
-            answer = await self._http.request(
+            answer = await http.request(
                 request.method.decode(),
                 request.target.decode("ascii"),
                 headers=headers,
