@@ -139,10 +139,13 @@ class LaunchSpec:
     grace_s: float  # of a stop that names none (a SIGTERM to the shim, say)
     job_id: int | None
     attempt: int | None
+    # The Unix user the workload runs as (jobd.worker.shim.owner), set by a root agent for
+    # a job of an owner; None: as the shim's own user.
+    owner: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Not asdict(): that deep-copies the environment, ~1 ms a job.
-        return {
+        data = {
             "version": PROTOCOL_VERSION,
             "argv": self.argv,
             "cwd": self.cwd,
@@ -151,6 +154,9 @@ class LaunchSpec:
             "job_id": self.job_id,
             "attempt": self.attempt,
         }
+        if self.owner is not None:  # only then: a job of no owner sends what it did
+            data["owner"] = self.owner
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LaunchSpec:
@@ -164,7 +170,10 @@ class LaunchSpec:
         if not isinstance(cwd, str) or grace is None:
             raise ValueError("spec: cwd must be a string and grace_s a number >= 0")
         job_id, attempt = as_int(data.get("job_id")), as_int(data.get("attempt"))
-        return cls(argv, cwd, env, grace, job_id, attempt)
+        owner = data.get("owner")
+        if owner is not None and not (isinstance(owner, str) and owner):
+            raise ValueError("spec: owner must be a user name")
+        return cls(argv, cwd, env, grace, job_id, attempt, owner)
 
 
 @dataclass(frozen=True)
