@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Resources, Worker, WorkerPhase, WorkerSpec
 from jobd.controllers import eligibility
-from jobd.controllers.eligibility import eligible
+from jobd.controllers.eligibility import eligible, knows_owner
 from jobd.controllers.view import ClusterView
 from jobd.controllers.worker_disk import disk_is_full
 
@@ -55,6 +55,8 @@ class Capacity:
     # The whole inventory in CPUs (thousandths) and memory: the best fit's measure.
     total_millicpus: int = 0
     total_memory: int = 0
+    # The owners whose jobs may run here (its status.users); None: any (eligibility.py).
+    users: frozenset[str] | None = None
 
     def pick(self, job: Job) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
@@ -64,6 +66,8 @@ class Capacity:
         their count).
         """
         spec = job.spec
+        if self.users is not None and not knows_owner(job.metadata.owner, self.users):
+            return None
         # Eligibility first, checked only where there is something to check: this runs
         # for every queued job against every worker on the scheduler's hot path.
         where = self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
@@ -157,6 +161,7 @@ class Capacity:
             self.rooted,
             self.total_millicpus,
             self.total_memory,
+            self.users,
         )
 
 
@@ -209,6 +214,7 @@ def _capacity(worker: Worker) -> Capacity:
         bool(spec.mount_roots),
         millicpus,
         memory,
+        None if worker.status.users is None else frozenset(worker.status.users),
     )
 
 
@@ -247,6 +253,7 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
     needs = spec.resources
     slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
     sized = bool(millicpus or memory)
+    owner = job.metadata.owner
     # Whether pick() has more to check than the comparisons below, whatever the worker.
     where = count > 0 or eligibility.asks_where(spec)
     best: tuple[tuple[float, float, int, str], Capacity] | None = None
@@ -257,6 +264,8 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
             continue
         if len(cap.free_gpus) < count:
             continue
+        if owner is not None and cap.users is not None and owner not in cap.users:
+            continue  # the owner does not exist there (eligibility.knows_owner)
         if where or cap.reserved or cap.rooted:
             picked = cap.pick(job)
             if picked is None:

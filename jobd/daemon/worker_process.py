@@ -22,7 +22,7 @@ from jobd.worker.agent import Agent
 from jobd.worker.checkpoints import checkpoint_root
 from jobd.worker.settings import WorkerSettings
 
-__all__ = ["forget_token", "say_jobs_run_on", "worker_settings", "worker_token"]
+__all__ = ["forget_token", "own_user_name", "say_jobs_run_on", "worker_settings", "worker_token"]
 
 
 def worker_settings(
@@ -47,6 +47,7 @@ def worker_settings(
         memory=None if memory is None else int(memory),
         labels=labels_of(worker.labels, sorted(gpus)),
         mount_roots=list(worker.mount_roots),
+        users=list(worker.allowed_users) or None,
         gpu_memory={g: m for g, m in gpus.items() if m is not None},
         checkpoint_root=checkpoint_root(env),
         default_grace_s=worker.default_grace,
@@ -55,6 +56,16 @@ def worker_settings(
         max_log_bytes=output.max_log_bytes,
         keep_job_files=worker.keep_job_files,
     )
+
+
+def own_user_name() -> str | None:
+    """The name of the user this process runs as; None when the host has no entry for it."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
 
 
 def _host_gpus(declared: Gpus | None) -> Gpus:

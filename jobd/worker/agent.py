@@ -36,6 +36,7 @@ from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
+from jobd.worker.owners import PublishedUsers, runs_as_owners, runs_as_text
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
@@ -75,6 +76,7 @@ class Agent:
         self.disk = DiskWatch(settings.state_dir, self._end_disk_filler)
         # Why this agent may not run as its worker, once it stopped for that reason.
         self.refusal: str | None = None
+        self.users: PublishedUsers | None = None  # the owners placeable here, once looked up
 
     async def run(self) -> None:
         """Run until cancelled; return early, with `refusal` said, when this agent may not
@@ -103,6 +105,7 @@ class Agent:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     await self._warm_up_pool()
+                    _say_whom_jobs_run_as()
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
                     await self._serve(tg)
@@ -144,8 +147,14 @@ class Agent:
             mount_roots=self.settings.mount_roots,
         )
         runner, link = self.containment.name, self.link
+        self.users = PublishedUsers(self.settings.users)
         body = Registration(
-            spec=spec, hostname=socket.gethostname(), runner=runner, instance=link.instance
+            spec=spec,
+            hostname=socket.gethostname(),
+            runner=runner,
+            instance=link.instance,
+            runs_as=runs_as_text(),
+            users=self.users.users,
         )
         call = calls.register_worker(self.settings.name, body)
         registered = await link.call(call, fenced=True)  # Refused: another instance holds it
@@ -161,6 +170,8 @@ class Agent:
             memory=spec.memory,
             labels=spec.labels,
             mount_roots=spec.mount_roots,
+            runs_as=body.runs_as,
+            users=None if body.users is None else len(body.users),
             instance=link.instance,
             epoch=link.epoch,
         )
@@ -299,6 +310,9 @@ class Agent:
             gpu_memory_foreign=foreign,
             disk_full=self.disk.full,
         )
+        users = None if self.users is None else self.users.changed()
+        if users is not None:  # only then: most heartbeats say nothing of it
+            body.users = users
         if usage is not None:  # only then: a broker older than the field takes the rest
             body.gpu_usage = {g: GpuUsage.model_validate(u) for g, u in usage.items()}
         return body
@@ -331,6 +345,18 @@ class Agent:
             async with anyio.create_task_group() as tg:
                 for execution in list(self.executions.values()):
                     tg.start_soon(execution.stop, "unknown_to_broker")
+
+
+def _say_whom_jobs_run_as() -> None:
+    """One line at start: a worker that is not root runs every job as itself."""
+    if runs_as_owners():
+        log.info("jobs_run_as_their_owners")
+    else:
+        log.warning(
+            "jobs_run_as_worker_user",
+            user=runs_as_text(),
+            why="this worker is not root: every job runs as its user, whoever owns it",
+        )
 
 
 def _log_watch_error(exc: ApiError | BrokerUnreachable) -> None:

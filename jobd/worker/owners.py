@@ -1,0 +1,127 @@
+"""Whose jobs this worker runs, and as whom (issue 24 item 2).
+
+A worker running as root starts each job of an owner (`metadata.owner`) as that owner's
+Unix user, looked up by name on this host (jobd.worker.shim.owner does the switch). A
+worker running as any other user cannot change users: it runs every job as itself, as
+the seed has it, and says so at start. A job of no owner (the admin token's) runs as the
+worker's user either way.
+
+The worker publishes the user names its host knows (`status.users`: pwd.getpwall(),
+which lists /etc/passwd and whatever NSS source enumerates), so the scheduler places a
+job only where its owner exists (controllers/eligibility.py). `--users` narrows the
+list to named users (a box kept for some people). Past MAX_WORKER_USERS names, or on a
+non-root worker without `--users`, it publishes none: any owner is placed here. Either
+way the agent looks the owner up again at launch, and a job whose owner this host does
+not know (a user removed since, an NSS source that does not enumerate and does not
+answer) fails `OwnerUnknown`.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from jobd.api.identity import MAX_WORKER_USERS, USER_NAME_PATTERN
+from jobd.worker.shim.owner import RunAs, look_up
+
+__all__ = [
+    "OWNER_UNKNOWN",
+    "OwnerUnknown",
+    "PublishedUsers",
+    "checkpoint_dir_for",
+    "published_users",
+    "run_as",
+    "runs_as_owners",
+    "runs_as_text",
+]
+
+OWNER_UNKNOWN = "OwnerUnknown"
+
+
+class OwnerUnknown(Exception):
+    """The job's owner cannot run here: not a user of this host, or not one of --users."""
+
+    reason = OWNER_UNKNOWN
+
+
+def runs_as_owners() -> bool:
+    """Whether this worker can start jobs as their owners: only root can change users."""
+    return os.geteuid() == 0
+
+
+def runs_as_text() -> str:
+    """What the worker says it runs jobs as (its status.runs_as): `owner`, or its user."""
+    if runs_as_owners():
+        return "owner"
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def published_users(allowed: Sequence[str] | None) -> list[str] | None:
+    """The owners the scheduler may place here (None: any). A root worker lists its
+    host's users (within `allowed`, the `--users`, if given); another lists `allowed`."""
+    if not runs_as_owners():
+        return None if allowed is None else sorted(set(allowed))
+    valid = re.compile(USER_NAME_PATTERN)
+    names = {entry.pw_name for entry in pwd.getpwall() if valid.match(entry.pw_name)}
+    if allowed is not None:
+        names &= set(allowed)
+    if len(names) > MAX_WORKER_USERS:
+        return None
+    return sorted(names)
+
+
+class PublishedUsers:
+    """The owners the worker publishes, looked at again at most every REFRESH_S (a user
+    added to the host while the worker runs is placed there within a minute)."""
+
+    REFRESH_S = 60.0
+
+    def __init__(self, allowed: Sequence[str] | None) -> None:
+        self.allowed = allowed
+        self.users = published_users(allowed)
+        self._at = time.monotonic()
+
+    def changed(self) -> list[str] | None:
+        """The new list when it changed since last said; None otherwise (also when the
+        host grew past MAX_WORKER_USERS: the next registration says "any")."""
+        if time.monotonic() - self._at < self.REFRESH_S:
+            return None
+        self._at = time.monotonic()
+        users = published_users(self.allowed)
+        if users is None or users == self.users:
+            return None
+        self.users = users
+        return users
+
+
+def run_as(owner: str | None, allowed: Sequence[str] | None) -> RunAs | None:
+    """Whom a job of `owner` runs as here: None for the worker's own user (no owner, or
+    a worker that is not root); OwnerUnknown when the owner may not or cannot run here."""
+    if owner is None:
+        return None
+    if allowed is not None and owner not in allowed:
+        raise OwnerUnknown(f"user {owner} is not one of this worker's --users")
+    if not runs_as_owners():
+        return None
+    try:
+        return look_up(owner)
+    except (LookupError, PermissionError) as exc:
+        raise OwnerUnknown(str(exc)) from None
+
+
+def checkpoint_dir_for(path: Path, who: RunAs) -> None:
+    """Give the job's checkpoint directory to its owner, 0700; its root (the worker's,
+    shared by every owner) stays the worker's but traversable (0711), never listable."""
+    os.chown(path, who.uid, who.gid)
+    os.chmod(path, 0o700)
+    root = path.parent
+    mode = root.stat().st_mode & 0o777
+    if mode & 0o011 != 0o011:
+        os.chmod(root, mode | 0o011)
