@@ -500,7 +500,7 @@ def workers_table(
     now = _now(now)
     slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
-    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LABELS"]
+    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LABELS", "RUN-AS"]
     table = _table(*headers, *(more if wide else []))
     held = _held(bound) if wide else {}
     for worker in workers:
@@ -515,6 +515,7 @@ def workers_table(
             row += [status.get("hostname") or "-", status.get("runner") or "-"]
             row.append(_age(status.get("registered_at"), now))
             row += _inventory(spec, held.get(name, (0, 0)))
+            row.append(status.get("runs_as") or "-")  # `owner`, or the user every job runs as
         table.add_row(*row)
     return table
 

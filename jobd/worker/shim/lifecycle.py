@@ -116,7 +116,8 @@ def _spawn(spec: LaunchSpec, state_dir: Path) -> int:
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     if spec.owner is not None:  # a root worker's job of an owner: as the owner
         try:
-            return spawn_owned(spec.owner, spec.argv, spec.cwd, spec.env, [null, out, err])
+            stdio = [null, out, err]
+            return spawn_owned(spec.owner, spec.argv, spec.cwd, spec.env, stdio, str(state_dir))
         finally:
             for fd in (null, out, err):
                 os.close(fd)

@@ -30,6 +30,7 @@ __all__ = ["OWNER_UMASK", "RunAs", "look_up", "spawn_as", "spawn_owned"]
 
 OWNER_UMASK = 0o077
 _SPAWN_FAILED = 127
+_TRAVERSE = 0o011  # group and others may pass through, never list (jobd.filemodes)
 # What Python ignores (and a workload must not inherit ignored), as Popen resets.
 _RESET = (signal.SIGPIPE, signal.SIGXFSZ)
 
@@ -63,16 +64,27 @@ def look_up(name: str) -> RunAs:
     return RunAs(name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
 
 
-def spawn_owned(name: str, argv: list[str], cwd: str, env: dict[str, str], stdio: list[int]) -> int:
+def spawn_owned(
+    name: str, argv: list[str], cwd: str, env: dict[str, str], stdio: list[int], state_dir: str
+) -> int:
     """Start argv as the owner `name` (looked up now), its output files (stdio[1:])
     given to the owner; ValueError when this host has no such user (or it is a uid 0
-    other than root), OSError as spawn_as raises it."""
+    other than root), OSError as spawn_as raises it.
+
+    The owner reaches those files where they are: the job's state directory and its
+    parent (`jobs/`) may be traversed by others (0711), never listed; every other file
+    in it stays the worker's, 0600 (the launch spec holds the job's secrets).
+    """
     try:
         who = look_up(name)
     except (LookupError, PermissionError) as exc:
         raise ValueError(str(exc)) from None
     for fd in stdio[1:]:  # created 0600 by the shim: the owner's, so theirs to read
         os.fchown(fd, who.uid, who.gid)
+    for directory in (state_dir, os.path.dirname(state_dir)):
+        mode = os.stat(directory).st_mode & 0o777
+        if mode & _TRAVERSE != _TRAVERSE:
+            os.chmod(directory, mode | _TRAVERSE)
     return spawn_as(who, argv, cwd, env, stdio)
 
 
