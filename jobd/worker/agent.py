@@ -36,7 +36,7 @@ from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
-from jobd.worker.owners import PublishedUsers, runs_as_owners, runs_as_text
+from jobd.worker.owners import PublishedUsers, closed_to_owners, runs_as_owners, runs_as_text
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
@@ -105,13 +105,33 @@ class Agent:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     await self._warm_up_pool()
-                    _say_whom_jobs_run_as()
+                    self._say_whom_jobs_run_as()
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
                     await self._serve(tg)
             finally:
                 # Jobs run on under their shims; the pool exits with its pipe.
                 await self.pool.aclose()
+
+    def _say_whom_jobs_run_as(self) -> None:
+        """One line at start: a worker that is not root runs every job as itself. A root
+        worker names the directories above its own that owners may not pass through."""
+        if not runs_as_owners():
+            log.warning(
+                "jobs_run_as_worker_user",
+                user=runs_as_text(),
+                why="this worker is not root: every job runs as its user, whoever owns it",
+            )
+            return
+        log.info("jobs_run_as_their_owners")
+        settings = self.settings
+        for closed in closed_to_owners(settings.state_dir, settings.checkpoint_root):
+            log.warning(
+                "owners_cannot_pass",
+                path=str(closed),
+                why="owners reach their checkpoint directories and output files through it",
+                fix=f"chmod o+x {closed}, or give --state-dir and --checkpoint-root elsewhere",
+            )
 
     async def _warm_up_pool(self) -> None:
         """Where shims are pooled, start the pool and an idle shim now, before the agent
@@ -345,18 +365,6 @@ class Agent:
             async with anyio.create_task_group() as tg:
                 for execution in list(self.executions.values()):
                     tg.start_soon(execution.stop, "unknown_to_broker")
-
-
-def _say_whom_jobs_run_as() -> None:
-    """One line at start: a worker that is not root runs every job as itself."""
-    if runs_as_owners():
-        log.info("jobs_run_as_their_owners")
-    else:
-        log.warning(
-            "jobs_run_as_worker_user",
-            user=runs_as_text(),
-            why="this worker is not root: every job runs as its user, whoever owns it",
-        )
 
 
 def _log_watch_error(exc: ApiError | BrokerUnreachable) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "OwnerUnknown",
     "PublishedUsers",
     "checkpoint_dir_for",
+    "closed_to_owners",
     "published_users",
     "run_as",
     "runs_as_owners",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 OWNER_UNKNOWN = "OwnerUnknown"
+_TRAVERSE = 0o011  # group and others may pass through, never list (jobd.filemodes)
 
 
 class OwnerUnknown(Exception):
@@ -116,12 +118,31 @@ def run_as(owner: str | None, allowed: Sequence[str] | None) -> RunAs | None:
         raise OwnerUnknown(str(exc)) from None
 
 
+def closed_to_owners(state_dir: Path, checkpoint_root: Path) -> list[Path]:
+    """The directories above the worker's state directory and checkpoint root that others
+    may not pass through: owners could not reach their output files and checkpoint
+    directories (the worker opens its own directories to passing, never to listing, when
+    it first runs a job of an owner; those above are an operator's)."""
+    closed: list[Path] = []
+    for own in (state_dir, checkpoint_root):
+        for above in own.absolute().parents:
+            if above.is_dir() and not above.stat().st_mode & 0o001 and above not in closed:
+                closed.append(above)
+    return closed
+
+
+def _traversable(directory: Path) -> None:
+    try:
+        mode = directory.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return  # made when the first job needs it (checkpoint_dir_for opens it then)
+    if mode & _TRAVERSE != _TRAVERSE:
+        os.chmod(directory, mode | _TRAVERSE)
+
+
 def checkpoint_dir_for(path: Path, who: RunAs) -> None:
     """Give the job's checkpoint directory to its owner, 0700; its root (the worker's,
     shared by every owner) stays the worker's but traversable (0711), never listable."""
     os.chown(path, who.uid, who.gid)
     os.chmod(path, 0o700)
-    root = path.parent
-    mode = root.stat().st_mode & 0o777
-    if mode & 0o011 != 0o011:
-        os.chmod(root, mode | 0o011)
+    _traversable(path.parent)

@@ -77,11 +77,10 @@ class Lab:
 
     def __init__(self, root: Path, alice: str) -> None:
         self.root = root
-        # Owners reach their output files through the workers' state directories: as an
-        # operator makes them, traversable (docs/security.md); jobd makes the rest.
-        for state in ("states", "states/narrow", "states/wide"):
-            (root / state).mkdir(mode=0o711)
-            (root / state).chmod(0o711)
+        # Owners reach their output files through the workers' state directories, whose
+        # parent an operator makes traversable (docs/security.md); jobd opens the rest.
+        (root / "states").mkdir()
+        (root / "states").chmod(0o711)
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}

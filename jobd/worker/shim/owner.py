@@ -71,9 +71,10 @@ def spawn_owned(
     given to the owner; ValueError when this host has no such user (or it is a uid 0
     other than root), OSError as spawn_as raises it.
 
-    The owner reaches those files where they are: the job's state directory and its
-    parent (`jobs/`) may be traversed by others (0711), never listed; every other file
-    in it stays the worker's, 0600 (the launch spec holds the job's secrets).
+    The owner reaches those files where they are: the job's state directory, `jobs/` and
+    the worker's state directory may then be passed through by others (0711), never
+    listed; every other file in them stays the worker's, 0600 (the launch spec holds the
+    job's secrets). A worker that never runs a job of an owner keeps them 0700.
     """
     try:
         who = look_up(name)
@@ -81,7 +82,8 @@ def spawn_owned(
         raise ValueError(str(exc)) from None
     for fd in stdio[1:]:  # created 0600 by the shim: the owner's, so theirs to read
         os.fchown(fd, who.uid, who.gid)
-    for directory in (state_dir, os.path.dirname(state_dir)):
+    jobs = os.path.dirname(state_dir)
+    for directory in (state_dir, jobs, os.path.dirname(jobs)):
         mode = os.stat(directory).st_mode & 0o777
         if mode & _TRAVERSE != _TRAVERSE:
             os.chmod(directory, mode | _TRAVERSE)
