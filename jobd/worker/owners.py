@@ -8,9 +8,9 @@ worker's user either way.
 
 The worker publishes the user names its host knows (`status.users`: pwd.getpwall(),
 which lists /etc/passwd and whatever NSS source enumerates), so the scheduler places a
-job only where its owner exists (controllers/eligibility.py). `--users` narrows the
+job only where its owner exists (controllers/eligibility.py). `--allow-user` narrows the
 list to named users (a box kept for some people). Past MAX_WORKER_USERS names, or on a
-non-root worker without `--users`, it publishes none: any owner is placed here. Either
+non-root worker without `--allow-user`, it publishes none: any owner is placed here. Either
 way the agent looks the owner up again at launch, and a job whose owner this host does
 not know (a user removed since, an NSS source that does not enumerate and does not
 answer) fails `OwnerUnknown`.
@@ -45,7 +45,7 @@ _TRAVERSE = 0o011  # group and others may pass through, never list (jobd.filemod
 
 
 class OwnerUnknown(Exception):
-    """The job's owner cannot run here: not a user of this host, or not one of --users."""
+    """The job's owner cannot run here: not a user of this host, or not one of --allow-user."""
 
     reason = OWNER_UNKNOWN
 
@@ -67,16 +67,27 @@ def runs_as_text() -> str:
 
 def published_users(allowed: Sequence[str] | None) -> list[str] | None:
     """The owners the scheduler may place here (None: any). A root worker lists its
-    host's users (within `allowed`, the `--users`, if given); another lists `allowed`."""
+    host's users: those of `allowed` (the `--allow-user`) it finds, each looked up by
+    name (so a directory that does not enumerate answers too), else every user it can
+    enumerate; a worker not root lists `allowed`, as given."""
     if not runs_as_owners():
         return None if allowed is None else sorted(set(allowed))
-    valid = re.compile(USER_NAME_PATTERN)
-    names = {entry.pw_name for entry in pwd.getpwall() if valid.match(entry.pw_name)}
     if allowed is not None:
-        names &= set(allowed)
+        names = {name for name in allowed if _exists(name)}
+    else:
+        valid = re.compile(USER_NAME_PATTERN)
+        names = {entry.pw_name for entry in pwd.getpwall() if valid.match(entry.pw_name)}
     if len(names) > MAX_WORKER_USERS:
         return None
     return sorted(names)
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 class PublishedUsers:
@@ -109,7 +120,7 @@ def run_as(owner: str | None, allowed: Sequence[str] | None) -> RunAs | None:
     if owner is None:
         return None
     if allowed is not None and owner not in allowed:
-        raise OwnerUnknown(f"user {owner} is not one of this worker's --users")
+        raise OwnerUnknown(f"user {owner} is not one of this worker's --allow-user")
     if not runs_as_owners():
         return None
     try:

@@ -42,7 +42,7 @@ class WorkerSettings:
     memory: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     mount_roots: list[str] = field(default_factory=list)
-    # `--users`: the owners whose jobs this worker runs (None: any its host knows).
+    # `--allow-user`: the owners whose jobs this worker runs (None: any its host knows).
     users: list[str] | None = None
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
