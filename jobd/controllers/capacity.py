@@ -8,12 +8,12 @@ workers and bound jobs; nothing here reads the store.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Resources, Worker, WorkerPhase, WorkerSpec
 from jobd.controllers import eligibility
-from jobd.controllers.eligibility import eligible, knows_owner
+from jobd.controllers.eligibility import eligible
 from jobd.controllers.view import ClusterView
 from jobd.controllers.worker_disk import disk_is_full
 
@@ -55,8 +55,18 @@ class Capacity:
     # The whole inventory in CPUs (thousandths) and memory: the best fit's measure.
     total_millicpus: int = 0
     total_memory: int = 0
-    # The owners whose jobs may run here (its status.users); None: any (eligibility.py).
-    users: frozenset[str] | None = None
+    # The owners whose jobs may run here (its status.users, as published: not copied, as
+    # capacities are built every pass); None: any (eligibility.py). See knows().
+    users: Sequence[str] | None = None
+    _user_set: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    def knows(self, owner: str | None) -> bool:
+        """Whether a job of `owner` may run here; the names hashed once, on first need."""
+        if owner is None or self.users is None:
+            return True
+        if self._user_set is None:
+            self._user_set = frozenset(self.users)
+        return owner in self._user_set
 
     def pick(self, job: Job) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
@@ -66,7 +76,7 @@ class Capacity:
         their count).
         """
         spec = job.spec
-        if self.users is not None and not knows_owner(job.metadata.owner, self.users):
+        if self.users is not None and not self.knows(job.metadata.owner):
             return None
         # Eligibility first, checked only where there is something to check: this runs
         # for every queued job against every worker on the scheduler's hot path.
@@ -162,6 +172,7 @@ class Capacity:
             self.total_millicpus,
             self.total_memory,
             self.users,
+            self._user_set,
         )
 
 
@@ -214,7 +225,7 @@ def _capacity(worker: Worker) -> Capacity:
         bool(spec.mount_roots),
         millicpus,
         memory,
-        None if worker.status.users is None else frozenset(worker.status.users),
+        worker.status.users,
     )
 
 
@@ -264,7 +275,7 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
             continue
         if len(cap.free_gpus) < count:
             continue
-        if owner is not None and cap.users is not None and owner not in cap.users:
+        if owner is not None and cap.users is not None and not cap.knows(owner):
             continue  # the owner does not exist there (eligibility.knows_owner)
         if where or cap.reserved or cap.rooted:
             picked = cap.pick(job)

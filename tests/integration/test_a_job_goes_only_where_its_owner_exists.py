@@ -22,9 +22,12 @@ import pytest
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, WorkerSpec
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Context
+from jobd.controllers.errors import TransitionError
 from jobd.controllers.placement import UNSCHEDULABLE, PlacementController
 from jobd.controllers.scheduler import SchedulerController
+from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.preempt import preempt_blockers
 from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
 from tests.integration.conftest import broker_client, job_document, reread
 
@@ -33,10 +36,10 @@ pytestmark = pytest.mark.anyio
 ADMIN = "an-admin-token-long-enough-for-anything-0123"
 
 
-def _submit(ctx: Context, name: str, owner: str | None) -> Job:
+def _submit(ctx: Context, name: str, owner: str | None, priority: int = 1) -> Job:
     job = Job(
         metadata=ObjectMeta(name=name, project="p", owner=owner),
-        spec=JobSpec(command=["true"]),
+        spec=JobSpec(command=["true"], priority=priority, preemptible=True),
     )
     return create_jobs(ctx.store, [job], ctx.clock, workers=ctx.store.list_workers())[0]
 
@@ -89,6 +92,19 @@ async def test_a_worker_publishing_no_users_takes_any_owner(ctx: Context) -> Non
     assert _unschedulable(carols) is None
     await _schedule(ctx)
     assert reread(ctx, carols).status.worker == "w"
+
+
+async def test_no_job_is_preempted_where_the_waiting_owner_does_not_exist(ctx: Context) -> None:
+    register_worker(ctx, "wa", WorkerSpec(slots=1), "a", "procgroup", owners=("owner", ["alice"]))
+    low = _submit(ctx, "low", "alice")
+    await _schedule(ctx)
+    running = reports.report_started(ctx, reread(ctx, low), "wa")
+    urgent = _submit(ctx, "urgent", "bob", priority=50)
+    with pytest.raises(TransitionError):  # freeing wa would not let bob's job run there
+        preempt_blockers(ctx, urgent, dry_run=True)
+    alices = _submit(ctx, "alices-urgent", "alice", priority=50)
+    plan = preempt_blockers(ctx, alices, dry_run=True)  # the same room does for alice
+    assert [v.id for v in plan.victims] == [running.id]
 
 
 @pytest.fixture
