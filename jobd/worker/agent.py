@@ -351,6 +351,8 @@ class Agent:
             if answer is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)
                 continue
+            if self.users is not None:
+                self.users.taken(body.users)
             for job_id in answer.stop:
                 execution = self.executions.get(job_id)
                 if execution is not None:

@@ -98,20 +98,25 @@ class PublishedUsers:
 
     def __init__(self, allowed: Sequence[str] | None) -> None:
         self.allowed = allowed
-        self.users = published_users(allowed)
+        self.users = published_users(allowed)  # as the registration says them
+        self.said = self.users  # as the broker last took them
         self._at = time.monotonic()
 
     def changed(self) -> list[str] | None:
-        """The new list when it changed since last said; None otherwise (also when the
-        host grew past MAX_WORKER_USERS: the next registration says "any")."""
-        if time.monotonic() - self._at < self.REFRESH_S:
-            return None
-        self._at = time.monotonic()
-        users = published_users(self.allowed)
-        if users is None or users == self.users:
-            return None
-        self.users = users
-        return users
+        """The list when it differs from what the broker last took (said again until a
+        heartbeat carrying it is answered: `taken`); None otherwise, and when the host
+        grew past MAX_WORKER_USERS (the next registration says "any")."""
+        if time.monotonic() - self._at >= self.REFRESH_S:
+            self._at = time.monotonic()
+            users = published_users(self.allowed)
+            if users is not None:
+                self.users = users
+        return None if self.users == self.said else self.users
+
+    def taken(self, users: list[str] | None) -> None:
+        """A heartbeat carrying `users` (None: none) was answered."""
+        if users is not None:
+            self.said = users
 
 
 def run_as(owner: str | None, allowed: Sequence[str] | None) -> RunAs | None:
