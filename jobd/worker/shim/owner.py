@@ -105,6 +105,9 @@ def spawn_as(who: RunAs, argv: list[str], cwd: str, env: dict[str, str], stdio: 
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child execs or exits
             _become_and_exec(who, argv, cwd, env, stdio, report_w, mask)
+    except OSError:  # no fork (EAGAIN, ENOMEM): no child to hear from
+        os.close(report_r)
+        raise
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(report_w)
