@@ -140,6 +140,16 @@ async def test_a_job_of_root_needs_its_project_to_allow_root(api: httpx.AsyncCli
     assert made.json()["metadata"]["owner"] == "root"
     still = await api.post("/jobs", json=_of("root", project="elsewhere"))
     assert still.status_code == 422, still.text
+    array = {
+        "kind": "JobArray",
+        "metadata": {"name": "sweep", "project": "elsewhere", "owner": "root"},
+        "spec": {"command": ["true"], "array": {"indices": [0, 1]}},
+    }
+    refused_array = await api.post("/arrays", json=array)
+    assert refused_array.status_code == 422, refused_array.text
+    assert "allow_root" in refused_array.text
+    array["metadata"]["project"] = "lab"  # type: ignore[index]
+    assert (await api.post("/arrays", json=array)).status_code == 201
 
 
 async def test_jobd_dev_admits_its_own_users_jobs_as_root(tmp_path: Path) -> None:
@@ -159,6 +169,8 @@ async def test_a_worker_publishing_a_hostile_user_name_is_refused(api: httpx.Asy
         )
         assert answer.status_code == 422, (hostile, answer.text)
         assert "users" in answer.text
+    beat = await api.post("/workers/w1/heartbeat", json={"running": [], "users": ["../root"]})
+    assert beat.status_code == 422, beat.text
     fine = await api.put(
         "/workers/w1", json={"spec": {"slots": 1}, "runs_as": "owner", "users": ["alice"]}
     )
