@@ -9,6 +9,7 @@ with `useradd` (alice, bob, carol), removed after.
   every user may traverse, and she reaches her own output file by its path.
 - bob's job is not placed on narrow, though it has more free slots: it runs on wide,
   and cannot list or read alice's checkpoint directory nor read her output file.
+- a job naming no cwd starts in its owner's home.
 - a job of a user the workers published but the host has lost since (userdel) fails
   `OwnerUnknown` at launch; one of a user no worker knows waits Unschedulable, naming
   each worker's refusal.
@@ -132,13 +133,16 @@ class Lab:
         assert answer.status_code < 300, answer.text
         return answer.json()
 
-    def submit(self, owner: str, code: str, *args: str) -> int:
+    def submit(self, owner: str, code: str, *args: str, cwd: str | None = "/") -> int:
         """A job of `owner`, submitted as an admin may: on the owner's behalf."""
+        spec: dict[str, Any] = {"command": [PYTHON, "-c", code, *args]}
+        if cwd is not None:
+            spec["cwd"] = cwd
         doc = {
             "apiVersion": "jobd/v1",
             "kind": "Job",
             "metadata": {"project": "lab", "owner": owner},
-            "spec": {"command": [PYTHON, "-c", code, *args], "cwd": "/"},
+            "spec": spec,
         }
         made: dict[str, Any] = self.api("POST", "/jobs", doc)
         return int(made["metadata"]["id"])
@@ -252,6 +256,15 @@ def test_alices_job_is_alices_and_bob_reads_nothing_of_it(
     }
     release.touch()
     assert lab.wait(alices, "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
+
+
+def test_a_job_naming_no_cwd_starts_in_its_owners_home(
+    lab: Lab, users: dict[str, LocalUser]
+) -> None:
+    alice = users["alice"]
+    job = lab.submit(alice.name, "import os; print('cwd', os.getcwd())", cwd=None)
+    assert lab.wait(job, "Succeeded", "Failed")["status"]["phase"] == "Succeeded"
+    assert lab.logs(job) == {"cwd": alice.home}
 
 
 def test_a_job_of_a_user_no_worker_knows_waits_saying_why(lab: Lab) -> None:
