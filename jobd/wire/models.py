@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from jobd.api.arrays import JobArray
-from jobd.api.identity import MAX_USER_NAME, MAX_WORKER_USERS, USER_NAME_PATTERN
+from jobd.api.identity import MAX_USER_NAME, MAX_WORKER_USERS, RUNS_AS_PATTERN, USER_NAME_PATTERN
 from jobd.api.models import (
     GPU_INDEX_TEXT,
     MAX_GPU_INDEX,
@@ -282,8 +282,8 @@ class Registration(_Body):
     hostname: str = ""
     runner: str = ""
     instance: Instance | None = _instance_field()
-    # Whom the worker runs jobs as: `owner` (it is root), or its own user's name.
-    runs_as: str | None = Field(default=None, max_length=MAX_USER_NAME)
+    # Whom the worker runs jobs as: `owner` (it is root), or its own user's name (or uid).
+    runs_as: str | None = Field(default=None, pattern=RUNS_AS_PATTERN)
     users: list[UserName] | None = _users_field()
 
 

@@ -169,6 +169,9 @@ async def test_a_worker_publishing_a_hostile_user_name_is_refused(api: httpx.Asy
         )
         assert answer.status_code == 422, (hostile, answer.text)
         assert "users" in answer.text
+    for runs_as in ("own\x1ber", "a b", ""):
+        answer = await api.put("/workers/w1", json={"spec": {"slots": 1}, "runs_as": runs_as})
+        assert answer.status_code == 422, (runs_as, answer.text)
     beat = await api.post("/workers/w1/heartbeat", json={"running": [], "users": ["../root"]})
     assert beat.status_code == 422, beat.text
     fine = await api.put(
