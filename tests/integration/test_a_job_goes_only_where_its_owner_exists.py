@@ -28,6 +28,7 @@ from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.preempt import preempt_blockers
+from jobd.controllers.verbs.resume import resume_job
 from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
 from tests.integration.conftest import broker_client, job_document, reread
 
@@ -105,6 +106,15 @@ async def test_no_job_is_preempted_where_the_waiting_owner_does_not_exist(ctx: C
     alices = _submit(ctx, "alices-urgent", "alice", priority=50)
     plan = preempt_blockers(ctx, alices, dry_run=True)  # the same room does for alice
     assert [v.id for v in plan.victims] == [running.id]
+
+
+async def test_a_resumed_job_is_still_its_owners(ctx: Context) -> None:
+    preempted = _submit(ctx, "alices", "alice").evolve()
+    preempted.status.phase = preempted.status.desired_phase = Phase.PREEMPTED
+    ctx.store.update_job(preempted)
+    resumed = resume_job(ctx, reread(ctx, preempted), from_scratch=True)
+    assert resumed.metadata.owner == "alice"  # never the worker's user (root) by default
+    assert reread(ctx, resumed).metadata.owner == "alice"
 
 
 @pytest.fixture
