@@ -10,6 +10,7 @@ from pathlib import Path
 from starlette.requests import Request
 
 from jobd.api.models import Job
+from jobd.broker.auth.people import People
 from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
@@ -58,6 +59,7 @@ class BrokerConfig:
     # `jobd dev`: the one user it serves, whose own jobs are admitted even as root
     # (they run as that user anyway); None: a root job needs its project's allow_root.
     trusted_owner: str | None = None
+    admin_group: str | None = None  # its members are admins over the socket (root always is)
 
     @property
     def store_url(self) -> str:
@@ -100,6 +102,7 @@ class BrokerState:
         )
         self.ctx.last_output = self.logs.last_output
         self.manager = Manager(self.ctx)
+        self.people = People(self.ctx.view.projects, config.admin_group)
         self.creates = CreateBatcher(self.ctx)
         self.gpu_readings = GpuReadings()  # each worker's newest, from its heartbeats
         self.metrics = build_registry(self.store, self.ctx.view, self.feed, self.gpu_readings)

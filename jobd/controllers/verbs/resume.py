@@ -80,7 +80,7 @@ def resume_job(ctx: Context, job: Job, *, from_scratch: bool = False, force: boo
         raise TransitionError("--from-scratch and --force exclude each other: choose one")
     spec = _resumed_spec(job, from_scratch, force)
     labels = dict(job.metadata.labels) | {RESUMES_LABEL: str(job.id)}
-    # The same owner's job, whoever resumes it: a root worker runs it as that owner.
+    # The same owner: the new job runs as the one whose checkpoint it continues.
     meta = ObjectMeta(
         name=_free_name(store, job), project=job.project, labels=labels, owner=job.metadata.owner
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobd.worker.execution import Execution
@@ -37,6 +37,7 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)  # the workload's complete environment
     checkpoint_dir: Path | None = None
     owner: RunAs | None = None  # whom the workload runs as; None: the worker's user
+    limits: dict[str, Any] | None = None  # cores and memory cap, for the shim (hooks/limits.py)
 
 
 class Hook:
