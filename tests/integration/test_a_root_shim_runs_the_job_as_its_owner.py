@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from jobd.worker.shim.client import launch
+from jobd.worker.shim.limits import RSS_WATCH
 from jobd.worker.shim.protocol import ExitStatus, LaunchSpec
 from tests.local_users import LocalUser, local_users, reachable_dir
 
@@ -38,6 +39,7 @@ print("cwd", os.getcwd())
 for key in ("HOME", "USER", "LOGNAME"):
     print(key, os.environ.get(key, ""))
 print("id", subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip())
+print("cores", status["Cpus_allowed_list"].strip())
 """
 
 
@@ -93,6 +95,18 @@ async def test_the_workload_is_the_owner_with_their_groups_home_and_umask(
         info = (state / name).stat()
         assert (info.st_uid, info.st_gid) == (alice.uid, alice.gid)
         assert stat.S_IMODE(info.st_mode) == 0o600
+
+
+async def test_an_owners_job_keeps_the_cores_its_limits_give_it(
+    alice: LocalUser, state_root: Path
+) -> None:
+    core = sorted(os.sched_getaffinity(0))[-1]
+    state = state_root / "state"
+    limits = {"cpus": [core], "memory_via": RSS_WATCH}
+    ended = await _run(state, replace(python_spec(WHO), owner=alice.name, limits=limits))
+    assert ended.exit_code == 0, (state / "stderr").read_text()
+    said = _said(state)
+    assert (said["uid"], said["cores"]) == (str(alice.uid), str(core))
 
 
 async def test_a_job_of_no_owner_runs_as_the_shims_user(state_root: Path) -> None:
