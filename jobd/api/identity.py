@@ -22,7 +22,9 @@ __all__ = [
     "GROUP_PREFIX",
     "MAX_MEMBERS",
     "MAX_USER_NAME",
+    "MAX_WORKER_USERS",
     "MEMBER_PATTERN",
+    "RUNS_AS_PATTERN",
     "USER_NAME_PATTERN",
     "check_member",
     "check_user_name",
@@ -30,9 +32,14 @@ __all__ = [
 
 MAX_USER_NAME = 32  # Linux's utmp limit, and useradd's
 MAX_MEMBERS = 1000  # names in a project's members or admins
+# The user names a worker publishes at most (Worker status.users); a host with more
+# publishes none, and any owner is placed there (checked at launch: worker/owners.py).
+MAX_WORKER_USERS = 2048
 GROUP_PREFIX = "@"
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]{0,30}[A-Za-z0-9_$-]?"
 USER_NAME_PATTERN = rf"^{_NAME}$"
+# Whom a worker runs jobs as (Worker status.runs_as): `owner`, or its user's name or uid.
+RUNS_AS_PATTERN = rf"^(?:{_NAME}|[0-9]{{1,10}})$"
 MEMBER_PATTERN = rf"^@?{_NAME}$"
 _USER = re.compile(_NAME)
 

@@ -26,7 +26,9 @@ from jobd.api.field_options import NoOption, Option
 from jobd.api.identity import (
     MAX_MEMBERS,
     MAX_USER_NAME,
+    MAX_WORKER_USERS,
     MEMBER_PATTERN,
+    RUNS_AS_PATTERN,
     USER_NAME_PATTERN,
     check_member,
     check_user_name,
@@ -1144,6 +1146,16 @@ class WorkerStatus(Strict):
     # Another instance is refused while this one's lease runs. None: an agent that says none.
     instance: str | None = None
     epoch: StoreInt = 0
+    # Whom the worker runs jobs as: `owner` (a root worker: each job as its owner), else
+    # the worker's own user, which runs every job (worker/owners.py). None: not said.
+    runs_as: str | None = Field(
+        default=None, max_length=MAX_USER_NAME, json_schema_extra={"pattern": RUNS_AS_PATTERN}
+    )
+    # The owners whose jobs may be placed here: the users its host knows (within its
+    # --allow-user). None: any owner (checked at launch; an older agent says nothing).
+    users: list[str] | None = Field(
+        default=None, max_length=MAX_WORKER_USERS, json_schema_extra={"items": _USER_SCHEMA}
+    )
 
 
 class Worker(Strict):

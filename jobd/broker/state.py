@@ -56,6 +56,9 @@ class BrokerConfig:
     events_max_bytes: int = DEFAULT_EVENTS_MAX_BYTES  # rotate events.jsonl past this; 0: never
     events_keep: int = DEFAULT_EVENTS_KEEP  # rotated events.jsonl files kept
     notify: NotifyConfig = field(default_factory=NotifyConfig)  # --webhook and its kin
+    # `jobd dev`: the one user it serves, whose own jobs are admitted even as root
+    # (they run as that user anyway); None: a root job needs its project's allow_root.
+    trusted_owner: str | None = None
     admin_group: str | None = None  # its members are admins over the socket (root always is)
 
     @property

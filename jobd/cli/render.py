@@ -500,7 +500,7 @@ def workers_table(
     now = _now(now)
     slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
-    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS"]
+    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS", "RUN-AS"]
     table = _table(*headers, *(more if wide else []))
     held = _held(bound) if wide else {}
     for worker in workers:
@@ -516,6 +516,7 @@ def workers_table(
             row.append(_age(status.get("registered_at"), now))
             cpus, memory, labels = _inventory(spec, held.get(name, (0, 0)))
             row += [cpus, memory, _enforcement(spec), labels]
+            row.append(status.get("runs_as") or "-")  # `owner`, or the user every job runs as
         table.add_row(*row)
     return table
 

@@ -8,7 +8,7 @@ workers and bound jobs; nothing here reads the store.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Resources, Worker, WorkerPhase, WorkerSpec
@@ -55,6 +55,18 @@ class Capacity:
     # The whole inventory in CPUs (thousandths) and memory: the best fit's measure.
     total_millicpus: int = 0
     total_memory: int = 0
+    # The owners whose jobs may run here (its status.users, as published: not copied, as
+    # capacities are built every pass); None: any (eligibility.py). See knows().
+    users: Sequence[str] | None = None
+    _user_set: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    def knows(self, owner: str | None) -> bool:
+        """Whether a job of `owner` may run here; the names hashed once, on first need."""
+        if owner is None or self.users is None:
+            return True
+        if self._user_set is None:
+            self._user_set = frozenset(self.users)
+        return owner in self._user_set
 
     def pick(self, job: Job) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
@@ -64,6 +76,8 @@ class Capacity:
         their count).
         """
         spec = job.spec
+        if self.users is not None and not self.knows(job.metadata.owner):
+            return None
         # Eligibility first, checked only where there is something to check: this runs
         # for every queued job against every worker on the scheduler's hot path.
         where = self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
@@ -157,6 +171,8 @@ class Capacity:
             self.rooted,
             self.total_millicpus,
             self.total_memory,
+            self.users,
+            self._user_set,
         )
 
 
@@ -209,6 +225,7 @@ def _capacity(worker: Worker) -> Capacity:
         bool(spec.mount_roots),
         millicpus,
         memory,
+        worker.status.users,
     )
 
 
@@ -247,6 +264,7 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
     needs = spec.resources
     slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
     sized = bool(millicpus or memory)
+    owner = job.metadata.owner
     # Whether pick() has more to check than the comparisons below, whatever the worker.
     where = count > 0 or eligibility.asks_where(spec)
     best: tuple[tuple[float, float, int, str], Capacity] | None = None
@@ -257,6 +275,8 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
             continue
         if len(cap.free_gpus) < count:
             continue
+        if owner is not None and cap.users is not None and not cap.knows(owner):
+            continue  # the owner does not exist there (eligibility.knows_owner)
         if where or cap.reserved or cap.rooted:
             picked = cap.pick(job)
             if picked is None:

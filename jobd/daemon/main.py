@@ -273,6 +273,8 @@ def dev(**given: Any) -> None:
     private = keep_files_private(output.group_readable)  # before anything is created
     host, port = broker_settings.host, broker_settings.port
     config = broker_process.broker_config(broker_settings, output)
+    # One user's machine: that user's own jobs are admitted even as root (docs/security.md).
+    config.trusted_owner = worker_process.own_user_name()
     broker_process.refuse_weak_token(config, host)
     listener = broker_process.listen(host, port)  # before the store is opened
     where = broker_process.socket_path(broker_settings, config.data_dir, dev=True)

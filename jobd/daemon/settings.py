@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from jobd.api.identity import check_user_name
 from jobd.cli.durations import Duration
 from jobd.daemon.inventory import (
     DEFAULT_RESERVE_CPUS,
@@ -147,6 +148,19 @@ def _roots_option(
     _ctx: click.Context, _param: click.Parameter, value: tuple[Path, ...]
 ) -> tuple[str, ...]:
     return tuple(mount_roots_of(value))
+
+
+def _users_option(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """--allow-user names, each given alone or several comma-separated; (): none given."""
+    names = [name.strip() for given in value for name in given.split(",") if name.strip()]
+    for name in names:
+        try:
+            check_user_name(name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return tuple(sorted(set(names)))
 
 
 _A_PATH = click.Path(path_type=Path)
@@ -460,6 +474,15 @@ class WorkerOptions:
         multiple=True,
         type=_A_PATH,
         callback=_roots_option,
+    )
+    allowed_users: tuple[str, ...] = setting(
+        "--allow-user",
+        "JOBD_WORKER_ALLOW_USERS",
+        "Run here only the jobs of this owner (repeatable; the variable takes several, "
+        "comma-separated); jobs of no owner run too. [default: any user this host knows]",
+        default=(),
+        multiple=True,
+        callback=_users_option,
     )
     memory_enforcement: str = setting(
         "--memory-enforcement",

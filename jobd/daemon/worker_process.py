@@ -27,6 +27,7 @@ from jobd.worker.settings import WorkerSettings
 
 __all__ = [
     "forget_token",
+    "own_user_name",
     "relay_socket",
     "say_jobs_run_on",
     "socket_file",
@@ -62,6 +63,7 @@ def worker_settings(
         memory=None if memory is None else int(memory),
         labels=labels_of(worker.labels, sorted(gpus)),
         mount_roots=list(worker.mount_roots),
+        users=list(worker.allowed_users) or None,
         enforcement=enforcement,
         gpu_memory={g: m for g, m in gpus.items() if m is not None},
         checkpoint_root=checkpoint_root(env),
@@ -71,6 +73,16 @@ def worker_settings(
         max_log_bytes=output.max_log_bytes,
         keep_job_files=worker.keep_job_files,
     )
+
+
+def own_user_name() -> str | None:
+    """The name of the user this process runs as; None when the host has no entry for it."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
 
 
 def _host_gpus(declared: Gpus | None) -> Gpus:

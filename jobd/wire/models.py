@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from jobd.api.arrays import JobArray
-from jobd.api.identity import MAX_USER_NAME, USER_NAME_PATTERN, check_user_name
+from jobd.api.identity import (
+    MAX_USER_NAME,
+    MAX_WORKER_USERS,
+    RUNS_AS_PATTERN,
+    USER_NAME_PATTERN,
+    check_user_name,
+)
 from jobd.api.models import (
     GPU_INDEX_TEXT,
     MAX_GPU_INDEX,
@@ -272,11 +278,27 @@ def _epoch_field() -> Any:
     )
 
 
+# A user name as a worker publishes it (api/identity.py), checked here: 422 otherwise.
+UserName = Annotated[str, Field(pattern=USER_NAME_PATTERN, max_length=MAX_USER_NAME)]
+
+
+def _users_field() -> Any:
+    return Field(
+        default=None,
+        max_length=MAX_WORKER_USERS,
+        description="The owners whose jobs may be placed on this worker (the users its "
+        "host knows); null: any owner",
+    )
+
+
 class Registration(_Body):
     spec: WorkerSpec
     hostname: str = ""
     runner: str = ""
     instance: Instance | None = _instance_field()
+    # Whom the worker runs jobs as: `owner` (it is root), or its own user's name (or uid).
+    runs_as: str | None = Field(default=None, pattern=RUNS_AS_PATTERN)
+    users: list[UserName] | None = _users_field()
 
 
 class Heartbeat(_Body):
@@ -299,6 +321,9 @@ class Heartbeat(_Body):
     # Why the disk of the worker's state directory is full, while it is (None: it has room,
     # or an agent older than this field): the broker places no job there meanwhile.
     disk_full: str | None = Field(default=None, max_length=1024)
+    # The owners placeable here, when they changed since the registration (a user added
+    # to the host); null: unchanged.
+    users: list[UserName] | None = _users_field()
 
 
 class LogsAppendQuery(_Query):

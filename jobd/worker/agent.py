@@ -44,6 +44,7 @@ from jobd.worker.limits import (
     remove_cgroup_parent,
     sweep_cgroups,
 )
+from jobd.worker.owners import PublishedUsers, closed_to_owners, runs_as_owners, runs_as_text
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
@@ -90,6 +91,7 @@ class Agent:
         self.refusal: str | None = None
         # Once no job has run here for a while, the heap a burst of jobs grew is given back.
         self.trimming = IdleTrim(lambda: bool(self.executions))
+        self.users: PublishedUsers | None = None  # the owners placeable here, once looked up
 
     async def run(self) -> None:
         """Run until cancelled; return early, with `refusal` said, when this agent may not
@@ -120,6 +122,7 @@ class Agent:
                     await self._warm_up_pool()
                     self._detect_enforcement()
                     sweep_cgroups(self.enforcement)  # before readopting: theirs hold processes
+                    self._say_whom_jobs_run_as()
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
                     await self._serve(tg)
@@ -135,6 +138,26 @@ class Agent:
             cores = pinnable_cores(declared_cpus=True, reserve_cpus=0)
             self.enforcement = detect_enforcement(self.settings.name, "auto", cores)
             self.cores = CoreAllocator(self.enforcement.cores)
+
+    def _say_whom_jobs_run_as(self) -> None:
+        """One line at start: a worker that is not root runs every job as itself. A root
+        worker names the directories above its own that owners may not pass through."""
+        if not runs_as_owners():
+            log.warning(
+                "jobs_run_as_worker_user",
+                user=runs_as_text(),
+                why="this worker is not root: every job runs as its user, whoever owns it",
+            )
+            return
+        log.info("jobs_run_as_their_owners")
+        settings = self.settings
+        for closed in closed_to_owners(settings.state_dir, settings.checkpoint_root):
+            log.warning(
+                "owners_cannot_pass",
+                path=str(closed),
+                why="owners reach their checkpoint directories and output files through it",
+                fix=f"chmod o+x {closed}, or give --state-dir and --checkpoint-root elsewhere",
+            )
 
     async def _warm_up_pool(self) -> None:
         """Where shims are pooled, start the pool and an idle shim now, before the agent
@@ -172,11 +195,14 @@ class Agent:
             "enforcement": {"cpu": self.enforcement.cpu, "memory": self.enforcement.memory},
         }
         runner, link = self.containment.name, self.link
+        self.users = PublishedUsers(self.settings.users)
         body = {
             "spec": spec,
             "hostname": socket.gethostname(),
             "runner": runner,
             "instance": link.instance,
+            "runs_as": runs_as_text(),
+            "users": self.users.users,
         }
         call = calls.register_worker(self.settings.name, body)
         registered = await link.call(call, fenced=True)  # Refused: another instance holds it
@@ -192,6 +218,8 @@ class Agent:
             memory=spec["memory"],
             labels=spec["labels"],
             mount_roots=spec["mount_roots"],
+            runs_as=body["runs_as"],
+            users=None if body["users"] is None else len(body["users"]),
             cpu_enforcement=self.enforcement.cpu,
             memory_enforcement=self.enforcement.memory,
             instance=link.instance,
@@ -340,6 +368,9 @@ class Agent:
             "gpu_memory_foreign": foreign,
             "disk_full": self.disk.full,
         }
+        users = None if self.users is None else self.users.changed()
+        if users is not None:  # only then: most heartbeats say nothing of it
+            body["users"] = users
         if usage is not None:  # only then: a broker older than the field takes the rest
             body["gpu_usage"] = usage
         return body
@@ -358,6 +389,8 @@ class Agent:
             if answer is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)
                 continue
+            if self.users is not None:
+                self.users.taken(body.get("users"))
             for job_id in answer.stop:
                 execution = self.executions.get(job_id)
                 if execution is not None:

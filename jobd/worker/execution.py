@@ -29,6 +29,7 @@ from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
 from jobd.worker.jobview import JobView
 from jobd.worker.limits import NO_ENFORCEMENT, CoreAllocator, Enforcement
+from jobd.worker.owners import OWNER_UNKNOWN, OwnerUnknown
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
 from jobd.worker.shim.client import (
@@ -203,6 +204,8 @@ class Execution:
         spec = LaunchSpec(
             plan.argv, plan.cwd, plan.env, self.grace_s, job.id, self.attempt, plan.limits
         )
+        if plan.owner is not None:
+            spec = dataclasses.replace(spec, owner=plan.owner.name)
         host = self.host
         self.shim = await start_shim(host.pool, host.containment, self.state_dir, spec)
         self.advance(AttemptPhase.RUNNING)
@@ -248,12 +251,15 @@ class Execution:
 
     async def _fail(self, reason: str, exc: Exception) -> None:
         exc = _cause(exc)
-        message = str(exc) if isinstance(exc, StartFailed) else f"{type(exc).__name__}: {exc}"
+        plain = isinstance(exc, StartFailed | OwnerUnknown)
+        message = str(exc) if plain else f"{type(exc).__name__}: {exc}"
         self.failed = True
         self.advance(AttemptPhase.EXITED)
         self._hooked.set()
         self.link.event(reason, self.job_id, error=message)
-        body: dict[str, Any] = {"exit_code": None, "signal": None, "reason": reason}
+        # The job's reason: an owner this host does not know is said as such.
+        ended = OWNER_UNKNOWN if isinstance(exc, OwnerUnknown) else reason
+        body: dict[str, Any] = {"exit_code": None, "signal": None, "reason": ended}
         body["message"] = message
         await self.link.report(self.job_id, "complete", self.attempt, **wire_completion(body))
         self.advance(AttemptPhase.REPORTED)

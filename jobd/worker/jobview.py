@@ -42,7 +42,7 @@ class ArrayView:
 
 
 class MetadataView:
-    __slots__ = ("array", "id", "name", "project")
+    __slots__ = ("array", "id", "name", "owner", "project")
 
     def __init__(self, metadata: Mapping[str, Any]) -> None:
         if not isinstance(metadata.get("id"), int):
@@ -50,6 +50,7 @@ class MetadataView:
         self.id: int = metadata["id"]
         self.name: str | None = metadata.get("name")
         self.project: str | None = metadata.get("project")
+        self.owner: str | None = metadata.get("owner")  # whom a root worker runs it as
         array = metadata.get("array")
         self.array: ArrayView | None = None if array is None else ArrayView(array)
 

@@ -43,6 +43,8 @@ class WorkerSettings:
     memory: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     mount_roots: list[str] = field(default_factory=list)
+    # `--allow-user`: the owners whose jobs this worker runs (None: any its host knows).
+    users: list[str] | None = None
     # How a job's cores and memory are enforced (worker/limits.py); None: detected by the
     # agent, with every core of its own pinnable and the best memory cap the host has.
     enforcement: Enforcement | None = None

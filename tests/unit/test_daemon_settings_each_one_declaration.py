@@ -90,6 +90,7 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
         (("gpu", "h100"), ("site", "lab2")),
     ),
     "--mount-root": ("/data", ("/data",), "/data:/scratch/", ("/data", "/scratch")),
+    "--allow-user": ("alice", ("alice",), "carol,bob", ("bob", "carol")),
     "--memory-enforcement": ("rss", "rss", "cgroup", "cgroup"),
 }
 

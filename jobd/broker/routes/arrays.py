@@ -20,7 +20,7 @@ from jobd.broker.http.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.http.responses import encode_json, json_response
 from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, state_of
-from jobd.controllers.verbs import arrays
+from jobd.controllers.verbs import admission, arrays
 from jobd.store.base import NotFound
 from jobd.wire import routes
 from jobd.wire.models import ArraysQuery
@@ -43,6 +43,7 @@ async def create_array(state: BrokerState, _path: PathArgs, array: JobArray, who
         access.project(who, array.project)
     access.stamp_owner(who, array)
     view = state.ctx.view
+    admission.refuse_root_owner(array, view.projects.get(array.project), state.config.trusted_owner)
     created = arrays.create_array(
         state.store, array, state.ctx.clock, view.projects, view.workers.values()
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -127,6 +127,7 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
     made: list[Job | JobArray] = [*jobs, *job_arrays]
     for resource in made:
         access.stamp_owner(who, resource)
+    _refuse_root(state, made, *projects)
     clock = state.ctx.clock
     if projects or job_arrays:  # refuse before writing anything: a bad job must not
         admission.apply_jobs(state.store, jobs, clock, dry_run=True)  # leave the others
@@ -189,7 +190,17 @@ async def create_job(state: BrokerState, _path: PathArgs, job: Job, who: Princip
     if not who.admin:
         access.project(who, job.project)
     access.stamp_owner(who, job)
+    _refuse_root(state, [job])
     return doc(await state.creates.create(job))
+
+
+def _refuse_root(state: BrokerState, made: Sequence[Job | JobArray], *given: Project) -> None:
+    """A job of root only in a project that allows it (admission.refuse_root_owner);
+    `given`: projects of the same apply, which count before the stored ones."""
+    batch = {p.name: p for p in given}
+    for resource in made:
+        project = batch.get(resource.project) or state.ctx.view.projects.get(resource.project)
+        admission.refuse_root_owner(resource, project, state.config.trusted_owner)
 
 
 CREATE_JOB = FastRoute(routes.CREATE_JOB, create_job)

@@ -46,6 +46,7 @@ __all__ = [
     "prepare_new_job",
     "refuse_masks",
     "refuse_relative_cwd",
+    "refuse_root_owner",
     "resolve_effective",
     "resolve_parents",
 ]
@@ -205,6 +206,25 @@ def refuse_masks(job: Job) -> None:
                 )
 
 
+ROOT = "root"
+
+
+def refuse_root_owner(
+    resource: Job | JobArray, project: Project | None, trusted: str | None = None
+) -> None:
+    """AdmissionError for a job (or array) of root whose project does not set
+    `allow_root`: a root worker would run it as root (worker/owners.py). `trusted`: the
+    one user `jobd dev` serves, whose own jobs run as that user anyway, root or not."""
+    owner = resource.metadata.owner
+    if owner != ROOT or owner == trusted or (project is not None and project.spec.allow_root):
+        return
+    raise AdmissionError(
+        f"metadata.owner: jobs of root may not run in project {resource.project!r}, which "
+        "does not set spec.allow_root: submit as another user, or set allow_root: true "
+        "on the project"
+    )
+
+
 def refuse_relative_cwd(job: Job) -> None:
     """AdmissionError for a relative `spec.cwd`: relative to what, the worker cannot know
     (`job` makes one absolute where it runs; a worker resolved `../..` in its own)."""
@@ -252,7 +272,7 @@ def create_jobs(
 def judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
     rooted = any(s.mount_roots for s in shapes)
     for job in jobs:
-        message = placement_message(job.spec, shapes, rooted)
+        message = placement_message(job.spec, shapes, rooted, job.metadata.owner)
         if message is not None:
             set_condition(job.status, "Scheduled", False, UNSCHEDULABLE, message, now=clock.now())
 

@@ -16,6 +16,7 @@ from jobd.api.secrets import MASK, patterns_with, secret_keys
 from jobd.worker.checkpoints import ensure_checkpoint_dir
 from jobd.worker.hooks.base import Hook, LaunchPlan
 from jobd.worker.jobview import JobView
+from jobd.worker.owners import checkpoint_dir_for, run_as
 from jobd.worker.settings import workload_env
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ __all__ = [
     "Admission",
     "CheckpointDir",
     "Environment",
+    "RunAsOwner",
     "StartFailed",
     "check_launchable",
     "check_unmasked",
@@ -74,6 +76,18 @@ def _job(ex: Execution) -> JobView:
     return ex.job
 
 
+class RunAsOwner(Hook):
+    """Whom the workload runs as: its owner, on a root worker (worker/owners.py); first,
+    so that a job of an owner this host does not know fails `OwnerUnknown` before
+    anything is made for it, and a job naming no cwd starts in its owner's home."""
+
+    async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
+        job = _job(ex)
+        plan.owner = run_as(job.metadata.owner, ex.settings.users)
+        if plan.owner is not None and not job.spec.cwd:
+            plan.cwd = plan.owner.home
+
+
 class Admission(Hook):
     """Refuse what no OS can run, and secrets that arrived masked."""
 
@@ -88,6 +102,8 @@ class CheckpointDir(Hook):
 
     async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
         plan.checkpoint_dir = ensure_checkpoint_dir(ex.settings.checkpoint_root, _job(ex).id)
+        if plan.owner is not None:  # the owner's, 0700: no other user's job reads it
+            checkpoint_dir_for(plan.checkpoint_dir, plan.owner)
 
 
 class Environment(Hook):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from jobd.worker.shim.limits import Enforcer, Limits
 from jobd.worker.shim.log import log_event, serving
+from jobd.worker.shim.owner import spawn_owned
 from jobd.worker.shim.procfs import ProcessIdentity
 from jobd.worker.shim.protocol import (
     RECORD_FILE,
@@ -114,6 +115,13 @@ def _spawn(spec: LaunchSpec, state_dir: Path) -> int:
     """
     out, err = open_append(state_dir / STDOUT_FILE), open_append(state_dir / STDERR_FILE)
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    if spec.owner is not None:  # a root worker's job of an owner: as the owner
+        try:
+            stdio = [null, out, err]
+            return spawn_owned(spec.owner, spec.argv, spec.cwd, spec.env, stdio, str(state_dir))
+        finally:
+            for fd in (null, out, err):
+                os.close(fd)
     os.environ["PATH"] = spec.env.get("PATH", os.defpath)
     try:
         os.chdir(spec.cwd)

@@ -141,6 +141,9 @@ class LaunchSpec:
     attempt: int | None
     # Cores and memory, as jobd.worker.shim.limits.Limits reads them; None: no limits.
     limits: dict[str, Any] | None = None
+    # The Unix user the workload runs as (jobd.worker.shim.owner), set by a root agent for
+    # a job of an owner; None: as the shim's own user.
+    owner: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Not asdict(): that deep-copies the environment, ~1 ms a job.
@@ -155,6 +158,8 @@ class LaunchSpec:
         }
         if self.limits is not None:  # only then: a job naming none costs nothing more
             data["limits"] = self.limits
+        if self.owner is not None:  # only then: a job of no owner sends what it did
+            data["owner"] = self.owner
         return data
 
     @classmethod
@@ -172,7 +177,10 @@ class LaunchSpec:
         limits = data.get("limits")
         if limits is not None and not isinstance(limits, dict):
             raise ValueError("spec: limits must be an object")
-        return cls(argv, cwd, env, grace, job_id, attempt, limits)
+        owner = data.get("owner")
+        if owner is not None and not (isinstance(owner, str) and owner):
+            raise ValueError("spec: owner must be a user name")
+        return cls(argv, cwd, env, grace, job_id, attempt, limits, owner)
 
 
 @dataclass(frozen=True)
