@@ -63,8 +63,10 @@ def _why(exc: OSError, host: str, port: int) -> str:
 
 
 def bind_unix_listener(path: Path, public_dir: bool = True) -> socket.socket:
-    """A Unix stream socket bound at `path` (mode 0666), not yet listening. Its directory
-    is made when missing: 0755 when `public_dir`, else under the umask (jobd's: 0700)."""
+    """A Unix stream socket bound at `path`, not yet listening. When `public_dir`, its
+    directory (made when missing) is 0755 and the socket 0666: every local user may
+    connect. Else both stay private (0700, 0600): in `jobd dev`'s data directory only its
+    own user reaches the socket anyway, and nothing there is wider than its owner's."""
     where = os.fsencode(path)
     if len(where) > MAX_SOCKET_PATH:
         raise ListenError(
@@ -76,7 +78,7 @@ def bind_unix_listener(path: Path, public_dir: bool = True) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(where)
-        os.chmod(path, 0o666)  # the umask made it private: every local user may connect
+        os.chmod(path, 0o666 if public_dir else 0o600)
         made = os.stat(path)
     except OSError as exc:
         sock.close()
