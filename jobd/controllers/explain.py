@@ -397,9 +397,9 @@ def _not_queued(job: Job) -> str:
         return f"job {job.id} is {phase.value} on {worker}: SIGTERM sent, its grace running"
     if phase == Phase.LOST:
         return f"job {job.id} is Lost: its worker {worker} stopped renewing its lease"
-    why = status.reason or status.message
-    code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
-    return f"job {job.id} has ended {phase.value}" + (f" ({why}{code})" if why else code)
+    code = f"exit code {status.exit_code}" if status.exit_code is not None else None
+    why = status.reason or status.message or code  # a reason names the exit (`exit 0`)
+    return f"job {job.id} has ended {phase.value}" + (f" ({why})" if why else "")
 
 
 def _count(n: int, noun: str) -> str:

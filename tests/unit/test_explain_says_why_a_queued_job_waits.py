@@ -210,4 +210,4 @@ def test_a_job_that_is_not_pending_says_its_phase() -> None:
     }
     ended = _job()
     ended.status.phase, ended.status.reason, ended.status.exit_code = Phase.FAILED, "Error", 3
-    assert _explain(ended, [])["summary"] == f"job {ended.id} has ended Failed (Error, exit code 3)"
+    assert _explain(ended, [])["summary"] == f"job {ended.id} has ended Failed (Error)"
