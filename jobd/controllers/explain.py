@@ -146,10 +146,8 @@ def _worker(job: Job, worker: Worker, heard: Container[str], cap: Capacity | Non
         says.append(refused)
     whole = empty_capacity(worker)
     whole.gpu_memory = dict(spec.gpu_memory)  # all of it: what other programs use aside
-    too_small = _short(job, whole, whole)
-    for item in too_small:
-        item["when_empty"] = True
-        says.append(f"too small even when empty: {item['says']}")
+    too_small = _short(job, whole, whole, empty=True)
+    says += [f"too small even when empty: {item['says']}" for item in too_small]
     short: list[Document] = []
     if cap is not None and refused is None and not too_small:
         short = _short(job, cap, whole)
@@ -186,16 +184,17 @@ def _state(worker: Worker, heard: Container[str]) -> str:
     return "DiskFull" if disk_is_full(worker) else "Ready"
 
 
-def _short(job: Job, cap: Capacity, whole: Capacity) -> list[Document]:
-    """Each dimension `job` is short of on `cap`, with what is needed, free and there."""
+def _short(job: Job, cap: Capacity, whole: Capacity, empty: bool = False) -> list[Document]:
+    """Each dimension `job` is short of on `cap`, with what is needed, free and there
+    (`empty`: `cap` is the whole worker, as if nothing ran there)."""
     items = []
     needs = job.spec.resources
     for dimension, (need, free) in cap.shortfall(job).items():
         if dimension == "gpus" and needs.gpu_memory and len(cap.free_gpus) >= needs.gpus:
-            items.append(_gpu_memory(job, cap, whole))
-            continue
-        total = _TOTALS[dimension](whole)
-        items.append(_item(dimension, need, free, total))
+            item = _gpu_memory(job, cap, whole, empty)
+        else:
+            item = _item(dimension, need, free, _TOTALS[dimension](whole), empty)
+        items.append({**item, "when_empty": True} if empty else item)
     return items
 
 
@@ -207,7 +206,7 @@ _TOTALS: dict[str, Callable[[Capacity], int]] = {
 }
 
 
-def _item(dimension: str, need: int, free: int, total: int) -> Document:
+def _item(dimension: str, need: int, free: int, total: int, empty: bool = False) -> Document:
     shown = _SHOW[dimension]
     free = max(0, free)
     item: Document = {
@@ -217,10 +216,13 @@ def _item(dimension: str, need: int, free: int, total: int) -> Document:
         "total": _value(dimension, total),
         "short_by": _value(dimension, need - free),
     }
-    item["says"] = (
-        f"{dimension} by {shown(need - free)} (needs {shown(need)}, "
-        f"{shown(free)} free of {shown(total)})"
-    )
+    if empty:
+        item["says"] = f"{dimension} (needs {shown(need)}, has {shown(total)})"
+    else:
+        item["says"] = (
+            f"{dimension} by {shown(need - free)} (needs {shown(need)}, "
+            f"{shown(free)} free of {shown(total)})"
+        )
     return item
 
 
@@ -241,7 +243,7 @@ _SHOW: dict[str, Callable[[int], str]] = {
 }
 
 
-def _gpu_memory(job: Job, cap: Capacity, whole: Capacity) -> Document:
+def _gpu_memory(job: Job, cap: Capacity, whole: Capacity, empty: bool) -> Document:
     """Free GPUs enough, but not with the memory it asks on each: the best there is."""
     needs = job.spec.resources
     want = needs.gpu_memory or 0
@@ -249,11 +251,15 @@ def _gpu_memory(job: Job, cap: Capacity, whole: Capacity) -> Document:
     nth = free[needs.gpus - 1] if len(free) >= needs.gpus else 0
     largest = max(whole.gpu_memory.values(), default=0)
     item = _item("gpu_memory", want, nth, largest)
-    item["says"] = (
-        f"gpu_memory by {format_size(want - nth)} on a GPU (needs {format_size(want)} free "
-        f"on each of {_count(needs.gpus, 'GPU')}; the best free GPUs have "
-        f"{format_size(nth)}; the largest has {format_size(largest)})"
-    )
+    each = f"{format_size(want)} on each of {_count(needs.gpus, 'GPU')}"
+    if empty:
+        known = f"the largest has {format_size(largest)}" if largest else "none's is known"
+        item["says"] = f"gpu_memory (needs {each}; {known})"
+    else:
+        item["says"] = (
+            f"gpu_memory by {format_size(want - nth)} on a GPU (needs {each} free; the best "
+            f"free GPUs have {format_size(nth)}; the largest has {format_size(largest)})"
+        )
     return item
 
 

@@ -164,7 +164,7 @@ async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
         assert why["phase"] == "Pending" and why["reason"] == "Unschedulable"
         [w1] = why["workers"]
         assert w1["worker"] == "w1" and w1["fits"] is False
-        assert w1["says"][0].startswith("too small even when empty: cpus by ")
+        assert w1["says"][0].startswith("too small even when empty: cpus (needs 1000, has ")
         assert [s["resource"] for s in w1["short"]] == ["cpus"] and w1["short"][0]["need"] == 1000
         await a.call("cancel_job", job="huge")
         ended = await a.call("explain_job", job="hello")

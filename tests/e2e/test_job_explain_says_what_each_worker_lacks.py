@@ -48,8 +48,8 @@ def test_a_waiting_job_is_told_what_each_worker_lacks(lab: Lab) -> None:
     answer = _explained(lab, waits)
     assert (answer["phase"], answer["reason"]) == ("Pending", "WaitingForCapacity")
     assert _says(answer, "small") == [
-        "too small even when empty: cpus by 2 (needs 4, 2 free of 2)",
-        "too small even when empty: memory by 2GiB (needs 6GiB, 4GiB free of 4GiB)",
+        "too small even when empty: cpus (needs 4, has 2)",
+        "too small even when empty: memory (needs 6GiB, has 4GiB)",
     ]
     assert _says(answer, "big") == ["short of cpus by 3 (needs 4, 1 free of 8)"]
     assert answer["queue"]["ahead"] == 0

@@ -75,8 +75,8 @@ def test_each_worker_says_what_it_lacks_and_by_how_much() -> None:
     answer = _explain(job, [small, big], (hog,))
     assert answer["reason"] == "WaitingForCapacity"
     assert _says(answer, "small") == [
-        "too small even when empty: cpus by 2 (needs 4, 2 free of 2)",
-        "too small even when empty: memory by 4GiB (needs 8GiB, 4GiB free of 4GiB)",
+        "too small even when empty: cpus (needs 4, has 2)",
+        "too small even when empty: memory (needs 8GiB, has 4GiB)",
     ]
     assert _says(answer, "big") == [
         "short of cpus by 2 (needs 4, 2 free of 8)",
@@ -105,7 +105,7 @@ def test_slots_and_gpus_are_counted_too() -> None:
     taken = _running("gpu", gpus=1)
     taken.status.gpus = [0]
     answer = _explain(_job(gpus=2), [full, gpus], (_running("cpu"), taken))
-    assert _says(answer, "cpu") == ["too small even when empty: gpus by 2 (needs 2, 0 free of 0)"]
+    assert _says(answer, "cpu") == ["too small even when empty: gpus (needs 2, has 0)"]
     assert _says(answer, "gpu") == ["short of gpus by 1 (needs 2, 1 free of 2)"]
     cpu_job = _explain(_job(), [full], (_running("cpu", priority=50),))
     assert _says(cpu_job, "cpu") == ["short of slots by 1 (needs 1, 0 free of 1)"]
@@ -118,7 +118,7 @@ def test_gpu_memory_other_programs_hold_is_named() -> None:
     box.status = WorkerStatus(gpu_memory_foreign={0: 50 * GIB})
     answer = _explain(_job(gpus=1, gpu_memory=40 * GIB), [box])
     assert _says(answer, "box") == [
-        "short of gpu_memory by 10GiB on a GPU (needs 40GiB free on each of 1 GPU; the best "
+        "short of gpu_memory by 10GiB on a GPU (needs 40GiB on each of 1 GPU free; the best "
         "free GPUs have 30GiB; the largest has 80GiB)",
         "GPU 0: 50GiB of 80GiB taken by programs jobd did not start",
     ]
