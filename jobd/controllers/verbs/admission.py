@@ -177,18 +177,19 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     assign(job.status.effective, **_effective_values(job, project))
     refuse_masks(job)
     refuse_relative_cwd(job)
+    now = clock.now()
     assign(
         job.status,
         parents=parents,
         dependencies_met=not parents,
-        queued_at=clock.now(),
+        queued_at=now,
         observed_generation=1,
     )
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
-        waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, _PARENTS, clock.now())
+        waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, _PARENTS, now)
     else:  # bound by the scheduler's next pass if a worker has room
-        waits(job.status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, clock.now())
+        waits(job.status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
     return job
 
 
