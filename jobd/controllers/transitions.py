@@ -40,6 +40,8 @@ from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refu
 from jobd.store.base import EventRecord
 
 __all__ = [
+    "PARENTS_WAITED",
+    "ROOM_TAKEN",
     "TABLE",
     "PreemptReason",
     "Verb",
@@ -184,6 +186,8 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
 _RETRY_BACKOFF = WaitReason.RETRY_BACKOFF.value
 # What a queued job says while some worker could run it but none has the room free.
 ROOM_TAKEN = "waiting for a worker with room"
+# What a job says while some job of its depends_on has not ended as it requires.
+PARENTS_WAITED = "waiting for the jobs it depends on to end"
 
 
 def waits(status: JobStatus, reason: WaitReason, message: str, now: datetime | None) -> None:
@@ -600,14 +604,13 @@ def placeable(job: Job, now: datetime | None = None) -> tuple[Job, Events]:
     if status.retry_at is not None:
         waits(status, WaitReason.RETRY_BACKOFF, f"run again at {status.retry_at.isoformat()}", now)
     elif not status.dependencies_met:
-        waits(status, WaitReason.WAITING_FOR_DEPENDENCIES, _PARENTS, now)
+        waits(status, WaitReason.WAITING_FOR_DEPENDENCIES, PARENTS_WAITED, now)
     else:
         waits(status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
     return job, []
 
 
 _UNSCHEDULABLE = WaitReason.UNSCHEDULABLE.value
-_PARENTS = "waiting for the jobs it depends on"
 
 
 def _scheduled_condition(job: Job) -> Condition | None:

@@ -34,7 +34,7 @@ from jobd.api.wait_reasons import WaitReason
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.controllers.placement import UNSCHEDULABLE, Shape, placement_message, shapes_of
-from jobd.controllers.transitions import ROOM_TAKEN, waits
+from jobd.controllers.transitions import PARENTS_WAITED, ROOM_TAKEN, waits
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -187,13 +187,10 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     )
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
-        waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, _PARENTS, now)
+        waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, PARENTS_WAITED, now)
     else:  # bound by the scheduler's next pass if a worker has room
         waits(job.status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
     return job
-
-
-_PARENTS = "waiting for the jobs it depends on to end"
 
 
 def refuse_masks(job: Job) -> None:
