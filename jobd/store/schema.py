@@ -49,6 +49,7 @@ jobs = sa.Table(
     sa.Column("memory", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("worker", sa.String(253)),
     sa.Column("nominated_worker", sa.String(253)),
+    sa.Column("owner", sa.String(32)),  # metadata.owner: a Unix user name, or none
     sa.Column("resource_version", sa.BigInteger, nullable=False),
     sa.Column("body", sa.Text, nullable=False),
     sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),
@@ -137,6 +138,7 @@ tokens = sa.Table(
     sa.Column("role", sa.String(16), nullable=False),
     sa.Column("projects", sa.Text, nullable=False),  # a JSON list of project names
     sa.Column("worker", sa.String(253)),
+    sa.Column("user", sa.String(32)),  # a user token's user (api/identity.py)
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("last_used_at", sa.String(40)),
 )

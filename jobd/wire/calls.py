@@ -79,6 +79,7 @@ __all__ = [
     "send_reports",
     "uncordon_worker",
     "watch",
+    "whoami",
 ]
 
 T = TypeVar("T")
@@ -350,6 +351,10 @@ def list_projects() -> Call[list[Document]]:
 
 def get_project(name: str) -> Call[Document]:
     return Call(routes.GET_PROJECT, routes.GET_PROJECT.url(name=name), _document)
+
+
+def whoami() -> Call[Document]:
+    return Call(routes.WHOAMI, routes.WHOAMI.url(), _document)
 
 
 # -- streams: held by the broker until something comes, when asked to follow

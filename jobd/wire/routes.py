@@ -65,6 +65,7 @@ __all__ = [
     "UI_PREFIX",
     "UNCORDON_WORKER",
     "WATCH",
+    "WHOAMI",
     "DashboardPaths",
     "Route",
     "allowed_methods",
@@ -421,6 +422,12 @@ LIST_EVENTS = Route(
 )
 LIST_PROJECTS = Route("GET", "/projects", "List projects")
 GET_PROJECT = Route("GET", "/projects/{name}", "One project")
+WHOAMI = Route(
+    "GET",
+    "/whoami",
+    "Who the broker knows the caller as: user, uid, groups, admin or not, how it knows, the "
+    "projects reachable",
+)
 
 # -- tokens: admins only
 
@@ -514,6 +521,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_EVENTS,
     LIST_PROJECTS,
     GET_PROJECT,
+    WHOAMI,
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,

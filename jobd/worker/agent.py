@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from jobd.api.models import GpuUsage, Job, Phase, WorkerSpec
+from jobd.api.models import GpuUsage, Job, LimitsEnforcement, Phase, WorkerSpec
 from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.errors import ApiError, BrokerUnreachable
@@ -36,6 +36,14 @@ from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
+from jobd.worker.limits import (
+    NO_ENFORCEMENT,
+    CoreAllocator,
+    detect_enforcement,
+    pinnable_cores,
+    remove_cgroup_parent,
+    sweep_cgroups,
+)
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
@@ -67,6 +75,10 @@ class Agent:
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
         self.next_attempts: dict[int, Job] = {}  # a retry's, once the last attempt is over
         self.pool = ShimPool()
+        # How a job's limits are enforced here (detected when the agent runs, if the
+        # settings do not say), and the cores each running job holds.
+        self.enforcement = settings.enforcement or NO_ENFORCEMENT
+        self.cores = CoreAllocator(self.enforcement.cores)
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
         # NVML, where installed: each GPU's use, and what foreign processes take (gpus.py).
@@ -103,12 +115,23 @@ class Agent:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     await self._warm_up_pool()
+                    self._detect_enforcement()
+                    sweep_cgroups(self.enforcement)  # before readopting: theirs hold processes
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
                     await self._serve(tg)
             finally:
                 # Jobs run on under their shims; the pool exits with its pipe.
                 await self.pool.aclose()
+                remove_cgroup_parent(self.enforcement)
+
+    def _detect_enforcement(self) -> None:
+        """What this host enforces, where the settings say nothing (an agent made in
+        process: a test's, say), every core of the agent's pinnable."""
+        if self.settings.enforcement is None:
+            cores = pinnable_cores(declared_cpus=True, reserve_cpus=0)
+            self.enforcement = detect_enforcement(self.settings.name, "auto", cores)
+            self.cores = CoreAllocator(self.enforcement.cores)
 
     async def _warm_up_pool(self) -> None:
         """Where shims are pooled, start the pool and an idle shim now, before the agent
@@ -142,6 +165,7 @@ class Agent:
             memory=self.settings.memory,
             labels=self.settings.labels,
             mount_roots=self.settings.mount_roots,
+            enforcement=LimitsEnforcement(cpu=self.enforcement.cpu, memory=self.enforcement.memory),
         )
         runner, link = self.containment.name, self.link
         body = Registration(
@@ -161,6 +185,8 @@ class Agent:
             memory=spec.memory,
             labels=spec.labels,
             mount_roots=spec.mount_roots,
+            cpu_enforcement=self.enforcement.cpu,
+            memory_enforcement=self.enforcement.memory,
             instance=link.instance,
             epoch=link.epoch,
         )
@@ -256,7 +282,9 @@ class Agent:
 
     def _host(self) -> Host:
         assert self.link is not None
-        return Host(self.settings, self.containment, self.link, self.pool)
+        return Host(
+            self.settings, self.containment, self.link, self.pool, self.enforcement, self.cores
+        )
 
     def _supervise(self, execution: Execution) -> None:
         assert self._tg is not None
@@ -273,6 +301,7 @@ class Agent:
                 self.failed_starts.add((execution.job_id, execution.attempt))
             if self.executions.get(execution.job_id) is execution:
                 del self.executions[execution.job_id]
+                self.cores.release(execution.job_id)
                 following = self.next_attempts.pop(execution.job_id, None)
                 if following is not None:
                     self._reconcile(following)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from jobd.api.models import Job
 from jobd.api.vocabulary import ARRAY_INDEX
+from jobd.worker.limits import Enforcement
 
 __all__ = [
     "DEFAULT_MAX_LOG_BYTES",
@@ -42,6 +43,9 @@ class WorkerSettings:
     memory: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     mount_roots: list[str] = field(default_factory=list)
+    # How a job's cores and memory are enforced (worker/limits.py); None: detected by the
+    # agent, with every core of its own pinnable and the best memory cap the host has.
+    enforcement: Enforcement | None = None
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

@@ -20,7 +20,7 @@ from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.broker.streams.feed import FeedEntry, Filter, jobs_filter
 from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
-from jobd.wire.models import EventsQuery, Health, WatchQuery
+from jobd.wire.models import EventsQuery, Health, WatchQuery, WhoAmI
 
 public = APIRouter(tags=["system"])
 router = APIRouter(tags=["system"])
@@ -157,6 +157,27 @@ async def get_project(request: Request, name: str) -> Response:
     if project is None:
         raise NotFound(f"project {name} not found")
     return json_response(doc(project))
+
+
+@route(router, routes.WHOAMI, response_model=WhoAmI)
+async def whoami(request: Request) -> Response:
+    """Who the broker knows the caller as, and what it reaches (`job whoami`)."""
+    who = principal_of(request)
+    seen = access.projects(who)
+    return json_response(
+        {
+            "user": who.user,
+            "uid": who.uid,
+            "groups": list(who.groups),
+            "role": who.role,
+            "admin": who.admin,
+            "via": who.via,
+            "label": who.label,
+            "projects": None if seen is None else sorted(seen),
+            "admin_of": sorted(who.admin_of),
+            "worker": who.worker,
+        }
+    )
 
 
 __all__ = ["FAST", "public", "router", "run_watch"]

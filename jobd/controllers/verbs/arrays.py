@@ -56,7 +56,9 @@ def create_array(
     """Admit and insert the array and its members; all or nothing."""
     template, parents = _checked(store, array)
     project = (projects or {}).get(array.project) or store.get_project(array.project)
-    meta = ObjectMeta(project=array.project, labels=dict(array.metadata.labels))
+    meta = ObjectMeta(
+        project=array.project, labels=dict(array.metadata.labels), owner=array.metadata.owner
+    )
     members = array.spec.array.members()
     parallelism = array.spec.array.parallelism
     jobs = []

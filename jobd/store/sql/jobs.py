@@ -323,6 +323,7 @@ def _job_row(job: Job) -> dict[str, Any]:
         "memory": job.spec.resources.memory_bytes,
         "worker": job.status.worker,
         "nominated_worker": job.status.nominated_worker,
+        "owner": job.metadata.owner,
         "resource_version": job.metadata.resource_version,
         "body": to_json(job),
     }

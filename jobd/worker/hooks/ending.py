@@ -85,7 +85,8 @@ class ReportCompletion(Hook):
         if last_progress is not None:  # the newest line before the end, not yet sent
             reports.insert(0, ("progress", last_progress))
         if not ex.record.started_reported and end.started_at is not None:
-            reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
+            started = {"checkpoint_dir": f"{ckpt}/", **({"cpuset": ex.cpuset} if ex.cpuset else {})}
+            reports.insert(0, ("started", started))
         # Queued first, so it rides with `complete` (the broker records it after the
         # report, in the same commit) rather than in a request of its own.
         ex.link.event(
@@ -107,6 +108,9 @@ def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
     filled = ex.filled_disk or (filled_the_disk(ex.state_dir) if end.stop is None else None)
     if filled is not None:  # whatever it then exited with, or its shim could not write
         return {"reason": "OutputDiskFull", "message": filled}
+    if end.memory_exceeded and end.stop is None and end.exit_code != 0:
+        # (One that exited 0 all the same, an OOM-killed child handled, succeeded.)
+        return {"reason": "MemoryLimitExceeded", "message": end.memory_exceeded}
     if end.lost:
         recorded = ex.record.boot_id
         same_boot = recorded == boot_id() if recorded else made_this_boot(ex.state_dir)
