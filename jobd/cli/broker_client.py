@@ -175,6 +175,9 @@ class JobdClient:
     def preempt_job(self, job_id: int) -> Document:
         return self.run(calls.preempt_job(job_id))
 
+    def explain_job(self, job_id: int) -> Document:
+        return self.run(calls.explain_job(job_id))
+
     def preempt_blockers(self, job_id: int, *, dry_run: bool = False) -> BlockersResult:
         return self.run(calls.preempt_blockers(job_id, dry_run=dry_run))
 

@@ -66,6 +66,10 @@ _LAZY_VERBS = {
     ),
     "preempt": ("acting", "Request preemption of running jobs."),
     "preempt-blockers": ("acting", "Preempt what keeps a queued job from running."),
+    "explain": (
+        "explaining",
+        "Say why a queued job is not running: each worker, its queue place, preemption.",
+    ),
     "rerun": ("acting", "Submit a copy of a job that has ended, as a new job; print its id."),
     "resume": ("acting", "Resubmit preempted jobs from their checkpoints."),
     "wait": (

@@ -21,7 +21,9 @@ __all__ = [
     "Capacity",
     "capacity_of",
     "choose_worker",
+    "empty_capacity",
     "give_back",
+    "hold_for",
     "reserve_nominated",
     "schedulable",
 ]
@@ -115,15 +117,21 @@ class Capacity:
     def lacks(self, job: Job) -> set[str]:
         """The dimensions `job` is short of here (what is held for others counted as
         taken): `slots`, `gpus`, `cpus`, `memory`."""
+        return set(self.shortfall(job))
+
+    def shortfall(self, job: Job) -> dict[str, tuple[int, int]]:
+        """What `job` is short of here, by dimension, as (needed, free): `slots`, `gpus`
+        (those with its gpu_memory free), `cpus` (thousandths), `memory` (bytes). What
+        is held for other nominated jobs counts as taken; eligibility is not looked at."""
         slots, gpus, millicpus, memory = self._offered(job)
         needs = job.spec.resources
-        short = {
-            "slots": slots < needs.slots,
-            "gpus": len(self._fitting(needs, gpus)) < needs.gpus,
-            "cpus": millicpus < needs.millicpus,
-            "memory": memory < needs.memory_bytes,
+        offered = {
+            "slots": (needs.slots, slots),
+            "gpus": (needs.gpus, len(self._fitting(needs, gpus))),
+            "cpus": (needs.millicpus, millicpus),
+            "memory": (needs.memory_bytes, memory),
         }
-        return {dimension for dimension, lacking in short.items() if lacking}
+        return {dimension: pair for dimension, pair in offered.items() if pair[1] < pair[0]}
 
     def _fitting(self, needs: Resources, gpus: list[int]) -> list[int]:
         """The GPUs of `gpus` with room for `needs`, smallest first (best fit: big ones
@@ -209,6 +217,11 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     return caps
 
 
+def empty_capacity(worker: Worker) -> Capacity:
+    """All of one worker's capacity, as if nothing ran there (whatever its phase)."""
+    return _capacity(worker)
+
+
 def _capacity(worker: Worker) -> Capacity:
     """An empty worker's capacity: all of it free."""
     spec = worker.spec
@@ -245,7 +258,12 @@ def give_back(cap: Capacity, job: Job) -> None:
 
 def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
     """Hold the capacity freed by preemption for the queued jobs it was freed for."""
-    for job in view.nominated.values():
+    hold_for(view.nominated.values(), caps)
+
+
+def hold_for(nominated: Iterable[Job], caps: dict[str, Capacity]) -> None:
+    """Hold on each nominated job's worker what it needs (reserve_nominated's rule)."""
+    for job in nominated:
         cap = caps.get(job.status.nominated_worker or "")
         if cap is not None:
             cap.reserved[job.id] = job.spec.resources

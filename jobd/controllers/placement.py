@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from jobd.api.models import Job, JobSpec, Phase, Resources, Worker
 from jobd.api.sizes import format_size
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import eligibility, transitions
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 EVERY_QUEUED_JOB = "*"
-UNSCHEDULABLE = "Unschedulable"
+UNSCHEDULABLE = WaitReason.UNSCHEDULABLE.value
 # How many workers a message names, each with what keeps the job from it.
 _NAMED = 4
 
@@ -262,7 +263,9 @@ class PlacementController:
         message = self._message(job)
         now = self.ctx.clock.now()
         moved = (
-            transitions.unschedulable(job, message, now) if message else transitions.placeable(job)
+            transitions.unschedulable(job, message, now)
+            if message
+            else transitions.placeable(job, now)
         )
         try:
             store.update_job(*moved)

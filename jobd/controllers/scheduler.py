@@ -13,8 +13,10 @@ watch and starts the process.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 
 from jobd.api.models import BOUND_PHASES, Job, Phase
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import transitions
 from jobd.controllers.capacity import (
     Capacity,
@@ -128,6 +130,7 @@ class SchedulerController:
         raced = False
         for job in page:
             if not _under_array_cap(job, arrays):
+                self._say(job, WaitReason.ARRAY_PARALLELISM, _capped(job))
                 past = _past_array(job)
                 if past is not None:
                     return raced, past
@@ -138,7 +141,17 @@ class SchedulerController:
                 raced = not bound or raced
                 if bound and job.metadata.array is not None:
                     arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+            elif job.metadata.array is not None:  # under its cap now: it waits for room
+                self._say(job, WaitReason.WAITING_FOR_CAPACITY, transitions.ROOM_TAKEN)
         return raced, None
+
+    def _say(self, job: Job, reason: WaitReason, message: str) -> None:
+        """Write why `job` waits where the pass decided it, if the job says otherwise:
+        once per change of reason (the write is then skipped), never once per pass."""
+        said, _ = transitions.wait_reason(job, reason, message, self.ctx.clock.now())
+        if said is not job:
+            with suppress(Conflict):  # the job moved meanwhile; its next read says why
+                self.ctx.store.update_job(said, [])
 
     def _bind(self, job: Job, cap: Capacity) -> bool:
         bound, events = transitions.bind(job, cap.worker, cap.take(job), self.ctx.clock.now())
@@ -156,6 +169,11 @@ def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
     if array is None or array.parallelism is None:
         return True
     return arrays.get(array.id, 0) < array.parallelism
+
+
+def _capped(job: Job) -> str:
+    array = job.metadata.array
+    return transitions.array_capped(array.parallelism or 0 if array else 0)
 
 
 def _past_array(job: Job) -> tuple[int, int] | None:

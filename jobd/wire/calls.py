@@ -57,6 +57,7 @@ __all__ = [
     "delete_array",
     "delete_job",
     "drain_worker",
+    "explain_job",
     "get_array",
     "get_job",
     "get_project",
@@ -279,6 +280,10 @@ def list_jobs(
 
 def get_job(job_id: int) -> Call[Document]:
     return Call(routes.GET_JOB, routes.GET_JOB.url(job_id=job_id), _document)
+
+
+def explain_job(job_id: int) -> Call[Document]:
+    return Call(routes.EXPLAIN_JOB, routes.EXPLAIN_JOB.url(job_id=job_id), _document)
 
 
 def delete_job(job_id: int) -> Call[Any]:

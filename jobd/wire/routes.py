@@ -30,6 +30,7 @@ __all__ = [
     "DELETE_ARRAY",
     "DELETE_JOB",
     "DRAIN_WORKER",
+    "EXPLAIN_JOB",
     "GET_ARRAY",
     "GET_JOB",
     "GET_PROJECT",
@@ -282,6 +283,11 @@ PREEMPT_BLOCKERS = Route(
     query_model="BlockersQuery",
     refuses=(409,),
 )
+EXPLAIN_JOB = Route(
+    "GET",
+    "/jobs/{job_id}/explain",
+    "Why a queued job is not running: per worker, its queue place, parents, preemption",
+)
 RESUME_JOB = Route(
     "POST",
     "/jobs/{job_id}/resume",
@@ -492,6 +498,7 @@ ROUTES: tuple[Route, ...] = (
     CANCEL_JOB,
     PREEMPT_JOB,
     PREEMPT_BLOCKERS,
+    EXPLAIN_JOB,
     RESUME_JOB,
     READ_LOGS,
     CREATE_ARRAY,

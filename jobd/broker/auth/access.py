@@ -74,6 +74,7 @@ ROLES: dict[Route, frozenset[str]] = {
     r.CANCEL_JOB: _USERS,
     r.PREEMPT_JOB: _USERS,
     r.PREEMPT_BLOCKERS: _USERS,
+    r.EXPLAIN_JOB: _USERS,
     r.RESUME_JOB: _USERS,
     r.READ_LOGS: _USERS,
     r.CREATE_ARRAY: _USERS,

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from jobd.api.arrays import JobArray
 from jobd.api.manifests import Document, ManifestError, parse_resource
-from jobd.api.models import ADMISSION, Job, Project, Resource
+from jobd.api.models import ADMISSION, Job, Phase, Project, Resource
 from jobd.api.selectors import parse_selector
 from jobd.broker.auth import access
 from jobd.broker.auth.access import Forbidden, principal_of
@@ -23,9 +23,11 @@ from jobd.broker.http.responses import doc, encode_json, json_response, validati
 from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.controllers.errors import AdmissionError, TransitionError
+from jobd.controllers.explain import Cluster, Queue, explain
 from jobd.controllers.verbs import admission, arrays, preempt
 from jobd.controllers.verbs.cancel import cancel
 from jobd.controllers.verbs.resume import resume_job
+from jobd.store.base import Store
 from jobd.wire import routes
 from jobd.wire.models import (
     ApplyDocuments,
@@ -297,6 +299,51 @@ async def preempt_blockers(
             "dry_run": dry_run,
         }
     )
+
+
+@route(router, routes.EXPLAIN_JOB)
+async def explain_job(request: Request, job_id: int) -> Response:
+    state, who = state_of(request), principal_of(request)
+    job = _job(request, job_id)
+    queue = await state.ctx.runner.run(_queue_of, state.store, job)  # off the loop
+    view = state.ctx.view  # read on the loop, where the view is kept
+    cluster = Cluster(
+        list(view.workers.values()),
+        state.ctx.leases.heard,
+        list(view.bound.values()),
+        list(view.nominated.values()),
+    )
+    if job.metadata.array is not None:
+        queue.array_bound = view.array_bound.get(job.metadata.array.id, 0)
+    queue.now = state.ctx.clock.now()
+    answer = explain(job, cluster, queue)
+    for victim in (answer.get("preemption") or {}).get("victims", []):
+        if not _may_read(who, victim["name"]):
+            victim["name"] = None  # another project's job: its id and priority only
+    return json_response(answer)
+
+
+def _queue_of(store: Store, job: Job) -> Queue:
+    """What `job explain` reads of the store: the queue ahead of the job, its parents."""
+    queue, status = Queue(), job.status
+    if status.phase != Phase.PENDING:
+        return queue
+    if status.dependencies_met and status.retry_at is None:
+        queue.ahead, queue.ahead_higher = store.count_queued_ahead(
+            status.effective.priority, job.id
+        )
+    found = {p.id: p for p in store.get_jobs(status.parents)}
+    queue.parents = [(i, found.get(i)) for i in status.parents]
+    return queue
+
+
+def _may_read(who: Principal, ref: str) -> bool:
+    """Whether `who` may read a job of this `project/name` (as reading the job)."""
+    try:
+        access.project(who, ref.partition("/")[0])
+    except Forbidden:
+        return False
+    return True
 
 
 @route(router, routes.RESUME_JOB)

@@ -30,9 +30,11 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.api.secrets import MASK, masked_keys, patterns_of, secret_keys
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.controllers.placement import UNSCHEDULABLE, Shape, placement_message, shapes_of
+from jobd.controllers.transitions import PARENTS_WAITED, ROOM_TAKEN, waits
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -176,15 +178,19 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     assign(job.status.effective, **_effective_values(job, project))
     refuse_masks(job)
     refuse_relative_cwd(job)
+    now = clock.now()
     assign(
         job.status,
         parents=parents,
         dependencies_met=not parents,
-        queued_at=clock.now(),
+        queued_at=now,
         observed_generation=1,
     )
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
+        waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, PARENTS_WAITED, now)
+    else:  # bound by the scheduler's next pass if a worker has room
+        waits(job.status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
     return job
 
 

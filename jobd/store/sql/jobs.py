@@ -258,6 +258,18 @@ class SQLJobs(SQLCompareAndSwap):
         q = sa.select(t.jobs.c.phase, sa.func.count()).group_by(t.jobs.c.phase)
         return {row[0]: int(row[1]) for row in self._rows(q)}
 
+    def count_queued_ahead(self, priority: int, job_id: int) -> tuple[int, int]:
+        """Counted off the queue's index (phase, ready, priority, id): no body is read."""
+        jobs = t.jobs.c
+        higher = sa.func.coalesce(sa.func.sum(sa.case((jobs.priority > priority, 1), else_=0)), 0)
+        q = sa.select(sa.func.count(), higher).where(
+            jobs.phase == Phase.PENDING.value,
+            jobs.ready == sa.true(),
+            sa.or_(jobs.priority > priority, sa.and_(jobs.priority == priority, jobs.id < job_id)),
+        )
+        row = self._rows(q)[0]
+        return int(row[0]), int(row[1])
+
     def children_of(self, job_id: int) -> list[int]:
         q = sa.select(t.job_deps.c.child).where(t.job_deps.c.parent == job_id)
         return sorted(int(row.child) for row in self._rows(q))
