@@ -141,7 +141,9 @@ def _worker(job: Job, worker: Worker, heard: Container[str], cap: Capacity | Non
     if state != "Ready":
         says.append(_STATES[state])
     spec = worker.spec
-    refused = eligibility.why_not(job.spec, worker.name, spec.labels, spec.mount_roots)
+    refused = eligibility.why_not(
+        job.spec, worker.name, spec.labels, spec.mount_roots
+    ) or eligibility.owner_refusal(job.metadata.owner, worker.status.users)
     if refused is not None:
         says.append(refused)
     whole = empty_capacity(worker)

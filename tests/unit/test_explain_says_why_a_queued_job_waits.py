@@ -211,3 +211,13 @@ def test_a_job_that_is_not_pending_says_its_phase() -> None:
     ended = _job()
     ended.status.phase, ended.status.reason, ended.status.exit_code = Phase.FAILED, "Error", 3
     assert _explain(ended, [])["summary"] == f"job {ended.id} has ended Failed (Error)"
+
+
+def test_a_worker_whose_host_lacks_the_owner_says_so() -> None:
+    here, there = _worker("here"), _worker("there")
+    here.status.users, there.status.users = ["alice", "bob"], ["bob"]
+    job = _job(cpus=1)
+    job.metadata.owner = "alice"
+    answer = _explain(job, [here, there])
+    assert _says(answer, "there") == ["user alice does not exist on this host"]
+    assert _says(answer, "here") == ["fits now"]
