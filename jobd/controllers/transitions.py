@@ -57,6 +57,7 @@ __all__ = [
     "placeable",
     "process_vanished",
     "progress",
+    "quota_exceeded",
     "record_checkpoint_dir",
     "record_checkpoint_latest",
     "release_nomination",
@@ -68,10 +69,11 @@ __all__ = [
     "time_out",
     "unbind",
     "unschedulable",
+    "within_quota",
 ]
 
 Events = list[EventRecord]
-PreemptReason = Literal["sweeper", "manual", "blockers", "drain"]
+PreemptReason = Literal["sweeper", "manual", "blockers", "drain", "reclaim"]
 P = Phase
 _STOP_TARGET = {"preempt": P.PREEMPTING, "cancel": P.CANCELLING}
 
@@ -592,3 +594,32 @@ def time_out(job: Job, reason: str, message: str, now: datetime) -> tuple[Job, E
     job.status.signal = "timeout"
     job.status.reason, job.status.message = reason, message
     return job, [event]
+
+
+def quota_exceeded(job: Job, message: str, now: datetime) -> tuple[Job, Events]:
+    """A queued job held back by its project's quota or its owner's running limit
+    (quotas.py): `Scheduled=False, reason=QuotaExceeded`. A job no worker could ever run
+    keeps saying so (Unschedulable is the stronger word)."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is not None and (
+        held.reason == _UNSCHEDULABLE or (held.reason == _QUOTA and held.message == message)
+    ):
+        return job, []
+    job = job.evolve()
+    set_condition(job.status, "Scheduled", False, _QUOTA, message, now=now)
+    return job, []
+
+
+def within_quota(job: Job) -> tuple[Job, Events]:
+    """Its quota no longer holds this queued job back: the QuotaExceeded condition goes."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is None or held.reason != _QUOTA:
+        return job, []
+    job = job.evolve()
+    job.status.conditions = [c for c in job.status.conditions if c.type != "Scheduled"]
+    return job, []
+
+
+_QUOTA = "QuotaExceeded"

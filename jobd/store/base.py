@@ -54,6 +54,8 @@ __all__ = [
     "TokenRecord",
     "TokenStore",
     "Transactions",
+    "UsageRecord",
+    "UsageStore",
     "WorkerStore",
 ]
 
@@ -69,6 +71,16 @@ class Fits(NamedTuple):
     gpus: int
     millicpus: int = MAX_ID  # an INTEGER column, as ids
     memory: int = MAX_INT
+
+
+class UsageRecord(NamedTuple):
+    """Decayed fair-share usage of a project (user "") or of a user in it: `value`,
+    as it was worth at `at` (seconds since the epoch)."""
+
+    project: str
+    user: str
+    value: float
+    at: float
 
 
 class Conflict(Exception):
@@ -265,7 +277,11 @@ class JobStore(Transactions, Protocol):
         by_priority: bool = False,
     ) -> list[Job]: ...
     def queue_head(
-        self, limit: int, fits: Fits, after: tuple[int, int] | None = None
+        self,
+        limit: int,
+        fits: Fits,
+        after: tuple[int, int] | None = None,
+        project: str | None = None,
     ) -> list[Job]: ...
     def count_jobs_by_phase(self) -> dict[str, int]: ...
     def children_of(self, job_id: int) -> list[int]: ...
@@ -358,8 +374,22 @@ class EventStore(Protocol):
         ...
 
 
+class UsageStore(Protocol):
+    """Fair share's usage (controllers/fairshare.py), kept across restarts."""
+
+    def list_usage(self) -> list[UsageRecord]: ...
+    def charge_usage(
+        self, job: int, attempt: int, charges: list[UsageRecord], half_life_s: float
+    ) -> bool:
+        """Add the charges of one run, once: False when that run was charged before."""
+        ...
+
+    def queued_projects(self) -> dict[int, str]: ...  # ready queued job id -> its project
+
+
 class Store(
     Maintenance,
+    UsageStore,
     JobStore,
     ArrayStore,
     ProjectStore,
