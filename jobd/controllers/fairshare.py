@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from jobd.api.models import Job, Project, Resources
 from jobd.store.base import UsageRecord
@@ -36,6 +37,7 @@ __all__ = [
     "factors",
     "run_charge",
     "shares_of",
+    "standings",
 ]
 
 GIB = 1 << 30
@@ -165,3 +167,62 @@ def factors(
 
 def shares_of(projects: Mapping[str, Project]) -> dict[str, int]:
     return {name: p.spec.shares for name, p in projects.items()}
+
+
+def standings(
+    usage: Usage,
+    bound: Iterable[Job],
+    projects: Mapping[str, Project],
+    billing: Billing,
+    now: datetime,
+) -> dict[str, Any]:
+    """What `job usage` and `/metrics` show: each project's usage (billed resource-seconds,
+    decayed, running jobs' so far included), its share of the shares, its share of the
+    usage, and its factor; each user's the same within their project (users share their
+    project equally)."""
+    by_project, by_user = usage.effective(bound, billing, now)
+    names = sorted(set(projects) | {n for n, u in by_project.items() if u > 0})
+    shares = shares_of(projects)
+    total_shares = sum(shares.get(n, 1) for n in names) or 1
+    total_usage = sum(by_project.get(n, 0.0) for n in names)
+    project_factor = factors(by_project, shares, names)
+    rows = [
+        {
+            "project": name,
+            "usage": by_project.get(name, 0.0),
+            "shares": shares.get(name, 1),
+            "share": shares.get(name, 1) / total_shares,
+            "usage_share": by_project.get(name, 0.0) / total_usage if total_usage else 0.0,
+            "factor": project_factor[name],
+        }
+        for name in names
+    ]
+    return {
+        "half_life_s": billing.half_life_s,
+        "weights": {"gpu": 1.0, "cpu": billing.cpu, "memory_gib": billing.memory_gib},
+        "projects": rows,
+        "users": _user_rows(by_user),
+    }
+
+
+def _user_rows(by_user: Mapping[tuple[str, str], float]) -> list[dict[str, Any]]:
+    users: dict[str, dict[str, float]] = {}
+    for (project, user), used in by_user.items():
+        users.setdefault(project, {})[user] = used
+    rows = []
+    for project in sorted(users):
+        names = sorted(users[project])
+        within = factors(users[project], {}, names)
+        total = sum(users[project].values())
+        for user in names:
+            rows.append(
+                {
+                    "project": project,
+                    "user": user,
+                    "usage": users[project][user],
+                    "share": 1 / len(names),
+                    "usage_share": users[project][user] / total if total else 0.0,
+                    "factor": within[user],
+                }
+            )
+    return rows

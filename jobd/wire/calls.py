@@ -77,6 +77,7 @@ __all__ = [
     "revoke_token",
     "send_reports",
     "uncordon_worker",
+    "usage",
     "watch",
 ]
 
@@ -345,6 +346,11 @@ def list_projects() -> Call[list[Document]]:
 
 def get_project(name: str) -> Call[Document]:
     return Call(routes.GET_PROJECT, routes.GET_PROJECT.url(name=name), _document)
+
+
+def usage() -> Call[Document]:
+    """Fair share's standings: projects' and users' usage, share and factor (`job usage`)."""
+    return Call(routes.USAGE, routes.USAGE.url(), _document)
 
 
 # -- streams: held by the broker until something comes, when asked to follow

@@ -63,6 +63,7 @@ __all__ = [
     "STATUS_REASONS",
     "UI_PREFIX",
     "UNCORDON_WORKER",
+    "USAGE",
     "WATCH",
     "DashboardPaths",
     "Route",
@@ -415,6 +416,9 @@ LIST_EVENTS = Route(
 )
 LIST_PROJECTS = Route("GET", "/projects", "List projects")
 GET_PROJECT = Route("GET", "/projects/{name}", "One project")
+USAGE = Route(
+    "GET", "/usage", "Fair share: each project's and user's decayed usage, share and factor"
+)
 
 # -- tokens: admins only
 
@@ -507,6 +511,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_EVENTS,
     LIST_PROJECTS,
     GET_PROJECT,
+    USAGE,
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,

@@ -92,6 +92,7 @@ ROLES: dict[Route, frozenset[str]] = {
     r.LIST_EVENTS: _USERS,
     r.LIST_PROJECTS: _USERS,
     r.GET_PROJECT: _USERS,
+    r.USAGE: _USERS,
     r.CREATE_TOKEN: _ADMINS,
     r.LIST_TOKENS: _ADMINS,
     r.REVOKE_TOKEN: _ADMINS,
