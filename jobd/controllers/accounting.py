@@ -1,9 +1,10 @@
 """Accounting: each run's usage is charged to its project and owner when the run ends.
 
 The loop follows the jobs bound to workers; when one leaves them (it ended, was
-preempted, lost, or went back to the queue), its run — from `started_at` to the change,
-billed by `Settings.billing` — is charged to the store's `usage` table once per (job,
-attempt), and to the usage held in memory for the scheduler (fairshare.py). A resync
+preempted, lost, or went back to the queue), its run — from `started_at` to its end,
+billed by `Settings.billing` — is charged at once to the usage held in memory for the
+scheduler (fairshare.py), and to the store's `usage` table within `coalesce_s`: the
+runs that ended meanwhile in one transaction, each once per (job, attempt). A resync
 reads the stored usage again (another broker may have charged runs). Next stage: the
 scheduler's fair-share order, `job usage` and `/metrics` read the usage.
 """
@@ -18,16 +19,17 @@ from jobd.api.models import BOUND_PHASES, Job
 from jobd.controllers.context import Context
 from jobd.controllers.fairshare import Usage, run_charge
 from jobd.controllers.queueing import DONE, Result
-from jobd.store.base import Change, UsageRecord
+from jobd.store.base import Change, RunCharge
 
-__all__ = ["RELOAD_KEY", "AccountingController", "Run"]
+__all__ = ["CHARGE_KEY", "RELOAD_KEY", "AccountingController", "Run"]
 
+CHARGE_KEY = "charge"
 RELOAD_KEY = "reload"
 
 
 @dataclass(frozen=True)
 class Run:
-    """One run of a job as it was when it was bound and started."""
+    """One run of a job as it was when it started."""
 
     job: int
     attempt: int
@@ -36,21 +38,18 @@ class Run:
     started_at: datetime
     rate: float  # billed per second
 
-    @property
-    def key(self) -> str:
-        return f"{self.job}.{self.attempt}"
-
 
 class AccountingController:
-    """Keys: a run that ended (`<job>.<attempt>`), and `reload`."""
+    """Keys: `charge` (write the runs that ended), `reload` (read the stored usage)."""
 
     name = "accounting"
+    coalesce_s = 0.5  # the runs that end within this make one write
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.resync_s = ctx.settings.sweep_interval_s
         self._running: dict[int, Run] = {}
-        self._ended: dict[str, tuple[Run, datetime]] = {}
+        self._unwritten: list[RunCharge] = []
         for job in ctx.view.bound.values():
             self._follow(job)
 
@@ -74,35 +73,33 @@ class AccountingController:
         if run is None:
             return []
         ended = job.status.finished_at if job is not None else None
-        self._ended[run.key] = (run, ended or self.ctx.clock.now())
-        return [run.key]
+        self._ended(run, ended or self.ctx.clock.now())
+        return [CHARGE_KEY]
+
+    def _ended(self, run: Run, at: datetime) -> None:
+        """Charge the run in memory now (the scheduler's next pass counts it), and keep
+        it for the store's next write."""
+        half = self.ctx.settings.billing.half_life_s
+        value = run_charge(run.rate, (at - run.started_at).total_seconds(), 0.0, half)
+        charge = RunCharge(run.job, run.attempt, run.project, run.owner, value, at.timestamp())
+        self._unwritten.append(charge)
+        self.ctx.usage.charge(run.project, run.owner, value, charge.at, half)
 
     def keys_all(self) -> Iterable[str]:
         return [RELOAD_KEY]
 
     async def reconcile(self, key: str) -> Result:
+        half = self.ctx.settings.billing.half_life_s
         if key == RELOAD_KEY:
-            records = await self.ctx.runner.run(self.ctx.store.list_usage)
-            fresh = Usage.load(records)
+            fresh = Usage.load(await self.ctx.runner.run(self.ctx.store.list_usage))
+            for run in self._unwritten:  # not in the store yet: kept
+                fresh.charge(run.project, run.user, run.value, run.at, half)
             self.ctx.usage.projects, self.ctx.usage.users = fresh.projects, fresh.users
             return DONE
-        ended = self._ended.pop(key, None)
-        if ended is None:
-            return DONE
-        run, at = ended
-        half = self.ctx.settings.billing.half_life_s
-        charge = run_charge(run.rate, (at - run.started_at).total_seconds(), 0.0, half)
-        at_s = at.timestamp()
-        charges = [UsageRecord(run.project, "", charge, at_s)]
-        if run.owner:  # a job of no known owner counts for its project alone
-            charges.append(UsageRecord(run.project, run.owner, charge, at_s))
+        runs, self._unwritten = self._unwritten, []
         try:
-            charged = await self.ctx.runner.run(
-                self.ctx.store.charge_usage, run.job, run.attempt, charges, half
-            )
+            await self.ctx.runner.run(self.ctx.store.charge_usage, runs, half)
         except Exception:
-            self._ended.setdefault(key, ended)  # tried again, with backoff
+            self._unwritten[:0] = runs  # written with the next, after the backoff
             raise
-        if charged:
-            self.ctx.usage.charge(run.project, run.owner, charge, at_s, half)
         return DONE

@@ -48,6 +48,7 @@ __all__ = [
     "NotFound",
     "Op",
     "ProjectStore",
+    "RunCharge",
     "StorageFull",
     "Store",
     "StoreUnavailable",
@@ -77,6 +78,18 @@ class UsageRecord(NamedTuple):
     """Decayed fair-share usage of a project (user "") or of a user in it: `value`,
     as it was worth at `at` (seconds since the epoch)."""
 
+    project: str
+    user: str
+    value: float
+    at: float
+
+
+class RunCharge(NamedTuple):
+    """What one run of a job used (`value`, worth at `at`), to charge to its project
+    and, when it has one, its owner: once per (job, attempt)."""
+
+    job: int
+    attempt: int
     project: str
     user: str
     value: float
@@ -378,10 +391,9 @@ class UsageStore(Protocol):
     """Fair share's usage (controllers/fairshare.py), kept across restarts."""
 
     def list_usage(self) -> list[UsageRecord]: ...
-    def charge_usage(
-        self, job: int, attempt: int, charges: list[UsageRecord], half_life_s: float
-    ) -> bool:
-        """Add the charges of one run, once: False when that run was charged before."""
+    def charge_usage(self, runs: Sequence[RunCharge], half_life_s: float) -> list[RunCharge]:
+        """Charge these runs in one transaction, each once: the ones charged now (a run
+        charged before is left out)."""
         ...
 
     def queued_projects(self) -> dict[int, str]: ...  # ready queued job id -> its project

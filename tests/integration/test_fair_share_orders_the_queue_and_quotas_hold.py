@@ -5,8 +5,6 @@ usage outlives the broker."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from jobd.api.models import (
@@ -20,7 +18,7 @@ from jobd.api.models import (
     Resources,
     WorkerSpec,
 )
-from jobd.controllers.accounting import AccountingController
+from jobd.controllers.accounting import CHARGE_KEY, AccountingController
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.fairshare import Billing
@@ -29,7 +27,7 @@ from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.worker_lease import register_worker
-from jobd.store.base import UsageRecord
+from jobd.store.base import RunCharge
 from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
@@ -87,7 +85,7 @@ async def test_the_least_used_project_goes_first_within_a_priority(ctx: Context)
     # Heavy used 10 GPU-hours an hour ago; light nothing.
     at = ctx.clock.now().timestamp() - HOUR
     half = ctx.settings.billing.half_life_s
-    ctx.store.charge_usage(1_000_000, 1, [UsageRecord("heavy", "", 10 * HOUR, at)], half)
+    ctx.store.charge_usage([RunCharge(1_000_000, 1, "heavy", "", 10 * HOUR, at)], half)
     ctx.usage.charge("heavy", "", 10 * HOUR, at, half)
     register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     heavy = [_submit(ctx, "heavy", f"h{i}") for i in range(3)]
@@ -184,9 +182,7 @@ async def test_a_non_preemptible_borrowed_job_is_left_to_finish(ctx: Context) ->
     assert ctx.store.list_events(event="auto_preempt") == []
 
 
-async def test_each_run_is_charged_once_and_the_usage_outlives_the_broker(
-    tmp_path: Path, ctx: Context
-) -> None:
+async def test_each_run_is_charged_once_and_the_usage_outlives_the_broker(ctx: Context) -> None:
     _project(ctx, "a")
     register_worker(ctx, "w", WorkerSpec(slots=1, gpus=[0]), "host", "procgroup")
     accounting = AccountingController(ctx)
@@ -196,16 +192,31 @@ async def test_each_run_is_charged_once_and_the_usage_outlives_the_broker(
     _start(ctx, job)
     ctx.clock.advance(100)
     _finish(ctx, job)
-    await accounting.reconcile(f"{job.id}.1")
-    await accounting.reconcile(f"{job.id}.1")  # heard twice: charged once
     # 1 GPU and one CPU's weight for 100 s, with a 7-day half-life: barely decayed.
-    rate = 1 + Billing().cpu
+    expected = 100 * (1 + Billing().cpu)
+    # Counted in memory at once, for the scheduler's next pass...
+    assert ctx.usage.projects["a"].value == pytest.approx(expected, rel=1e-3)
+    assert ctx.store.list_usage() == []
+    # ...and in the store at the next write.
+    await accounting.reconcile(CHARGE_KEY)
     (project_row, user_row) = ctx.store.list_usage()
     assert (project_row.project, project_row.user) == ("a", "")
     assert (user_row.project, user_row.user) == ("a", "alice")
-    assert project_row.value == pytest.approx(100 * rate, rel=1e-3)
+    assert project_row.value == pytest.approx(expected, rel=1e-3)
     assert user_row.value == pytest.approx(project_row.value)
-    assert ctx.store.charge_usage(job.id, 1, [UsageRecord("a", "", 5.0, 0.0)], 1.0) is False
+    # A run heard twice is charged once.
+    again = RunCharge(job.id, 1, "a", "alice", 5.0, ctx.clock.now().timestamp())
+    assert ctx.store.charge_usage([again], 3600.0) == []
+    assert ctx.store.list_usage()[0].value == project_row.value
     # A broker started again reads the usage it had.
-    again = Context(ctx.store, Settings(), FakeClock(ctx.clock.now()))
-    assert again.usage.projects["a"].value == pytest.approx(100 * rate, rel=1e-3)
+    restarted = Context(ctx.store, Settings(), FakeClock(ctx.clock.now()))
+    assert restarted.usage.projects["a"].value == pytest.approx(expected, rel=1e-3)
+    assert restarted.usage.users[("a", "alice")].value == pytest.approx(expected, rel=1e-3)
+
+
+async def test_runs_written_together_decay_to_the_latest_end(ctx: Context) -> None:
+    half = 10.0
+    runs = [RunCharge(1, 1, "a", "", 8.0, 100.0), RunCharge(2, 1, "a", "", 1.0, 110.0)]
+    assert ctx.store.charge_usage(runs, half) == runs
+    (row,) = ctx.store.list_usage()
+    assert (row.value, row.at) == (pytest.approx(5.0), 110.0)

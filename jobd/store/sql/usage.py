@@ -4,11 +4,12 @@ per run (controllers/fairshare.py says what the numbers mean)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 
 from jobd.store import schema as t
-from jobd.store.base import UsageRecord
+from jobd.store.base import RunCharge, UsageRecord
 from jobd.store.sql.cas import SQLCompareAndSwap
 
 __all__ = ["SQLUsage"]
@@ -21,26 +22,55 @@ class SQLUsage(SQLCompareAndSwap):
         rows = self._rows(sa.select(t.usage).order_by(t.usage.c.project, t.usage.c.user))
         return [UsageRecord(r.project, r.user, r.value, r.at) for r in rows]
 
-    def charge_usage(
-        self, job: int, attempt: int, charges: list[UsageRecord], half_life_s: float
-    ) -> bool:
-        """Add each charge (its value, worth at its `at`) to the decayed usage of its
-        project and user, once per (job, attempt): False when that run was charged."""
+    def charge_usage(self, runs: Sequence[RunCharge], half_life_s: float) -> list[RunCharge]:
+        """Charge the runs not charged before, in one transaction: each run's row in
+        `usage_charged`, and one update per project and user however many runs."""
+        if not runs:
+            return []
         with self._tx() as tx:
-            run = {"job": job, "attempt": attempt}
-            seen = (t.usage_charged.c.job == job) & (t.usage_charged.c.attempt == attempt)
-            if tx.conn.execute(sa.select(t.usage_charged.c.job).where(seen)).first():
-                return False
-            tx.conn.execute(t.usage_charged.insert(), run)
-            for charge in charges:
-                _add(tx.conn, charge, half_life_s)
-        return True
+            charged = _already_charged(tx.conn, runs)
+            fresh = [r for r in runs if (r.job, r.attempt) not in charged]
+            if fresh:
+                rows = [{"job": r.job, "attempt": r.attempt} for r in fresh]
+                tx.conn.execute(t.usage_charged.insert(), rows)
+            for record in _summed(fresh, half_life_s):
+                _add(tx.conn, record, half_life_s)
+        return fresh
 
     def queued_projects(self) -> dict[int, str]:
         """The project of each ready queued job, off the index: no body is parsed."""
         c = t.jobs.c
         query = sa.select(c.id, c.project).where(c.phase == "Pending", c.ready == sa.true())
         return {int(row.id): row.project for row in self._rows(query)}
+
+
+def _already_charged(conn: sa.Connection, runs: Sequence[RunCharge]) -> set[tuple[int, int]]:
+    c = t.usage_charged.c
+    found: set[tuple[int, int]] = set()
+    jobs = sorted({r.job for r in runs})
+    for i in range(0, len(jobs), 500):
+        query = sa.select(c.job, c.attempt).where(c.job.in_(jobs[i : i + 500]))
+        found.update((int(row.job), int(row.attempt)) for row in conn.execute(query))
+    return found
+
+
+def _summed(runs: Sequence[RunCharge], half_life_s: float) -> list[UsageRecord]:
+    """The runs' charges summed per project (user "") and per (project, user), each as
+    worth at the latest end among them (earlier ones decayed to it)."""
+    ends: dict[tuple[str, str], float] = {}
+    for run in runs:
+        for key in _keys(run):
+            ends[key] = max(ends.get(key, run.at), run.at)
+    values: dict[tuple[str, str], float] = {}
+    for run in runs:
+        for key in _keys(run):
+            worth = run.value * math.pow(2.0, -(ends[key] - run.at) / half_life_s)
+            values[key] = values.get(key, 0.0) + worth
+    return [UsageRecord(p, u, values[(p, u)], ends[(p, u)]) for p, u in values]
+
+
+def _keys(run: RunCharge) -> list[tuple[str, str]]:
+    return [(run.project, ""), (run.project, run.user)] if run.user else [(run.project, "")]
 
 
 def _add(conn: sa.Connection, charge: UsageRecord, half_life_s: float) -> None:
