@@ -34,6 +34,7 @@ from jobd.api.progress import Sample
 from jobd.api.secrets import mask_job
 from jobd.controllers import progress as progress_math
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.quotas import QUOTA_EXCEEDED
 from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refusal
 from jobd.store.base import EventRecord
 
@@ -603,11 +604,11 @@ def quota_exceeded(job: Job, message: str, now: datetime) -> tuple[Job, Events]:
     allowed(Verb.PLACEABILITY, job)
     held = _scheduled_condition(job)
     if held is not None and (
-        held.reason == _UNSCHEDULABLE or (held.reason == _QUOTA and held.message == message)
+        held.reason == _UNSCHEDULABLE or (held.reason == QUOTA_EXCEEDED and held.message == message)
     ):
         return job, []
     job = job.evolve()
-    set_condition(job.status, "Scheduled", False, _QUOTA, message, now=now)
+    set_condition(job.status, "Scheduled", False, QUOTA_EXCEEDED, message, now=now)
     return job, []
 
 
@@ -615,11 +616,9 @@ def within_quota(job: Job) -> tuple[Job, Events]:
     """Its quota no longer holds this queued job back: the QuotaExceeded condition goes."""
     allowed(Verb.PLACEABILITY, job)
     held = _scheduled_condition(job)
-    if held is None or held.reason != _QUOTA:
+    if held is None or held.reason != QUOTA_EXCEEDED:
         return job, []
     job = job.evolve()
     job.status.conditions = [c for c in job.status.conditions if c.type != "Scheduled"]
     return job, []
 
-
-_QUOTA = "QuotaExceeded"
