@@ -100,8 +100,8 @@ class FairPass:
         for name in self.heads:
             self._push_next(name)
         borrowers: list[tuple[Job, QuotaVerdict]] = []
-        scanned = 0
-        while self.heap and scanned < scan_limit and room() > 0:
+        scanned, free = 0, room()  # room is counted again only when a bind took some
+        while self.heap and scanned < scan_limit and free > 0:
             job = heapq.heappop(self.heap)[3]
             scanned += 1
             self._push_next(job.project)
@@ -109,15 +109,18 @@ class FairPass:
                 continue
             verdict = self._verdict(job)
             if verdict is None:
-                self._place(job)
+                if self._place(job):
+                    free = room()
             elif verdict.borrowable:
                 borrowers.append((job, verdict))
             else:
                 self._say(job, verdict)
         # Idle capacity left once every job within its quota had its turn: borrowed.
         for job, verdict in borrowers:
-            if room() <= 0 or not self._place(job, clear=False):
+            if free <= 0 or not self._place(job, clear=False):
                 self._say(job, verdict)
+            else:
+                free = room()
         return self.raced
 
     def _verdict(self, job: Job) -> QuotaVerdict | None:

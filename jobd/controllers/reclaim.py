@@ -79,7 +79,7 @@ class ReclaimController:
     """One key: look for queued jobs within their quota that borrowers keep waiting."""
 
     name = "reclaim"
-    coalesce_s = 0.05  # a burst of changes makes one pass
+    coalesce_s = 0.1  # a burst of changes makes one pass
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -96,6 +96,8 @@ class ReclaimController:
 
     async def reconcile(self, key: str) -> Result:
         view = self.ctx.view
+        if not any(p.spec.quota is not None for p in view.projects.values()):
+            return DONE  # no quota, no borrowing: nothing to reclaim (and no look at what runs)
         held, _users = held_by(j for j in view.bound.values() if not on_the_way(j))
         lenders = borrowers(held, dict(view.projects))
         if not lenders:

@@ -621,4 +621,3 @@ def within_quota(job: Job) -> tuple[Job, Events]:
     job = job.evolve()
     job.status.conditions = [c for c in job.status.conditions if c.type != "Scheduled"]
     return job, []
-
