@@ -86,7 +86,7 @@ class ReclaimController:
         self.resync_s = ctx.settings.sweep_interval_s
 
     def keys_for(self, change: Change) -> Iterable[str]:
-        if change.kind == "Worker":
+        if change.kind in ("Worker", "Project"):  # room, or a quota, may have moved
             return [RECLAIM_KEY]
         job = change.job
         return [RECLAIM_KEY] if job is not None and job.status.phase in _WATCHED else []

@@ -48,7 +48,7 @@ class SchedulerController:
         self.resync_s = ctx.settings.sweep_interval_s
 
     def keys_for(self, change: Change) -> Iterable[str]:
-        if change.kind == "Worker":
+        if change.kind in _WORKER_OR_PROJECT:  # a project's quota or shares may have moved
             return [QUEUE_KEY]
         job = change.job
         if job is None:
@@ -200,3 +200,4 @@ def _room(caps: Iterable[Capacity]) -> int:
 
 
 _BOUND = {p.value for p in BOUND_PHASES}
+_WORKER_OR_PROJECT = frozenset({"Worker", "Project"})
