@@ -3,7 +3,7 @@
 The loop follows the jobs bound to workers; when one leaves them (it ended, was
 preempted, lost, or went back to the queue), its run — from `started_at` to its end,
 billed by `Settings.billing` — is charged at once to the usage held in memory for the
-scheduler (fairshare.py), and to the store's `usage` table within `coalesce_s`: the
+scheduler (fairshare.py), and to the store's `usage` table within `coalesce_s` (2 s): the
 runs that ended meanwhile in one transaction, each once per (job, attempt). A resync
 reads the stored usage again (another broker may have charged runs). Next stage: the
 scheduler's fair-share order, `job usage` and `/metrics` read the usage.
@@ -43,7 +43,7 @@ class AccountingController:
     """Keys: `charge` (write the runs that ended), `reload` (read the stored usage)."""
 
     name = "accounting"
-    coalesce_s = 0.5  # the runs that end within this make one write
+    coalesce_s = 2.0  # the runs that end within this make one write
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
