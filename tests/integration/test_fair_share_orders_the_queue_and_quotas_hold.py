@@ -27,7 +27,7 @@ from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.worker_lease import register_worker
-from jobd.store.base import RunCharge
+from jobd.store.base import Change, RunCharge
 from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
@@ -220,3 +220,25 @@ async def test_runs_written_together_decay_to_the_latest_end(ctx: Context) -> No
     assert ctx.store.charge_usage(runs, half) == runs
     (row,) = ctx.store.list_usage()
     assert (row.value, row.at) == (pytest.approx(5.0), 110.0)
+
+
+async def test_a_raised_quota_lets_the_waiting_job_run(ctx: Context) -> None:
+    _project(ctx, "a", quota=ProjectQuota(gpus=1), borrow=False)
+    register_worker(ctx, "w", WorkerSpec(slots=1, gpus=[0, 1]), "host", "procgroup")
+    _submit(ctx, "a", "one", gpus=1)
+    waiting = _submit(ctx, "a", "two", gpus=1)
+    await _schedule(ctx)
+    assert reread(ctx, waiting).status.phase == Phase.PENDING
+    heard: list[Change] = []
+    ctx.store.subscribe(lambda changes, _e: heard.extend(changes))
+    _project_update(ctx, "a", quota=ProjectQuota(gpus=2), borrow=False)
+    # The project's change is a reason to look at the queue again; the look binds it.
+    assert [k for c in heard for k in SchedulerController(ctx).keys_for(c)] == ["queue"]
+    await _schedule(ctx)
+    assert reread(ctx, waiting).status.phase == Phase.SCHEDULED
+
+
+def _project_update(ctx: Context, name: str, **spec: object) -> None:
+    held = ctx.store.get_project(name)
+    assert held is not None
+    ctx.store.put_project(held.model_copy(update={"spec": ProjectSpec(**spec)}))
