@@ -5,6 +5,7 @@ usage outlives the broker."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from jobd.api.models import (
@@ -28,7 +29,8 @@ from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.base import Change, RunCharge
-from tests.integration.conftest import reread
+from jobd.wire.models import UsageReport
+from tests.integration.conftest import broker_state, reread
 
 pytestmark = pytest.mark.anyio
 
@@ -242,3 +244,20 @@ def _project_update(ctx: Context, name: str, **spec: object) -> None:
     held = ctx.store.get_project(name)
     assert held is not None
     ctx.store.put_project(held.model_copy(update={"spec": ProjectSpec(**spec)}))
+
+
+async def test_get_usage_answers_the_standings_of_the_stored_usage(
+    api: httpx.AsyncClient,
+) -> None:
+    state = broker_state(api)
+    half = state.ctx.settings.billing.half_life_s
+    now = state.ctx.clock.now().timestamp()
+    state.ctx.usage.charge("vision", "alice", 7200.0, now, half)
+    answer = await api.get("/usage")
+    assert answer.status_code == 200
+    report = UsageReport.model_validate(answer.json())
+    (vision,) = report.projects
+    assert (vision.project, vision.factor) == ("vision", pytest.approx(0.5))
+    assert vision.usage == pytest.approx(7200.0, rel=1e-3)
+    assert [(u.project, u.user) for u in report.users] == [("vision", "alice")]
+    assert report.weights.gpu == 1.0 and report.half_life_s == half

@@ -21,7 +21,7 @@ from jobd.broker.streams.feed import FeedEntry, Filter, jobs_filter
 from jobd.controllers.fairshare import standings
 from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
-from jobd.wire.models import EventsQuery, Health, WatchQuery
+from jobd.wire.models import EventsQuery, Health, UsageReport, WatchQuery
 
 public = APIRouter(tags=["system"])
 router = APIRouter(tags=["system"])
@@ -146,7 +146,7 @@ async def list_projects(request: Request) -> Response:
     return json_response({"items": [doc(p) for p in found if seen is None or p.name in seen]})
 
 
-@route(router, routes.USAGE)
+@route(router, routes.USAGE, response_model=UsageReport)
 async def usage(request: Request) -> Response:
     """Fair share's standings (controllers/fairshare.py), of the projects one may see."""
     seen = access.projects(principal_of(request))
