@@ -261,3 +261,18 @@ async def test_get_usage_answers_the_standings_of_the_stored_usage(
     assert vision.usage == pytest.approx(7200.0, rel=1e-3)
     assert [(u.project, u.user) for u in report.users] == [("vision", "alice")]
     assert report.weights.gpu == 1.0 and report.half_life_s == half
+
+
+async def test_a_user_token_sees_the_usage_of_its_projects_only(api: httpx.AsyncClient) -> None:
+    state = broker_state(api)
+    half = state.ctx.settings.billing.half_life_s
+    now = state.ctx.clock.now().timestamp()
+    for project, user in (("a", "alice"), ("b", "bob")):
+        state.ctx.usage.charge(project, user, 100.0, now, half)
+    made = await api.post("/tokens", json={"role": "user", "projects": ["a"], "name": "alice"})
+    alice = {"Authorization": f"Bearer {made.json()['token']}"}
+    seen = UsageReport.model_validate((await api.get("/usage", headers=alice)).json())
+    assert [p.project for p in seen.projects] == ["a"]
+    assert [(u.project, u.user) for u in seen.users] == [("a", "alice")]
+    every = UsageReport.model_validate((await api.get("/usage")).json())
+    assert [p.project for p in every.projects] == ["a", "b"]
