@@ -65,6 +65,7 @@ __all__ = [
     "DEFAULT_PROJECT",
     "GPU_INDEX_TEXT",
     "MAX_ATTEMPTS_KEPT",
+    "MAX_CORE_INDEX",
     "MAX_CPUS",
     "MAX_GPU_INDEX",
     "MAX_GRACE_S",
@@ -83,6 +84,7 @@ __all__ = [
     "ArrayRef",
     "Attempt",
     "Condition",
+    "CoreSet",
     "Effective",
     "GpuUsage",
     "Grace",
@@ -91,6 +93,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "LabelExpression",
+    "LimitsEnforcement",
     "NotifyPhase",
     "NotifyTarget",
     "ObjectMeta",
@@ -298,6 +301,11 @@ RUN_LIMITS = tuple(RunLimits.model_fields)
 # than MAX_CPUS (a million CPUs on one worker is a typo).
 MIN_CPUS = 0.001
 MAX_CPUS = 1 << 20
+# The cores a job is pinned to (status.cpuset): Linux numbers at most 8192 of them.
+MAX_CORE_INDEX = 8191
+CoreSet = Annotated[
+    list[Annotated[int, Field(ge=0, le=MAX_CORE_INDEX)]], Field(max_length=MAX_CORE_INDEX + 1)
+]
 
 
 def _size(value: Any) -> Any:
@@ -881,6 +889,9 @@ class JobStatus(Strict):
     checkpoint_dir: str | None = None
     checkpoint_latest: str | None = None  # the worker's pick for RESUME_FROM at exit
     resumed_by: int | None = None
+    # The cores this run's processes are pinned to, as its worker's `started` says; None:
+    # not pinned (a job naming no cpus, or a worker that pins none).
+    cpuset: CoreSet | None = None
 
 
 class Job(Strict):
@@ -1001,6 +1012,16 @@ class Project(Strict):
         return self.metadata.name
 
 
+class LimitsEnforcement(Strict):
+    """How a worker holds a job to the CPUs and memory it names (worker/limits.py): its
+    cores pinned by affinity (or not at all), its memory capped by a cgroup the worker
+    makes (v2, or the v1 memory controller) or by its shim watching the RSS of its
+    processes."""
+
+    cpu: Literal["affinity", "none"] = "none"
+    memory: Literal["cgroup-v2", "cgroup-v1", "rss-watch"] = "rss-watch"
+
+
 class WorkerSpec(Strict):
     slots: int = Field(default=1, ge=1, le=1024)
     gpus: list[int] = Field(
@@ -1032,6 +1053,9 @@ class WorkerSpec(Strict):
     memory: StoreInt | None = Field(default=None, le=MAX_SIZE)
     # Labels a job's node_selector and node_affinity match: declared and detected.
     labels: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_LABELS_SCHEMA)
+    # How this worker enforces a job's cpus and memory, detected at its start. None: an
+    # agent that says none (older): it enforces neither.
+    enforcement: LimitsEnforcement | None = None
     # A job is placed here only if its cwd is under one of these; none: any cwd.
     mount_roots: list[str] = Field(
         default_factory=list,

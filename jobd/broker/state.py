@@ -10,6 +10,7 @@ from pathlib import Path
 from starlette.requests import Request
 
 from jobd.api.models import Job
+from jobd.broker.auth.people import People
 from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
@@ -56,6 +57,7 @@ class BrokerConfig:
     events_max_bytes: int = DEFAULT_EVENTS_MAX_BYTES  # rotate events.jsonl past this; 0: never
     events_keep: int = DEFAULT_EVENTS_KEEP  # rotated events.jsonl files kept
     notify: NotifyConfig = field(default_factory=NotifyConfig)  # --webhook and its kin
+    admin_group: str | None = None  # its members are admins over the socket (root always is)
 
     @property
     def store_url(self) -> str:
@@ -98,6 +100,7 @@ class BrokerState:
         )
         self.ctx.last_output = self.logs.last_output
         self.manager = Manager(self.ctx)
+        self.people = People(self.ctx.view.projects, config.admin_group)
         self.creates = CreateBatcher(self.ctx)
         self.gpu_readings = GpuReadings()  # each worker's newest, from its heartbeats
         self.metrics = build_registry(self.store, self.ctx.view, self.feed, self.gpu_readings)

@@ -81,7 +81,8 @@ def _sender(
 ) -> _Sender:
     from jobd.cli.plain_http import PlainClient, plain_http_serves
 
-    if transport is None and plain_http_serves(server):
+    local = server.startswith("unix:")  # a Unix socket: the standard library's too
+    if transport is None and (local or plain_http_serves(server)):
         return PlainClient(server, token, timeout=timeout)
     from jobd.wire.client import Client
 

@@ -36,6 +36,7 @@ from jobd.discovery import (
     config_path,
     default_server,
     default_token,
+    local_socket,
     usable_token,
 )
 from jobd.wire.errors import ApiError, BrokerUnreachable
@@ -84,6 +85,10 @@ _LAZY_VERBS = {
     "top": (
         "top",
         "Show workers and their GPUs, running jobs, the queue and preemptions, live.",
+    ),
+    "whoami": (
+        "whoami",
+        "Show who the broker knows you as: user, uid, groups, admin or not, and how.",
     ),
 }
 VERB_MODULES = {verb: module for verb, (module, _) in _LAZY_VERBS.items()}
@@ -188,8 +193,8 @@ def _usage_sentence(exc: click.UsageError) -> str:
 
 
 def _check_server(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not value.startswith(("http://", "https://")):
-        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL")
+    if value is not None and not value.startswith(("http://", "https://", "unix:///")):
+        raise click.BadParameter(f"{value!r} is not an http://, https:// or unix:///PATH URL")
     return value
 
 
@@ -207,7 +212,9 @@ def _complete_context(
     envvar="JOBD_URL",
     callback=_check_server,
     show_envvar=True,
-    help="The broker's URL [default: the context's, else http://127.0.0.1:8765].",
+    help="The broker's URL, or unix:///PATH for its Unix socket [default: the context's, "
+    "else JOBD_SOCKET, else a local broker's socket when no token is given, else "
+    "http://127.0.0.1:8765].",
 )
 @click.option(
     "--token",
@@ -241,7 +248,7 @@ def cli(ctx: click.Context, /, **connection: Any) -> None:
     connection["token"] = _stripped(connection["token"])
     if connection["context_name"] is None and not config_path().exists():
         # No contexts: no YAML or pydantic to load, the common case kept fast.
-        settings.server = connection["server"] or DEFAULT_SERVER
+        settings.server = connection["server"] or _socket_or_default(connection)
         settings.token = _token(connection["token"], connection["token_file"], settings.server)
         return
     from jobd.cli.contexts import ConfigError, resolve_connection
@@ -253,6 +260,12 @@ def cli(ctx: click.Context, /, **connection: Any) -> None:
     settings.server, settings.token = chosen.server, chosen.token
     if chosen.project:  # click's own defaults, below any flag or environment variable
         ctx.default_map = {verb: {"project": chosen.project} for verb in ("submit", "get")}
+
+
+def _socket_or_default(connection: dict[str, Any]) -> str:
+    """No server said: the local broker's socket (discovery.local_socket), else TCP."""
+    configured = connection["token"] is not None or connection["token_file"] is not None
+    return local_socket(configured) or DEFAULT_SERVER
 
 
 def _stripped(token: str | None) -> str | None:

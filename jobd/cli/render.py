@@ -500,7 +500,7 @@ def workers_table(
     now = _now(now)
     slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
-    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LABELS"]
+    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS"]
     table = _table(*headers, *(more if wide else []))
     held = _held(bound) if wide else {}
     for worker in workers:
@@ -514,7 +514,8 @@ def workers_table(
         if wide:
             row += [status.get("hostname") or "-", status.get("runner") or "-"]
             row.append(_age(status.get("registered_at"), now))
-            row += _inventory(spec, held.get(name, (0, 0)))
+            cpus, memory, labels = _inventory(spec, held.get(name, (0, 0)))
+            row += [cpus, memory, _enforcement(spec), labels]
         table.add_row(*row)
     return table
 
@@ -543,6 +544,15 @@ def _inventory(spec: Document, held: tuple[int, int]) -> list[str]:
     )
     labels = ",".join(f"{k}={v}" for k, v in sorted((spec.get("labels") or {}).items()))
     return [free_cpus, free_memory, labels or "-"]
+
+
+def _enforcement(spec: Document) -> str:
+    """LIMITS: how the worker holds jobs to their cpus and memory, `cpu,memory`
+    (affinity,cgroup-v1), `-` where it says none (an older agent)."""
+    enforcement = spec.get("enforcement") or {}
+    if not enforcement:
+        return "-"
+    return f"{enforcement.get('cpu', 'none')},{enforcement.get('memory', '-')}"
 
 
 def _usage(bound: Iterable[Document]) -> tuple[dict[str, int], dict[str, dict[int, int]]]:

@@ -61,6 +61,7 @@ __all__ = [
     "quota_exceeded",
     "record_checkpoint_dir",
     "record_checkpoint_latest",
+    "record_cpuset",
     "release_nomination",
     "request_preemption",
     "retry_ready",
@@ -301,6 +302,16 @@ def record_checkpoint_dir(job: Job, path: str | None) -> tuple[Job, Events]:
         return job, []
     job = job.evolve()
     job.status.checkpoint_dir = path
+    return job, []
+
+
+def record_cpuset(job: Job, cpuset: list[int] | None) -> tuple[Job, Events]:
+    """The cores this run is pinned to, as its `started` report says (a run that says
+    none was not pinned: an earlier attempt's cores are not kept)."""
+    if job.status.cpuset == cpuset:
+        return job, []
+    job = job.evolve()
+    job.status.cpuset = cpuset
     return job, []
 
 

@@ -361,6 +361,18 @@ class BrokerOptions:
         default=256,
         type=click.IntRange(min=16),
     )
+    socket: str | None = setting(
+        "--socket",
+        "JOBD_SOCKET",
+        "The Unix socket local users reach the broker on, known by their uid (no token); "
+        "`none`: no socket. [default: /run/jobd/jobd.sock for root's `jobd broker`, else "
+        "$XDG_RUNTIME_DIR/jobd.sock; `jobd dev`: <data-dir>/jobd.sock]",
+    )
+    admin_group: str | None = setting(
+        "--admin-group",
+        "JOBD_ADMIN_GROUP",
+        "A Unix group whose members are admins over the socket (root always is). [default: none]",
+    )
 
 
 @dataclass(frozen=True)
@@ -385,6 +397,13 @@ class AgentConnection:
         "JOBD_LOG_DIR",
         "Not used by the worker: job output lives in its --state-dir. [default: ~/jobd/logs]",
         type=_A_PATH,
+    )
+    socket: str | None = setting(
+        "--socket",
+        "JOBD_SOCKET",
+        "A Unix socket this host's users reach the broker through: the agent vouches for "
+        "each caller's user (never root) under its worker token; `none`: no socket. "
+        "[default: /run/jobd/jobd.sock for a root worker, else none]",
     )
 
 
@@ -462,6 +481,15 @@ class WorkerOptions:
         multiple=True,
         type=_A_PATH,
         callback=_roots_option,
+    )
+    memory_enforcement: str = setting(
+        "--memory-enforcement",
+        "JOBD_WORKER_MEMORY_ENFORCEMENT",
+        "How a job's memory is capped: auto (a cgroup where this worker may make one, v2 "
+        "or v1, else its shim watches the job's RSS), cgroup (refuse to start without "
+        "one), rss (always watch).",
+        default="auto",
+        type=click.Choice(["auto", "cgroup", "rss"]),
     )
     checkpoint_root: str | None = setting(
         "--checkpoint-root",

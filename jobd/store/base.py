@@ -202,6 +202,7 @@ class TokenRecord:
     worker: str | None = None
     created_at: str = ""
     last_used_at: str | None = None
+    user: str | None = None  # a user token's Unix user (api/identity.py)
 
 
 CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]

@@ -65,6 +65,7 @@ __all__ = [
     "UNCORDON_WORKER",
     "USAGE",
     "WATCH",
+    "WHOAMI",
     "DashboardPaths",
     "Route",
     "allowed_methods",
@@ -419,6 +420,12 @@ GET_PROJECT = Route("GET", "/projects/{name}", "One project")
 USAGE = Route(
     "GET", "/usage", "Fair share: each project's and user's decayed usage, share and factor"
 )
+WHOAMI = Route(
+    "GET",
+    "/whoami",
+    "Who the broker knows the caller as: user, uid, groups, admin or not, how it knows, the "
+    "projects reachable",
+)
 
 # -- tokens: admins only
 
@@ -512,6 +519,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_PROJECTS,
     GET_PROJECT,
     USAGE,
+    WHOAMI,
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,

@@ -376,6 +376,19 @@ def test_workers_table_shows_each_gpus_memory_and_foreign_use() -> None:
     assert "0:24GiB(3),1:80GiB(-,6GiB" in wide.split()
 
 
+def test_wide_workers_table_says_how_limits_are_enforced() -> None:
+    enforced = {"cpu": "affinity", "memory": "cgroup-v1"}
+    newer = {"metadata": {"name": "w1"}, "spec": {"enforcement": enforced}, "status": {}}
+    older = {"metadata": {"name": "w2"}, "spec": {}, "status": {}}
+
+    lines = render.to_text(render.workers_table([newer, older], [], now=NOW, wide=True))
+    header, first, second = lines.splitlines()
+
+    assert "LIMITS" in header.split()
+    assert "affinity,cgroup-v1" in first.split()
+    assert "affinity" not in second and "cgroup" not in second
+
+
 def test_victim_line() -> None:
     victim = job_doc(12, "Running", worker="gpu-box-1")
 

@@ -49,6 +49,8 @@ CONTRACT = {
     "JOBD_FINISHED_JOB_TTL_S": "--finished-job-ttl",
     "JOBD_EVENTS_MAX_BYTES": "--events-max-bytes",
     "JOBD_WEBHOOK": "--webhook",
+    "JOBD_SOCKET": "--socket",
+    "JOBD_ADMIN_GROUP": "--admin-group",
 }
 
 # A value each setting accepts, as typed, and what it becomes; a second one for the env.
@@ -91,6 +93,7 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
         (("gpu", "h100"), ("site", "lab2")),
     ),
     "--mount-root": ("/data", ("/data",), "/data:/scratch/", ("/data", "/scratch")),
+    "--memory-enforcement": ("rss", "rss", "cgroup", "cgroup"),
 }
 
 

@@ -53,12 +53,15 @@ CREATE_ARRAY = FastRoute(routes.CREATE_ARRAY, create_array)
 declare(router, CREATE_ARRAY)
 
 
-def _array(request: Request, array_id: int) -> JobArray:
-    """The array, if the request's principal may read or act on its project."""
+def _array(request: Request, array_id: int, changing: bool = False) -> JobArray:
+    """The array, if the request's principal may read it (or change it: access.change)."""
     array = state_of(request).store.get_array(array_id)
     if array is None:
         raise NotFound(f"array A{array_id} not found")
-    access.project(principal_of(request), array.project)
+    if changing:
+        access.change(principal_of(request), array)
+    else:
+        access.project(principal_of(request), array.project)
     return array
 
 
@@ -84,7 +87,7 @@ async def get_array(request: Request, array_id: int) -> Response:
 @route(router, routes.CANCEL_ARRAY)
 async def cancel_array(request: Request, array_id: int) -> Response:
     state = state_of(request)
-    array = _array(request, array_id)
+    array = _array(request, array_id, changing=True)
     cancelled = arrays.cancel_array(state.ctx, array)
     body = array_document(array, arrays.members_of(state.store, array))
     body["cancelled"] = [job.id for job in cancelled]
@@ -94,7 +97,7 @@ async def cancel_array(request: Request, array_id: int) -> Response:
 @route(router, routes.DELETE_ARRAY)
 async def delete_array(request: Request, array_id: int) -> Response:
     state = state_of(request)
-    deleted = arrays.delete_array(state.store, _array(request, array_id))
+    deleted = arrays.delete_array(state.store, _array(request, array_id, changing=True))
     for job in deleted:
         state.logs.remove(job.id)
     return json_response({"deleted": f"A{array_id}", "jobs": [job.id for job in deleted]})

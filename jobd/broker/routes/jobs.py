@@ -123,6 +123,7 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
     if any(p.metadata.name is None for p in projects):
         raise AdmissionError("metadata.name: required to apply a Project")
     _may_apply(who, projects, [*jobs, *job_arrays])
+    _may_change_live(state, who, jobs)
     made: list[Job | JobArray] = [*jobs, *job_arrays]
     for resource in made:
         access.stamp_owner(who, resource)
@@ -151,6 +152,17 @@ def _may_apply(who: Principal, projects: list[Project], jobs: list[Job | JobArra
         raise Forbidden(f"token {who.label!r} may not write projects (project/{projects[0].name})")
     for project in sorted({job.project for job in jobs}):
         access.project(who, project)
+
+
+def _may_change_live(state: BrokerState, who: Principal, jobs: list[Job]) -> None:
+    """A person's apply over a stored job changes it: theirs only, unless a project admin."""
+    if not who.person:
+        return
+    for job in jobs:
+        name = job.metadata.name
+        live = state.store.get_job_by_name(job.project, name) if name else None
+        if live is not None:
+            access.change(who, live)
 
 
 @contextmanager
@@ -217,14 +229,22 @@ async def get_job(request: Request, job_id: int) -> Response:
 
 
 def _job(request: Request, job_id: int) -> Job:
-    """The job, if the request's principal may read or act on it (403 naming why)."""
+    """The job, if the request's principal may read it (403 naming why)."""
     return access.job(principal_of(request), job_or_404(state_of(request), job_id))
+
+
+def _changed(request: Request, job_id: int) -> Job:
+    """The job, if the request's principal may change it: a person's own, or as an admin
+    of its project (403 naming why, before anything is changed)."""
+    job = job_or_404(state_of(request), job_id)
+    access.change(principal_of(request), job)
+    return job
 
 
 @route(router, routes.DELETE_JOB)
 async def delete_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    job = _job(request, job_id)
+    job = _changed(request, job_id)
     if not job.status.phase.terminal:
         raise TransitionError(
             f"job {job_id} is {job.status.phase}; cancel it first, then delete it"
@@ -237,13 +257,13 @@ async def delete_job(request: Request, job_id: int) -> Response:
 @route(router, routes.CANCEL_JOB)
 async def cancel_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return json_response(doc(cancel(state.ctx, _job(request, job_id))))
+    return json_response(doc(cancel(state.ctx, _changed(request, job_id))))
 
 
 @route(router, routes.PREEMPT_JOB)
 async def preempt_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    job = _job(request, job_id)
+    job = _changed(request, job_id)
     return json_response(doc(preempt.request_preemption(state.ctx, job, "manual")))
 
 
@@ -254,9 +274,9 @@ async def preempt_blockers(
     state, who = state_of(request), principal_of(request)
     dry_run = query.dry_run
     candidate = _job(request, job_id)
-    if not who.admin:  # a user preempts only its own projects' jobs, for its own
+    if not who.admin:  # a user preempts only the jobs it may change, for its own
         for victim in preempt.preempt_blockers(state.ctx, candidate, dry_run=True).victims:
-            access.job(who, victim)
+            access.change(who, victim)
     plan = preempt.preempt_blockers(state.ctx, candidate, dry_run)
     return json_response(
         {
@@ -272,7 +292,7 @@ async def preempt_blockers(
 async def resume(request: Request, job_id: int, query: Annotated[ResumeQuery, Query()]) -> Response:
     state = state_of(request)
     options = {"from_scratch": query.from_scratch, "force": query.force}
-    resumed = resume_job(state.ctx, _job(request, job_id), **options)
+    resumed = resume_job(state.ctx, _changed(request, job_id), **options)
     return json_response(doc(resumed), status_code=201)
 
 

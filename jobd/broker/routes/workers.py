@@ -143,6 +143,7 @@ async def drain_worker(
 
 def _started(state: BrokerState, job: Job, body: Started) -> Job:
     job, _ = transitions.record_checkpoint_dir(job, body.checkpoint_dir)
+    job, _ = transitions.record_cpuset(job, body.cpuset)
     return reports.report_started(state.ctx, job, body.worker, body.attempt)
 
 

@@ -6,6 +6,7 @@ there, in the place its stage order needs.
 
 from jobd.worker.hooks.base import Hook, LaunchPlan
 from jobd.worker.hooks.ending import ReportCompletion, ReportStopping, RequestStop, Tidy
+from jobd.worker.hooks.limits import ApplyLimits
 from jobd.worker.hooks.prestart import Admission, CheckpointDir, Environment, StartFailed
 from jobd.worker.hooks.running import FollowOutput, ReportStarted, WatchSentinel
 
@@ -24,6 +25,7 @@ def default_hooks() -> list[Hook]:
         Admission(),
         CheckpointDir(),
         Environment(),
+        ApplyLimits(),
         ReportStarted(),
         output,
         RequestStop(),

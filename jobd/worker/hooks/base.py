@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobd.worker.execution import Execution
@@ -35,6 +35,7 @@ class LaunchPlan:
     cwd: str
     env: dict[str, str] = field(default_factory=dict)  # the workload's complete environment
     checkpoint_dir: Path | None = None
+    limits: dict[str, Any] | None = None  # cores and memory cap, for the shim (hooks/limits.py)
 
 
 class Hook:

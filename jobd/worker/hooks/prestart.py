@@ -12,10 +12,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from jobd.api.models import Job
-from jobd.api.secrets import MASK, masked_keys
+from jobd.api.secrets import MASK, patterns_with, secret_keys
 from jobd.worker.checkpoints import ensure_checkpoint_dir
 from jobd.worker.hooks.base import Hook, LaunchPlan
+from jobd.worker.jobview import JobView
 from jobd.worker.settings import workload_env
 
 if TYPE_CHECKING:
@@ -55,11 +55,13 @@ def check_launchable(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> N
         raise StartFailed(f"the working directory {cwd} {missing} (spec.cwd)")
 
 
-def check_unmasked(job: Job) -> None:
+def check_unmasked(job: JobView) -> None:
     """Raise StartFailed when a secret env value arrived masked: the workload would get
     the mask for its token. Only a read as this worker, by a token that may speak as it,
     carries the real values (broker/auth/access.py); anything else is a misconfiguration."""
-    masked = masked_keys(job)
+    env = job.spec.env
+    patterns = patterns_with(job.status.effective.secret_env_keys)
+    masked = [key for key in secret_keys(env, patterns) if env[key] == MASK]
     if masked:
         raise StartFailed(
             f"spec.env.{masked[0]} reached this worker masked ({MASK!r}): its token may not "
@@ -67,7 +69,7 @@ def check_unmasked(job: Job) -> None:
         )
 
 
-def _job(ex: Execution) -> Job:
+def _job(ex: Execution) -> JobView:
     assert ex.job is not None, "prestart runs only for an attempt started here"
     return ex.job
 
