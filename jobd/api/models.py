@@ -833,7 +833,7 @@ class Progress(Strict):
 
 class PreemptionStatus(Strict):
     candidate_job: int | None = None
-    reason: Literal["sweeper", "manual", "blockers", "drain"] = "manual"
+    reason: Literal["sweeper", "manual", "blockers", "drain", "reclaim"] = "manual"
     requested_at: datetime = Field(default_factory=utcnow)
     checkpoint_complete: bool = False
 

@@ -14,6 +14,7 @@ from jobd.broker.auth.people import People
 from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
+from jobd.broker.metrics.fairshare import FairShareCollector
 from jobd.broker.metrics.gpus import GpuReadings
 from jobd.broker.metrics.registry import build_registry
 from jobd.broker.notify.outbox import NotifyConfig, Outbox
@@ -107,6 +108,7 @@ class BrokerState:
         self.gpu_readings = GpuReadings()  # each worker's newest, from its heartbeats
         self.metrics = build_registry(self.store, self.ctx.view, self.feed, self.gpu_readings)
         self.event_metrics = EventMetrics(self.metrics, self.ctx.view)
+        self.metrics.register(FairShareCollector(self.ctx))
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.outbox = Outbox(
             self.store, self.ctx.runner, config.notify, config.data_dir / "notify-outbox.json"

@@ -227,6 +227,9 @@ class JobdClient:
     def get_project(self, name: str) -> Document:
         return self.run(calls.get_project(name))
 
+    def usage(self) -> Document:
+        return self.run(calls.usage())
+
     def get_worker(self, name: str) -> Document:
         return self.run(calls.get_worker(name))
 

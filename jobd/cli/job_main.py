@@ -85,6 +85,7 @@ _LAZY_VERBS = {
         "Print the shell completion script for bash, zsh or fish (click's own).",
     ),
     "ui": ("dashboard", "Print (and open) a login URL for the web dashboard at /ui."),
+    "usage": ("usage", "Show fair share: each project's and user's usage, share and factor."),
     "top": (
         "top",
         "Show workers and their GPUs, running jobs, the queue and preemptions, live.",

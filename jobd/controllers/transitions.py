@@ -36,6 +36,7 @@ from jobd.api.secrets import mask_job
 from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import progress as progress_math
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.quotas import QUOTA_EXCEEDED
 from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refusal
 from jobd.store.base import EventRecord
 
@@ -62,6 +63,7 @@ __all__ = [
     "placeable",
     "process_vanished",
     "progress",
+    "quota_exceeded",
     "record_checkpoint_dir",
     "record_checkpoint_latest",
     "record_cpuset",
@@ -76,10 +78,11 @@ __all__ = [
     "unschedulable",
     "wait_reason",
     "waits",
+    "within_quota",
 ]
 
 Events = list[EventRecord]
-PreemptReason = Literal["sweeper", "manual", "blockers", "drain"]
+PreemptReason = Literal["sweeper", "manual", "blockers", "drain", "reclaim"]
 P = Phase
 _STOP_TARGET = {"preempt": P.PREEMPTING, "cancel": P.CANCELLING}
 
@@ -215,7 +218,7 @@ def wait_reason(job: Job, reason: WaitReason, message: str, now: datetime) -> tu
     return job, []
 
 
-def _queued_again(status: JobStatus, replacing: str, now: datetime) -> None:
+def _queued_again(status: JobStatus, replacing: str, now: datetime | None) -> None:
     """The job waits for room now, unless its Scheduled condition says something other
     than `replacing` (an Unschedulable verdict is placement's to lift)."""
     held = next((c for c in status.conditions if c.type == "Scheduled"), None)
@@ -654,3 +657,30 @@ def time_out(job: Job, reason: str, message: str, now: datetime) -> tuple[Job, E
     job.status.signal = "timeout"
     job.status.reason, job.status.message = reason, message
     return job, [event]
+
+
+def quota_exceeded(job: Job, message: str, now: datetime) -> tuple[Job, Events]:
+    """A queued job held back by its project's quota or its owner's running limit
+    (quotas.py): `Scheduled=False, reason=QuotaExceeded`. A job no worker could ever run
+    keeps saying so (Unschedulable is the stronger word)."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is not None and (
+        held.reason == _UNSCHEDULABLE or (held.reason == QUOTA_EXCEEDED and held.message == message)
+    ):
+        return job, []
+    job = job.evolve()
+    set_condition(job.status, "Scheduled", False, QUOTA_EXCEEDED, message, now=now)
+    return job, []
+
+
+def within_quota(job: Job, now: datetime | None = None) -> tuple[Job, Events]:
+    """Its quota no longer holds this queued job back: it waits for room now
+    (WaitingForCapacity), as every queued job says why it waits."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is None or held.reason != QUOTA_EXCEEDED:
+        return job, []
+    job = job.evolve()
+    _queued_again(job.status, QUOTA_EXCEEDED, now)
+    return job, []

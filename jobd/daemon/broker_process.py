@@ -26,6 +26,7 @@ from jobd.broker.http.connections import ConnectionLimits, guarded_protocol
 from jobd.broker.notify.outbox import BrokerSink, NotifyConfig
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
+from jobd.controllers.fairshare import Billing
 from jobd.daemon.listening import ListenError, bind_listener, bind_unix_listener
 from jobd.daemon.settings import BrokerOptions, OutputOptions, default_data_dir
 from jobd.logconfig import redact_url
@@ -69,7 +70,20 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
             sweep_interval_s=broker.sweep_interval,
             lost_timeout_s=broker.lost_timeout,
             finished_job_ttl_s=broker.finished_job_ttl,
+            billing=billing_of(broker),
         ),
+    )
+
+
+def billing_of(broker: BrokerOptions) -> Billing:
+    """Fair share's weights and half-life (controllers/fairshare.py); a half-life of 0
+    would forget usage at once, so it is refused."""
+    if broker.fairshare_half_life <= 0:
+        raise click.BadParameter("must be above 0", param_hint="--fairshare-half-life")
+    return Billing(
+        cpu=broker.fairshare_cpu_weight,
+        memory_gib=broker.fairshare_memory_weight,
+        half_life_s=broker.fairshare_half_life,
     )
 
 

@@ -271,6 +271,27 @@ class BrokerOptions:
         "ttl_after_finished_s. [default: keep for ever]",
         type=Duration(),
     )
+    fairshare_half_life: float = setting(
+        "--fairshare-half-life",
+        "JOBD_FAIRSHARE_HALF_LIFE",
+        "Fair share: past usage counts half after this long (90, 10m, 2h, 7d). [default: 7d]",
+        default=7 * 86400.0,
+        type=Duration(),
+    )
+    fairshare_cpu_weight: float = setting(
+        "--fairshare-cpu-weight",
+        "JOBD_FAIRSHARE_CPU_WEIGHT",
+        "Fair share: what a CPU-second bills, a GPU-second billing 1.",
+        default=0.0625,
+        type=click.FloatRange(min=0, max=1000),
+    )
+    fairshare_memory_weight: float = setting(
+        "--fairshare-memory-weight",
+        "JOBD_FAIRSHARE_MEMORY_WEIGHT",
+        "Fair share: what a GiB-second of memory bills, a GPU-second billing 1.",
+        default=0.0078125,
+        type=click.FloatRange(min=0, max=1000),
+    )
     webhook: tuple[str, ...] = setting(
         "--webhook",
         "JOBD_WEBHOOK",

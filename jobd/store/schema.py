@@ -19,6 +19,8 @@ __all__ = [
     "metadata",
     "projects",
     "tokens",
+    "usage",
+    "usage_charged",
     "workers",
 ]
 
@@ -55,6 +57,8 @@ jobs = sa.Table(
     sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),
     # Matches ORDER BY priority DESC, id: the queue is read off the index, never sorted.
     sa.Index("ix_jobs_queue", "phase", "ready", sa.desc("priority"), "id"),
+    # One project's queue in the same order: fair share reads each queued project's head.
+    sa.Index("ix_jobs_project_queue", "phase", "ready", "project", sa.desc("priority"), "id"),
     sa.Index("ix_jobs_worker", "worker", "phase"),
     sa.Index("ix_jobs_name", "name"),
 )
@@ -141,4 +145,22 @@ tokens = sa.Table(
     sa.Column("user", sa.String(32)),  # a user token's user (api/identity.py)
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("last_used_at", sa.String(40)),
+)
+
+# Fair share (controllers/fairshare.py): the decayed usage of each project (user "") and
+# of each user within a project, as it was worth at `at` (seconds since the epoch).
+usage = sa.Table(
+    "usage",
+    metadata,
+    sa.Column("project", sa.String(63), primary_key=True),
+    sa.Column("user", sa.String(32), primary_key=True),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+# Each run charged to `usage` once: a charge heard twice (a resync) is not counted twice.
+usage_charged = sa.Table(
+    "usage_charged",
+    metadata,
+    sa.Column("job", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
 )

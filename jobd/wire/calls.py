@@ -79,6 +79,7 @@ __all__ = [
     "revoke_token",
     "send_reports",
     "uncordon_worker",
+    "usage",
     "watch",
     "whoami",
 ]
@@ -360,6 +361,11 @@ def list_projects() -> Call[list[Document]]:
 
 def get_project(name: str) -> Call[Document]:
     return Call(routes.GET_PROJECT, routes.GET_PROJECT.url(name=name), _document)
+
+
+def usage() -> Call[Document]:
+    """Fair share's standings: projects' and users' usage, share and factor (`job usage`)."""
+    return Call(routes.USAGE, routes.USAGE.url(), _document)
 
 
 def whoami() -> Call[Document]:

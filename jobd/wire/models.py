@@ -74,6 +74,7 @@ __all__ = [
     "LogsAppendQuery",
     "LogsQuery",
     "ProgressReport",
+    "ProjectUsage",
     "Registration",
     "Report",
     "ReportBatch",
@@ -82,6 +83,9 @@ __all__ = [
     "TokenCreated",
     "TokenInfo",
     "TokenRequest",
+    "UsageReport",
+    "UsageWeights",
+    "UserUsage",
     "WatchQuery",
     "WhoAmI",
     "WorkerEvent",
@@ -113,6 +117,44 @@ class Health(BaseModel):
 
     status: Literal["ok", "failing"]
     loops: dict[str, str] = Field(default_factory=dict)
+
+
+class ProjectUsage(BaseModel):
+    """A project's fair-share standing (`GET /usage`, `job usage`)."""
+
+    project: str
+    usage: float = Field(description="decayed usage, billed resource-seconds")
+    shares: int
+    share: float = Field(description="its shares over every project's in play")
+    usage_share: float = Field(description="its part of everyone's usage")
+    factor: float = Field(description="2^(-usage_share/share): 1 unused, 0.5 on target")
+
+
+class UserUsage(BaseModel):
+    """A user's fair-share standing within a project."""
+
+    project: str
+    user: str
+    usage: float
+    share: float
+    usage_share: float
+    factor: float
+
+
+class UsageWeights(BaseModel):
+    gpu: float
+    cpu: float
+    memory_gib: float
+
+
+class UsageReport(BaseModel):
+    """`GET /usage`: the half-life, the billing weights, and each project's and user's
+    standing (docs/concepts.md, "Fair share")."""
+
+    half_life_s: float
+    weights: UsageWeights
+    projects: list[ProjectUsage]
+    users: list[UserUsage]
 
 
 # -- user requests ---------------------------------------------------------------------------

@@ -64,6 +64,7 @@ __all__ = [
     "STATUS_REASONS",
     "UI_PREFIX",
     "UNCORDON_WORKER",
+    "USAGE",
     "WATCH",
     "WHOAMI",
     "DashboardPaths",
@@ -422,6 +423,9 @@ LIST_EVENTS = Route(
 )
 LIST_PROJECTS = Route("GET", "/projects", "List projects")
 GET_PROJECT = Route("GET", "/projects/{name}", "One project")
+USAGE = Route(
+    "GET", "/usage", "Fair share: each project's and user's decayed usage, share and factor"
+)
 WHOAMI = Route(
     "GET",
     "/whoami",
@@ -521,6 +525,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_EVENTS,
     LIST_PROJECTS,
     GET_PROJECT,
+    USAGE,
     WHOAMI,
     CREATE_TOKEN,
     LIST_TOKENS,

@@ -97,6 +97,7 @@ ROLES: dict[Route, frozenset[str]] = {
     r.LIST_EVENTS: _USERS,
     r.LIST_PROJECTS: _USERS,
     r.GET_PROJECT: _USERS,
+    r.USAGE: _USERS,
     r.WHOAMI: _ANY,
     r.CREATE_TOKEN: _ADMINS,
     r.LIST_TOKENS: _ADMINS,

@@ -19,9 +19,10 @@ from jobd.broker.http.routing import route
 from jobd.broker.metrics.registry import exposition
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.broker.streams.feed import FeedEntry, Filter, jobs_filter
+from jobd.controllers.fairshare import standings
 from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
-from jobd.wire.models import EventsQuery, Health, WatchQuery, WhoAmI
+from jobd.wire.models import EventsQuery, Health, UsageReport, WatchQuery, WhoAmI
 
 public = APIRouter(tags=["system"])
 router = APIRouter(tags=["system"])
@@ -161,6 +162,21 @@ async def list_projects(request: Request) -> Response:
     seen = access.projects(principal_of(request))
     found = state_of(request).store.list_projects()
     return json_response({"items": [doc(p) for p in found if seen is None or p.name in seen]})
+
+
+@route(router, routes.USAGE, response_model=UsageReport)
+async def usage(request: Request) -> Response:
+    """Fair share's standings (controllers/fairshare.py), of the projects one may see."""
+    seen = access.projects(principal_of(request))
+    ctx = state_of(request).ctx
+    view = ctx.view
+    found = standings(
+        ctx.usage, view.bound.values(), view.projects, ctx.settings.billing, ctx.clock.now()
+    )
+    if seen is not None:
+        found["projects"] = [r for r in found["projects"] if r["project"] in seen]
+        found["users"] = [r for r in found["users"] if r["project"] in seen]
+    return json_response(found)
 
 
 @route(router, routes.GET_PROJECT)

@@ -226,19 +226,28 @@ class SQLJobs(SQLCompareAndSwap):
             q = q.limit(limit)
         return [Job.model_validate_json(row.body) for row in self._rows(q)]
 
-    def queue_head(self, limit: int, fits: Fits, after: tuple[int, int] | None = None) -> list[Job]:
+    def queue_head(
+        self,
+        limit: int,
+        fits: Fits,
+        after: tuple[int, int] | None = None,
+        project: str | None = None,
+    ) -> list[Job]:
         """Ready Pending jobs no bigger than `fits` (slots, GPUs, millicpus, memory), in
-        the scheduler's order.
+        the scheduler's order; with `project`, that project's only.
 
         `after` pages by keyset: the (priority, id) of the last job of the page before.
         Statements compiled once: a scheduling pass runs this on every change that frees
         room, and building the query each time cost more than running it.
         """
         params: dict[str, Any] = {"limit": limit, **fits._asdict()}
-        statement = self._hot.queue_first
+        hot = self._hot
+        statement = hot.queue_first if project is None else hot.queue_first_of
         if after is not None:
-            statement = self._hot.queue_after
+            statement = hot.queue_after if project is None else hot.queue_after_of
             params["prio"], params["last_id"] = after
+        if project is not None:
+            params["project"] = project
         try:
             with self.reads.connect() as conn:
                 cursor = conn.connection.cursor()
