@@ -43,8 +43,8 @@ from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
-from jobd.wire.models import BatchedReport, Heartbeat, Registration, ReportBatch
-from jobd.wire.reports import ReportBatcher
+from jobd.wire.models import Heartbeat, Registration
+from jobd.wire.reports import BatchedReport, ReportBatcher
 
 __all__ = ["run_scale"]
 
@@ -127,7 +127,7 @@ class SimWorker:
             self.running.pop(job_id, None)
 
     async def _send_reports(self, reports: list[BatchedReport]) -> list[ReportResult]:
-        results = await self._send(calls.send_reports(self.name, ReportBatch(reports=reports)))
+        results = await self._send(calls.send_reports(self.name, {"reports": reports}))
         self.fleet.failures += sum(r.status >= 300 for r in results)
         return results
 

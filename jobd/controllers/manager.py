@@ -14,12 +14,14 @@ from itertools import chain
 
 import anyio
 
+from jobd.controllers.accounting import AccountingController
 from jobd.controllers.context import Context
 from jobd.controllers.guards import GuardsController
 from jobd.controllers.lifecycle import LifecycleController
 from jobd.controllers.placement import PlacementController
 from jobd.controllers.projects import ProjectsController
 from jobd.controllers.queueing import Reconciler, WorkQueue, run_controller, run_resync
+from jobd.controllers.reclaim import ReclaimController
 from jobd.controllers.retention import RetentionController
 from jobd.controllers.retries import RetriesController
 from jobd.controllers.scheduler import SchedulerController
@@ -45,6 +47,8 @@ class Manager:
                 GuardsController(ctx),
                 RetentionController(ctx),
                 RetriesController(ctx),
+                AccountingController(ctx),
+                ReclaimController(ctx),
             )
         }
         self.queues = {

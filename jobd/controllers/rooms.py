@@ -6,9 +6,10 @@ workers of one inventory, labels and mount roots, with the same room free, are t
 place to a job but for their names, and choose_worker breaks a tie by name (the largest
 wins). So the index keeps:
 
-- the workers by *where-kind* (their labels and mount roots: all eligibility reads of a
-  worker but its name), so a job's selector, affinity and cwd are judged once per kind,
-  not once per worker, and a kind that may not take the job is passed over whole;
+- the workers by *where-kind* (their labels, mount roots and published users: all
+  eligibility reads of a worker but its name), so a job's selector, affinity, cwd and
+  owner are judged once per kind, not once per worker, and a kind that may not take the
+  job is passed over whole;
 - within a kind, the workers by *room* (free slots, CPUs, memory, and GPUs with their
   memory, and the whole inventory the best fit measures against), each room with its
   workers' names in order, so only the last name of each room is weighed.
@@ -34,8 +35,9 @@ from jobd.controllers.capacity import Capacity, best_of, choose_worker
 
 __all__ = ["RoomIndex"]
 
-# All eligibility reads of a worker but its name: (labels, mount roots); None: no spec.
-WhereKind = tuple[tuple[tuple[str, str], ...], tuple[str, ...]] | None
+# All eligibility reads of a worker but its name: (labels, mount roots, published users
+# or None for any); None: no spec.
+WhereKind = tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...] | None] | None
 
 
 class Room(NamedTuple):
@@ -137,7 +139,8 @@ def _where_kind(cap: Capacity) -> WhereKind:
     spec = cap.spec
     if spec is None:
         return None
-    return tuple(sorted(spec.labels.items())), tuple(spec.mount_roots)
+    users = tuple(cap.users) if cap.users is not None else None
+    return tuple(sorted(spec.labels.items())), tuple(spec.mount_roots), users
 
 
 def _room(cap: Capacity) -> Room:
@@ -157,7 +160,9 @@ def _admits(job: Job, kind: WhereKind) -> bool:
     """Whether workers of this kind may take the job (not pinned: the name plays no part)."""
     if kind is None:
         return True
-    labels, roots = kind
+    labels, roots, users = kind
+    if not eligibility.knows_owner(job.metadata.owner, users):
+        return False
     spec = job.spec
     if not roots and not eligibility.asks_where(spec):
         return True

@@ -13,11 +13,14 @@ watch and starts the process.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 
 from jobd.api.models import BOUND_PHASES, Job, Phase
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import transitions
 from jobd.controllers.capacity import Capacity, capacity_of, reserve_nominated, schedulable
 from jobd.controllers.context import Context
+from jobd.controllers.fairqueue import FairInputs, FairPass, fair_inputs
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.rooms import RoomIndex
 from jobd.store.base import Change, Conflict, Fits
@@ -45,7 +48,7 @@ class SchedulerController:
         self.resync_s = ctx.settings.sweep_interval_s
 
     def keys_for(self, change: Change) -> Iterable[str]:
-        if change.kind == "Worker":
+        if change.kind in _WORKER_OR_PROJECT:  # a project's quota or shares may have moved
             return [QUEUE_KEY]
         job = change.job
         if job is None:
@@ -73,11 +76,14 @@ class SchedulerController:
         reserve_nominated(view, caps)
         # Copied here, on the loop: the store's thread binds against the copy.
         arrays = dict(view.array_bound)
-        if await self.ctx.runner.run(self._bind_queued, caps, arrays):
+        fair = fair_inputs(self.ctx)  # None: plain priority-then-id order, no limits
+        if await self.ctx.runner.run(self._bind_queued, caps, arrays, fair):
             self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
         return DONE
 
-    def _bind_queued(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
+    def _bind_queued(
+        self, caps: dict[str, Capacity], arrays: dict[int, int], fair: FairInputs | None = None
+    ) -> bool:
         """Bind ready queued jobs into `caps`, best first; True when a bind lost a race.
 
         `arrays`: how many members of each array with a parallelism cap are bound; a
@@ -89,7 +95,27 @@ class SchedulerController:
         in one answer.
         """
         with self.ctx.store.batch():
+            if fair is not None:  # fair share between projects, or quotas (fairqueue.py)
+                return self._bind_fair(fair, caps, arrays)
             return self._bind_pages(caps, arrays)
+
+    def _bind_fair(
+        self, fair: FairInputs, caps: dict[str, Capacity], arrays: dict[int, int]
+    ) -> bool:
+        def admit(job: Job) -> bool:
+            return _under_array_cap(job, arrays)
+
+        rooms = RoomIndex(caps)  # a job weighs one worker of each kind and room
+
+        def bind(job: Job, cap: Capacity) -> bool:
+            bound = self._bind(job, cap, rooms)
+            if bound and job.metadata.array is not None:
+                arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+            return bound
+
+        page = min(_SCAN_LIMIT, max(8, 2 * _room(caps.values())))
+        fair_pass = FairPass(self.ctx, fair, caps, _fits(caps), page, bind, admit, rooms.choose)
+        return fair_pass.run(_SCAN_LIMIT, lambda: _room(caps.values()))
 
     def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
         after: tuple[int, int] | None = None
@@ -101,12 +127,7 @@ class SchedulerController:
             # A floor of 8 parsed six bodies more than a one-slot pass binds.)
             size = min(_SCAN_LIMIT - scanned, 2 * free)
             # Jobs too big for every worker's free room stay in the index, unread.
-            fits = Fits(
-                max(max(0, c.free_slots) for c in caps.values()),
-                max(len(c.free_gpus) for c in caps.values()),
-                max(max(0, c.free_millicpus) for c in caps.values()),
-                max(max(0, c.free_memory) for c in caps.values()),
-            )
+            fits = _fits(caps)
             page = self.ctx.store.queue_head(size, fits, after)
             lost, past_full_array = self._bind_page(page, rooms, arrays)
             raced = raced or lost
@@ -127,6 +148,7 @@ class SchedulerController:
         raced = False
         for job in page:
             if not _under_array_cap(job, arrays):
+                self._say(job, WaitReason.ARRAY_PARALLELISM, _capped(job))
                 past = _past_array(job)
                 if past is not None:
                     return raced, past
@@ -137,10 +159,21 @@ class SchedulerController:
                 raced = not bound or raced
                 if bound and job.metadata.array is not None:
                     arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+            elif job.metadata.array is not None:  # under its cap now: it waits for room
+                self._say(job, WaitReason.WAITING_FOR_CAPACITY, transitions.ROOM_TAKEN)
         return raced, None
 
-    def _bind(self, job: Job, cap: Capacity, rooms: RoomIndex) -> bool:
-        gpus = rooms.take(cap, job)
+    def _say(self, job: Job, reason: WaitReason, message: str) -> None:
+        """Write why `job` waits where the pass decided it, if the job says otherwise:
+        once per change of reason (the write is then skipped), never once per pass."""
+        said, _ = transitions.wait_reason(job, reason, message, self.ctx.clock.now())
+        if said is not job:
+            with suppress(Conflict):  # the job moved meanwhile; its next read says why
+                self.ctx.store.update_job(said, [])
+
+    def _bind(self, job: Job, cap: Capacity, rooms: RoomIndex | None = None) -> bool:
+        """Bind `job` into `cap` (through `rooms`, which the plain pass keeps current)."""
+        gpus = rooms.take(cap, job) if rooms is not None else cap.take(job)
         bound, events = transitions.bind(job, cap.worker, gpus, self.ctx.clock.now())
         try:
             self.ctx.store.update_job(bound, events)
@@ -158,6 +191,11 @@ def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
     return arrays.get(array.id, 0) < array.parallelism
 
 
+def _capped(job: Job) -> str:
+    array = job.metadata.array
+    return transitions.array_capped(array.parallelism or 0 if array else 0)
+
+
 def _past_array(job: Job) -> tuple[int, int] | None:
     """The queue's position after the last member of `job`'s array (members have
     consecutive ids); None when the array does not say its last member."""
@@ -167,9 +205,20 @@ def _past_array(job: Job) -> tuple[int, int] | None:
     return (job.status.effective.priority, array.last_member)
 
 
+def _fits(caps: dict[str, Capacity]) -> Fits:
+    """The most any one worker has free of each: bigger jobs stay in the index, unread."""
+    return Fits(
+        max(max(0, c.free_slots) for c in caps.values()),
+        max(len(c.free_gpus) for c in caps.values()),
+        max(max(0, c.free_millicpus) for c in caps.values()),
+        max(max(0, c.free_memory) for c in caps.values()),
+    )
+
+
 def _room(caps: Iterable[Capacity]) -> int:
     """How many more jobs could start at most: free slots and free GPUs together."""
     return sum(max(0, c.free_slots) + len(c.free_gpus) for c in caps)
 
 
 _BOUND = {p.value for p in BOUND_PHASES}
+_WORKER_OR_PROJECT = frozenset({"Worker", "Project"})

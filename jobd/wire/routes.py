@@ -30,6 +30,7 @@ __all__ = [
     "DELETE_ARRAY",
     "DELETE_JOB",
     "DRAIN_WORKER",
+    "EXPLAIN_JOB",
     "GET_ARRAY",
     "GET_JOB",
     "GET_PROJECT",
@@ -63,7 +64,9 @@ __all__ = [
     "STATUS_REASONS",
     "UI_PREFIX",
     "UNCORDON_WORKER",
+    "USAGE",
     "WATCH",
+    "WHOAMI",
     "DashboardPaths",
     "Route",
     "allowed_methods",
@@ -286,6 +289,11 @@ PREEMPT_BLOCKERS = Route(
     query_model="BlockersQuery",
     refuses=(409,),
 )
+EXPLAIN_JOB = Route(
+    "GET",
+    "/jobs/{job_id}/explain",
+    "Why a queued job is not running: per worker, its queue place, parents, preemption",
+)
 RESUME_JOB = Route(
     "POST",
     "/jobs/{job_id}/resume",
@@ -420,6 +428,15 @@ LIST_EVENTS = Route(
 )
 LIST_PROJECTS = Route("GET", "/projects", "List projects")
 GET_PROJECT = Route("GET", "/projects/{name}", "One project")
+USAGE = Route(
+    "GET", "/usage", "Fair share: each project's and user's decayed usage, share and factor"
+)
+WHOAMI = Route(
+    "GET",
+    "/whoami",
+    "Who the broker knows the caller as: user, uid, groups, admin or not, how it knows, the "
+    "projects reachable",
+)
 
 # -- tokens: admins only
 
@@ -490,6 +507,7 @@ ROUTES: tuple[Route, ...] = (
     CANCEL_JOB,
     PREEMPT_JOB,
     PREEMPT_BLOCKERS,
+    EXPLAIN_JOB,
     RESUME_JOB,
     READ_LOGS,
     CREATE_ARRAY,
@@ -512,6 +530,8 @@ ROUTES: tuple[Route, ...] = (
     LIST_EVENTS,
     LIST_PROJECTS,
     GET_PROJECT,
+    USAGE,
+    WHOAMI,
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,

@@ -36,7 +36,8 @@ async def test_the_fleets_shapes_are_kept_until_a_worker_changes(api: httpx.Asyn
     again = await _scheduled_condition(api)
     assert again is not None and again["message"] == said["message"], "nothing changed"
     assert (await api.put("/workers/large", json=_registration(2))).status_code == 200
-    assert await _scheduled_condition(api) is None, "the new worker holds it"
+    holds = await _scheduled_condition(api)
+    assert holds is None or holds["reason"] != "Unschedulable", "the new worker holds it"
     assert (await api.put("/workers/large", json=_registration(1))).status_code == 200
     said = await _scheduled_condition(api)
     assert said is not None and said["message"] == "no worker has 2 GPUs; the largest has 1"

@@ -1,8 +1,9 @@
 """The scheduler's index by free room (controllers/rooms.py) makes choose_worker's choice,
 job after job, over fleets of every kind: mixed inventories, GPUs with and without known
-memory, labels, mount roots, room held for nominated jobs, jobs pinned, selecting,
-asking where by affinity and cwd, naming nothing. Each choice is taken on both sides, so
-a worker moving from one room to another is part of what is compared."""
+memory, labels, mount roots, published users, room held for nominated jobs, jobs pinned,
+selecting, asking where by affinity and cwd, of an owner or none, naming nothing. Each
+choice is taken on both sides, so a worker moving from one room to another is part of what
+is compared."""
 
 from __future__ import annotations
 
@@ -69,7 +70,10 @@ def _twins(rng: random.Random, base: WorkerSpec) -> list[WorkerSpec]:
 def _workers(rng: random.Random) -> list[Worker]:
     specs = [s for _ in range(rng.randrange(1, 10)) for s in _twins(rng, _spec_of_worker(rng))]
     rng.shuffle(specs)
-    return [Worker(metadata=ObjectMeta(name=f"w{i:02d}"), spec=s) for i, s in enumerate(specs)]
+    workers = [Worker(metadata=ObjectMeta(name=f"w{i:02d}"), spec=s) for i, s in enumerate(specs)]
+    for worker in workers:  # the users a host publishes (None: it takes any owner)
+        worker.status.users = rng.choice((None, None, ["alice"], ["alice", "bob"]))
+    return workers
 
 
 def _spec(rng: random.Random, workers: int) -> dict[str, Any]:
@@ -96,11 +100,11 @@ def _spec(rng: random.Random, workers: int) -> dict[str, Any]:
 
 
 def _job(rng: random.Random, workers: int) -> Job:
-    job = Job(
-        metadata=ObjectMeta(id=next(_ids), name="j"),
+    owner = rng.choice((None, None, "alice", "bob"))
+    return Job(
+        metadata=ObjectMeta(id=next(_ids), name="j", owner=owner),
         spec=JobSpec(command=["true"], **_spec(rng, workers)),
     )
-    return job
 
 
 def _running(rng: random.Random, worker: Worker) -> Job:

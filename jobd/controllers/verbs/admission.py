@@ -30,9 +30,11 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.api.secrets import MASK, masked_keys, patterns_of, secret_keys
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.controllers.placement import UNSCHEDULABLE, Shape, placement_message, shapes_of
+from jobd.controllers.transitions import PARENTS_WAITED, ROOM_TAKEN, waits
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "prepare_new_job",
     "refuse_masks",
     "refuse_relative_cwd",
+    "refuse_root_owner",
     "resolve_effective",
     "resolve_parents",
 ]
@@ -175,15 +178,19 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     assign(job.status.effective, **_effective_values(job, project))
     refuse_masks(job)
     refuse_relative_cwd(job)
+    now = clock.now()
     assign(
         job.status,
         parents=parents,
         dependencies_met=not parents,
-        queued_at=clock.now(),
+        queued_at=now,
         observed_generation=1,
     )
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
+        waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, PARENTS_WAITED, now)
+    else:  # bound by the scheduler's next pass if a worker has room
+        waits(job.status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
     return job
 
 
@@ -203,6 +210,25 @@ def refuse_masks(job: Job) -> None:
                     f"spec.notify.{i}.{field}: {MASK!r} is how jobd shows a webhook's "
                     f"{field}, not a value; give the real one"
                 )
+
+
+ROOT = "root"
+
+
+def refuse_root_owner(
+    resource: Job | JobArray, project: Project | None, trusted: str | None = None
+) -> None:
+    """AdmissionError for a job (or array) of root whose project does not set
+    `allow_root`: a root worker would run it as root (worker/owners.py). `trusted`: the
+    one user `jobd dev` serves, whose own jobs run as that user anyway, root or not."""
+    owner = resource.metadata.owner
+    if owner != ROOT or owner == trusted or (project is not None and project.spec.allow_root):
+        return
+    raise AdmissionError(
+        f"metadata.owner: jobs of root may not run in project {resource.project!r}, which "
+        "does not set spec.allow_root: submit as another user, or set allow_root: true "
+        "on the project"
+    )
 
 
 def refuse_relative_cwd(job: Job) -> None:
@@ -254,7 +280,7 @@ def create_jobs(
 def judge_placement(jobs: list[Job], shapes: Collection[Shape], clock: Clock) -> None:
     rooted = any(s.mount_roots for s in shapes)
     for job in jobs:
-        message = placement_message(job.spec, shapes, rooted)
+        message = placement_message(job.spec, shapes, rooted, job.metadata.owner)
         if message is not None:
             set_condition(job.status, "Scheduled", False, UNSCHEDULABLE, message, now=clock.now())
 
