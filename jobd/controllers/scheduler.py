@@ -13,6 +13,7 @@ watch and starts the process.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from jobd.api.models import BOUND_PHASES, Job, Phase
 from jobd.controllers import transitions
@@ -27,7 +28,7 @@ from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.store.base import Change, Conflict, Fits
 
-__all__ = ["QUEUE_KEY", "SchedulerController"]
+__all__ = ["QUEUE_KEY", "Room", "SchedulerController", "bind_into", "free_room"]
 
 QUEUE_KEY = "queue"
 # How many queued jobs one pass may look at beyond those it binds (like Slurm's
@@ -64,89 +65,117 @@ class SchedulerController:
         return [QUEUE_KEY]
 
     async def reconcile(self, key: str) -> Result:
-        # Capacity is counted on the loop, from the view; the queue is read and bound on
-        # the store's thread off the loop (store/runner.py), which never sees the view.
-        view = self.ctx.view
-        workers = schedulable(view.workers.values(), self.ctx.leases.heard)
-        caps = capacity_of(workers, view.bound.values())
         # Most passes under load end here, on memory alone: no room anywhere.
-        if not any(c.has_room() for c in caps.values()):
+        if free_room(self.ctx) is None:
             return DONE
-        reserve_nominated(view, caps)
-        # Copied here, on the loop: the store's thread binds against the copy.
-        arrays = dict(view.array_bound)
-        if await self.ctx.runner.run(self._bind_queued, caps, arrays):
+        # Capacity is counted on the loop, from the view, once the store work before this
+        # pass has been heard (a report's commit may have bound into room the view showed
+        # free); the queue is read and bound on the store's thread off the loop
+        # (store/runner.py), which never sees the view: it binds against copies.
+        if await self.ctx.runner.run_prepared(self._room, self._bind_queued):
             self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
         return DONE
 
-    def _bind_queued(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
-        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race.
+    def _room(self) -> Room | None:
+        room = free_room(self.ctx)
+        if room is not None:
+            reserve_nominated(self.ctx.view, room.caps)
+        return room
 
-        `arrays`: how many members of each array with a parallelism cap are bound; a
-        member past its array's cap is passed over (Slurm's JobArrayTaskLimit).
+    def _bind_queued(self, room: Room | None) -> bool:
+        """Bind ready queued jobs into the room, best first; True when a bind lost a race.
 
         The pass's binds share one commit (a bind that loses its race changes nothing and
         the others go on): one transaction and one hearing by the listeners for the jobs a
         burst of freed slots lets start, not one each, and the worker's watch gets them
         in one answer.
         """
-        with self.ctx.store.batch():
-            return self._bind_pages(caps, arrays)
-
-    def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
-        after: tuple[int, int] | None = None
-        scanned, raced = 0, False
-        while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
-            # Read about as many queued jobs as could start: a pass costs what it binds.
-            # (Twice that; a page whose jobs all go unbound is followed by the next one.
-            # A floor of 8 parsed six bodies more than a one-slot pass binds.)
-            size = min(_SCAN_LIMIT - scanned, 2 * free)
-            # Jobs too big for every worker's free room stay in the index, unread.
-            fits = Fits(
-                max(max(0, c.free_slots) for c in caps.values()),
-                max(len(c.free_gpus) for c in caps.values()),
-                max(max(0, c.free_millicpus) for c in caps.values()),
-                max(max(0, c.free_memory) for c in caps.values()),
-            )
-            page = self.ctx.store.queue_head(size, fits, after)
-            lost, past_full_array = self._bind_page(page, caps, arrays)
-            raced = raced or lost
-            scanned += len(page)
-            if past_full_array is not None:  # the rest of that array's members: unread
-                after = past_full_array
-            elif len(page) < size:
-                break
-            else:
-                after = (page[-1].status.effective.priority, page[-1].id)
-        return raced
-
-    def _bind_page(
-        self, page: list[Job], caps: dict[str, Capacity], arrays: dict[int, int]
-    ) -> tuple[bool, tuple[int, int] | None]:
-        """Bind what fits of one page; True when a bind lost a race, and, when a member of
-        a full array was met, where the next page starts: past that array's members."""
-        raced = False
-        for job in page:
-            if not _under_array_cap(job, arrays):
-                past = _past_array(job)
-                if past is not None:
-                    return raced, past
-                continue
-            cap = choose_worker(job, caps)
-            if cap is not None:
-                bound = self._bind(job, cap)
-                raced = not bound or raced
-                if bound and job.metadata.array is not None:
-                    arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
-        return raced, None
-
-    def _bind(self, job: Job, cap: Capacity) -> bool:
-        bound, events = transitions.bind(job, cap.worker, cap.take(job), self.ctx.clock.now())
-        try:
-            self.ctx.store.update_job(bound, events)
-        except Conflict:
+        if room is None:
             return False
-        return True
+        with self.ctx.store.batch():
+            return bind_into(self.ctx, room)
+
+
+class Room(NamedTuple):
+    """Free capacity to bind into: each worker's, and how many members of each array
+    with a parallelism cap are bound (a member past its array's cap is passed over,
+    Slurm's JobArrayTaskLimit). Copies: the store's thread may bind against them."""
+
+    caps: dict[str, Capacity]
+    arrays: dict[int, int]
+
+
+def free_room(ctx: Context) -> Room | None:
+    """The room the view shows on the schedulable workers, read on the loop; None when
+    no worker has a free slot or GPU. Held capacity is not yet taken out
+    (reserve_nominated)."""
+    view = ctx.view
+    caps = capacity_of(schedulable(view.workers.values(), ctx.leases.heard), view.bound.values())
+    if not any(c.has_room() for c in caps.values()):
+        return None
+    return Room(caps, dict(view.array_bound))
+
+
+def bind_into(ctx: Context, room: Room) -> bool:
+    """Bind ready queued jobs into `room`, in the scheduler's order (highest priority
+    first, FIFO within one); True when a bind lost a race. Runs inside the caller's
+    transaction (`store.batch()`): the scheduler's pass, or a worker's reports."""
+    caps, arrays = room.caps, room.arrays
+    after: tuple[int, int] | None = None
+    scanned, raced = 0, False
+    while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
+        # Read about as many queued jobs as could start: a pass costs what it binds.
+        # (Twice that; a page whose jobs all go unbound is followed by the next one.
+        # A floor of 8 parsed six bodies more than a one-slot pass binds.)
+        size = min(_SCAN_LIMIT - scanned, 2 * free)
+        # Jobs too big for every worker's free room stay in the index, unread.
+        fits = Fits(
+            max(max(0, c.free_slots) for c in caps.values()),
+            max(len(c.free_gpus) for c in caps.values()),
+            max(max(0, c.free_millicpus) for c in caps.values()),
+            max(max(0, c.free_memory) for c in caps.values()),
+        )
+        page = ctx.store.queue_head(size, fits, after)
+        lost, past_full_array = _bind_page(ctx, page, caps, arrays)
+        raced = raced or lost
+        scanned += len(page)
+        if past_full_array is not None:  # the rest of that array's members: unread
+            after = past_full_array
+        elif len(page) < size:
+            break
+        else:
+            after = (page[-1].status.effective.priority, page[-1].id)
+    return raced
+
+
+def _bind_page(
+    ctx: Context, page: list[Job], caps: dict[str, Capacity], arrays: dict[int, int]
+) -> tuple[bool, tuple[int, int] | None]:
+    """Bind what fits of one page; True when a bind lost a race, and, when a member of
+    a full array was met, where the next page starts: past that array's members."""
+    raced = False
+    for job in page:
+        if not _under_array_cap(job, arrays):
+            past = _past_array(job)
+            if past is not None:
+                return raced, past
+            continue
+        cap = choose_worker(job, caps)
+        if cap is not None:
+            bound = _bind(ctx, job, cap)
+            raced = not bound or raced
+            if bound and job.metadata.array is not None:
+                arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+    return raced, None
+
+
+def _bind(ctx: Context, job: Job, cap: Capacity) -> bool:
+    bound, events = transitions.bind(job, cap.worker, cap.take(job), ctx.clock.now())
+    try:
+        ctx.store.update_job(bound, events)
+    except Conflict:
+        return False
+    return True
 
 
 def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
