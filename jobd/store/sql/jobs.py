@@ -162,6 +162,7 @@ class SQLJobs(SQLCompareAndSwap):
         with self._tx(durable=True) as tx:
             self._delete(tx, "Job", t.jobs.c.id, job.id, mask_job(job))
             tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
+            tx.flush()  # the job's events this transaction added go too
             tx.conn.execute(sa.delete(t.events).where(t.events.c.job == job.id))
             tx.scrub_history(job)
             tx.add_events(events)
