@@ -137,7 +137,7 @@ class SQLJobs(SQLCompareAndSwap):
             job = job.model_copy(update={"metadata": meta})
             row = _job_row(job)
             row["b_id"], row["expected_rv"] = row.pop("id"), expected
-            if tx.run(tx.hot.update_job, row).rowcount != 1:
+            if not tx.swap_job(row):
                 raise self._stale("job", job.metadata.id, self.get_job(job.id) is not None)
             tx.record("Job", "MODIFIED", job, rev, row["body"])
             tx.add_events(events)

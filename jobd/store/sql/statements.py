@@ -154,6 +154,9 @@ class Tx:
         # Rows of the change feed and of the events not yet written (flush).
         self._change_rows: list[dict[str, Any]] = []
         self._event_rows: list[dict[str, Any]] = []
+        # job id -> [the resource_version its row holds, the newest this transaction wrote]
+        self._jobs: dict[int, list[int]] = {}
+        self._job_rows: dict[int, dict[str, Any]] = {}  # a job's newest row, not yet written
 
     def run(self, statement: Compiled, row: dict[str, Any]) -> Any:
         """Execute on the transaction's own driver connection; returns the cursor."""
@@ -185,10 +188,41 @@ class Tx:
             held[0] += n
         return held[0] - n + 1
 
+    def swap_job(self, row: dict[str, Any]) -> bool:
+        """Compare-and-swap a job's row (`b_id`, `expected_rv`); False when it moved on.
+
+        A job this transaction already wrote is locked by it, and its newest version is
+        the one written here: a swap from that version takes without asking the store,
+        and only the last version reaches the row, at `flush` (a worker's `started` and
+        `complete` of one job in one batch cost one UPDATE). A swap from any other
+        version of such a job is stale.
+        """
+        job_id, expected = row["b_id"], row["expected_rv"]
+        held = self._jobs.get(job_id)
+        if held is not None:
+            if held[1] != expected:
+                return False
+            self._job_rows[job_id] = row | {"expected_rv": held[0]}
+            held[1] = row["resource_version"]
+            return True
+        if self.run(self.hot.update_job, row).rowcount != 1:
+            return False
+        self._jobs[job_id] = [row["resource_version"], row["resource_version"]]
+        return True
+
     def flush(self) -> None:
         """Write what this transaction holds back: the change feed's rows, the events'
         rows, the counters' ends. Before the commit, and before any statement that reads
         or deletes those rows."""
+        if self._job_rows:
+            rows = list(self._job_rows.values())
+            self._job_rows = {}
+            self.run_many(self.hot.update_job, rows)
+            if self._cursor.rowcount not in (len(rows), -1):  # locked here: cannot have moved
+                raise RuntimeError("a job this transaction holds changed under it")
+            for row in rows:
+                held = self._jobs[row["b_id"]]
+                held[0] = held[1]
         if self._change_rows:
             self.run_many(self.hot.insert_change, self._change_rows)
             self._change_rows = []
