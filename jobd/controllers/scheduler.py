@@ -66,18 +66,21 @@ class SchedulerController:
 
     async def reconcile(self, key: str) -> Result:
         # Most passes under load end here, on memory alone: no room anywhere.
-        if free_room(self.ctx) is None:
+        room = free_room(self.ctx)
+        if room is None:
             return DONE
         # Capacity is counted on the loop, from the view, once the store work before this
         # pass has been heard (a report's commit may have bound into room the view showed
         # free); the queue is read and bound on the store's thread off the loop
         # (store/runner.py), which never sees the view: it binds against copies.
-        if await self.ctx.runner.run_prepared(self._room, self._bind_queued):
+        if await self.ctx.runner.run_prepared(lambda: self._room(room), self._bind_queued):
             self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
         return DONE
 
-    def _room(self) -> Room | None:
-        room = free_room(self.ctx)
+    def _room(self, read: Room) -> Room | None:
+        """`read` inline, where nothing ran since it was read (capacity_of walks every
+        worker: once a pass); off the loop, read again after the units before this one."""
+        room = free_room(self.ctx) if self.ctx.runner.off_loop else read
         if room is not None:
             reserve_nominated(self.ctx.view, room.caps)
         return room
