@@ -18,7 +18,9 @@ __all__ = [
     "config_path",
     "data_dir",
     "default_server",
+    "default_sockets",
     "default_token",
+    "local_socket",
     "usable_token",
 ]
 
@@ -51,6 +53,36 @@ def usable_token(token: str | None, source: str = "--token or JOBD_TOKEN") -> st
 def default_server() -> str:
     """`JOBD_URL`, else the broker `jobd dev` starts on this machine."""
     return os.environ.get("JOBD_URL") or DEFAULT_SERVER
+
+
+def default_sockets() -> list[Path]:
+    """Where a broker on this machine puts its Unix socket by default: root's, then this
+    user's own (`$XDG_RUNTIME_DIR/jobd.sock`)."""
+    found = [Path("/run/jobd/jobd.sock")]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        found.append(Path(runtime) / "jobd.sock")
+    return found
+
+
+def local_socket(token_configured: bool) -> str | None:
+    """The broker's Unix socket to use when no server is configured, as `unix:///PATH`:
+    `JOBD_SOCKET`; else, when no token is configured either, a default socket that is
+    there (a person on the broker's host needs no token); else None (as before: TCP)."""
+    explicit = os.environ.get("JOBD_SOCKET")
+    if explicit and explicit != "none":
+        return "unix://" + str(Path(explicit).expanduser().absolute())
+    if token_configured or explicit == "none":
+        return None
+    import stat
+
+    for path in default_sockets():
+        try:
+            if stat.S_ISSOCK(path.stat().st_mode):
+                return f"unix://{path}"
+        except OSError:
+            continue
+    return None
 
 
 def config_path() -> Path:

@@ -21,9 +21,10 @@ import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["GROUP_READABLE", "PRIVATE", "restrict_umask", "started_umask", "too_wide"]
+__all__ = ["GROUP_READABLE", "PRIVATE", "TRAVERSE", "restrict_umask", "started_umask", "too_wide"]
 
 PRIVATE = 0o077  # no bit for group or others
+TRAVERSE = 0o011  # group and others may pass through a directory, never list it
 GROUP_READABLE = 0o027  # the group may read and enter; others nothing
 _started: int | None = None  # the umask this process was started with, once restricted
 
@@ -46,16 +47,21 @@ def started_umask() -> int:
 def too_wide(roots: Iterable[Path], mask: int, limit: int = 100) -> Iterator[tuple[Path, int]]:
     """(path, mode) of each directory or file under roots with a bit of `mask` set.
 
-    Symbolic links are not followed (their own mode means nothing). At most `limit`
-    paths, so a start after years of wide job logs says enough without flooding.
+    Symbolic links are not followed (their own mode means nothing). A directory that
+    others may only traverse (0711: a root worker's, on the way to a job owner's output
+    files, jobd.worker.shim.owner) is not wide: nothing in it can be listed or read
+    through that bit. At most `limit` paths, so a start after years of wide job logs says
+    enough without flooding.
     """
     found = 0
     for path in _walk(roots):
         try:
-            mode = stat.S_IMODE(path.lstat().st_mode)
+            info = path.lstat()
         except OSError:
             continue  # gone meanwhile
-        if mode & mask:
+        mode = stat.S_IMODE(info.st_mode)
+        wide = mode & mask & ~TRAVERSE if stat.S_ISDIR(info.st_mode) else mode & mask
+        if wide:
             yield path, mode
             found += 1
             if found >= limit:

@@ -21,6 +21,11 @@ from jobd.store.base import EventRecord
 from jobd.store.sql import _Tx
 from tests.events_doc import events_doc
 
+# Root's `jobd broker` and `jobd worker` default to one Unix socket, /run/jobd/jobd.sock,
+# and `job` looks there when no server is given: parallel tests would meet on it. No
+# socket unless a test names one (the socket tests pass their own paths).
+os.environ.setdefault("JOBD_SOCKET", "none")
+
 PG_URL_ENV = "JOBD_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -23,6 +23,16 @@ from pydantic import (
 )
 
 from jobd.api.field_options import NoOption, Option
+from jobd.api.identity import (
+    MAX_MEMBERS,
+    MAX_USER_NAME,
+    MAX_WORKER_USERS,
+    MEMBER_PATTERN,
+    RUNS_AS_PATTERN,
+    USER_NAME_PATTERN,
+    check_member,
+    check_user_name,
+)
 from jobd.api.labels import (
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
@@ -57,6 +67,7 @@ __all__ = [
     "DEFAULT_PROJECT",
     "GPU_INDEX_TEXT",
     "MAX_ATTEMPTS_KEPT",
+    "MAX_CORE_INDEX",
     "MAX_CPUS",
     "MAX_GPU_INDEX",
     "MAX_GRACE_S",
@@ -75,6 +86,7 @@ __all__ = [
     "ArrayRef",
     "Attempt",
     "Condition",
+    "CoreSet",
     "Effective",
     "GpuUsage",
     "Grace",
@@ -83,6 +95,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "LabelExpression",
+    "LimitsEnforcement",
     "NotifyPhase",
     "NotifyTarget",
     "ObjectMeta",
@@ -91,6 +104,7 @@ __all__ = [
     "Progress",
     "Project",
     "ProjectDefaults",
+    "ProjectQuota",
     "ProjectSpec",
     "Resource",
     "Resources",
@@ -133,6 +147,10 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # told what admission takes; the validators below enforce them.
 _NO_NUL = r"^[^\x00]*$"
 _NAME_SCHEMA: dict[str, Any] = {"pattern": NAME_PATTERN}
+_USER_SCHEMA: dict[str, Any] = {"pattern": USER_NAME_PATTERN, "maxLength": MAX_USER_NAME}
+_MEMBERS_SCHEMA: dict[str, Any] = {
+    "items": {"type": "string", "pattern": MEMBER_PATTERN, "maxLength": MAX_USER_NAME + 1}
+}
 _LABELS_SCHEMA: dict[str, Any] = {
     "propertyNames": {"pattern": r"^[^\x00-\x1f\x7f]+$"},
     "additionalProperties": {"type": "string", "pattern": r"^[^\x00-\x1f\x7f]*$"},
@@ -208,11 +226,19 @@ class ObjectMeta(Strict):
     resource_version: int | None = Field(default=None, ge=0, le=MAX_INT)
     created_at: datetime | None = None
     array: ArrayRef | None = None  # a job's, when it is a member of an array
+    # A job's owner: the Unix user the broker knew the caller as (api/identity.py). Set by
+    # the broker from the request's identity, never taken from a request body.
+    owner: str | None = Field(default=None, json_schema_extra=_USER_SCHEMA)
 
     @field_validator("name", "project")
     @classmethod
     def _valid_name(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else check_name(value, strict=admitting(info))
+
+    @field_validator("owner")
+    @classmethod
+    def _valid_owner(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None or not admitting(info) else check_user_name(value)
 
     @field_validator("labels")
     @classmethod
@@ -277,6 +303,11 @@ RUN_LIMITS = tuple(RunLimits.model_fields)
 # than MAX_CPUS (a million CPUs on one worker is a typo).
 MIN_CPUS = 0.001
 MAX_CPUS = 1 << 20
+# The cores a job is pinned to (status.cpuset): Linux numbers at most 8192 of them.
+MAX_CORE_INDEX = 8191
+CoreSet = Annotated[
+    list[Annotated[int, Field(ge=0, le=MAX_CORE_INDEX)]], Field(max_length=MAX_CORE_INDEX + 1)
+]
 
 
 def _size(value: Any) -> Any:
@@ -802,7 +833,7 @@ class Progress(Strict):
 
 class PreemptionStatus(Strict):
     candidate_job: int | None = None
-    reason: Literal["sweeper", "manual", "blockers", "drain"] = "manual"
+    reason: Literal["sweeper", "manual", "blockers", "drain", "reclaim"] = "manual"
     requested_at: datetime = Field(default_factory=utcnow)
     checkpoint_complete: bool = False
 
@@ -860,6 +891,9 @@ class JobStatus(Strict):
     checkpoint_dir: str | None = None
     checkpoint_latest: str | None = None  # the worker's pick for RESUME_FROM at exit
     resumed_by: int | None = None
+    # The cores this run's processes are pinned to, as its worker's `started` says; None:
+    # not pinned (a job naming no cpus, or a worker that pins none).
+    cpuset: CoreSet | None = None
 
 
 class Job(Strict):
@@ -911,8 +945,36 @@ class ProjectDefaults(RunLimits):
     checkpoint_grace_s: Grace | None = None
 
 
+class ProjectQuota(Strict):
+    """What a project's running jobs may hold at once, in all (Slurm's `GrpTRES`); a
+    dimension not said is not limited. With `ProjectSpec.borrow`, idle capacity beyond
+    it may be used, and is reclaimed (preempted) when a project within its quota waits."""
+
+    gpus: int | None = Field(default=None, ge=0, le=MAX_INT)
+    cpus: float | None = Field(default=None, ge=0, le=MAX_CPUS)
+    memory: Size | None = None
+    running_jobs: int | None = Field(default=None, ge=0, le=MAX_INT)
+
+
 class ProjectSpec(Strict):
     priority: int = Field(default=0, ge=0, le=1_000_000)
+    # Who may use the project: Unix user names, and `@group` names (api/identity.py).
+    # Members see and act on its jobs and change their own; admins change any of them.
+    members: list[str] = Field(
+        default_factory=list, max_length=MAX_MEMBERS, json_schema_extra=_MEMBERS_SCHEMA
+    )
+    admins: list[str] = Field(
+        default_factory=list, max_length=MAX_MEMBERS, json_schema_extra=_MEMBERS_SCHEMA
+    )
+    # Whether a job of this project may run as root (its owner root); refused otherwise.
+    allow_root: bool = False
+    quota: ProjectQuota | None = None
+    max_running_per_user: int | None = Field(default=None, ge=0, le=MAX_INT)
+    # Whether the project may run past its quota on capacity nobody else is using.
+    borrow: bool = True
+    # The project's weight in fair share: its target share of the usage is its shares
+    # over the sum of the shares of the projects using the machines.
+    shares: int = Field(default=1, ge=1, le=1_000_000)
     defaults: ProjectDefaults = Field(default_factory=ProjectDefaults)
     # Globs (fnmatch, case-insensitive) of the env keys whose values are secret in this
     # project's jobs, beyond the defaults every project has (api/secrets.py).
@@ -934,6 +996,11 @@ class ProjectSpec(Strict):
     def _valid_patterns(cls, patterns: list[str], info: ValidationInfo) -> list[str]:
         return check_patterns(patterns) if admitting(info) else patterns
 
+    @field_validator("members", "admins")
+    @classmethod
+    def _valid_members(cls, members: list[str], info: ValidationInfo) -> list[str]:
+        return [check_member(member) for member in members] if admitting(info) else members
+
 
 class Project(Strict):
     api_version: Literal["jobd/v1"] = Field(default="jobd/v1", alias="apiVersion")
@@ -945,6 +1012,16 @@ class Project(Strict):
     def name(self) -> str:
         assert self.metadata.name is not None
         return self.metadata.name
+
+
+class LimitsEnforcement(Strict):
+    """How a worker holds a job to the CPUs and memory it names (worker/limits.py): its
+    cores pinned by affinity (or not at all), its memory capped by a cgroup the worker
+    makes (v2, or the v1 memory controller) or by its shim watching the RSS of its
+    processes."""
+
+    cpu: Literal["affinity", "none"] = "none"
+    memory: Literal["cgroup-v2", "cgroup-v1", "rss-watch"] = "rss-watch"
 
 
 class WorkerSpec(Strict):
@@ -978,6 +1055,9 @@ class WorkerSpec(Strict):
     memory: StoreInt | None = Field(default=None, le=MAX_SIZE)
     # Labels a job's node_selector and node_affinity match: declared and detected.
     labels: dict[str, str] = Field(default_factory=dict, json_schema_extra=_NODE_LABELS_SCHEMA)
+    # How this worker enforces a job's cpus and memory, detected at its start. None: an
+    # agent that says none (older): it enforces neither.
+    enforcement: LimitsEnforcement | None = None
     # A job is placed here only if its cwd is under one of these; none: any cwd.
     mount_roots: list[str] = Field(
         default_factory=list,
@@ -1066,6 +1146,16 @@ class WorkerStatus(Strict):
     # Another instance is refused while this one's lease runs. None: an agent that says none.
     instance: str | None = None
     epoch: StoreInt = 0
+    # Whom the worker runs jobs as: `owner` (a root worker: each job as its owner), else
+    # the worker's own user, which runs every job (worker/owners.py). None: not said.
+    runs_as: str | None = Field(
+        default=None, max_length=MAX_USER_NAME, json_schema_extra={"pattern": RUNS_AS_PATTERN}
+    )
+    # The owners whose jobs may be placed here: the users its host knows (within its
+    # --allow-user). None: any owner (checked at launch; an older agent says nothing).
+    users: list[str] | None = Field(
+        default=None, max_length=MAX_WORKER_USERS, json_schema_extra={"items": _USER_SCHEMA}
+    )
 
 
 class Worker(Strict):

@@ -40,6 +40,7 @@ __all__ = [
     "mask_job",
     "masked_keys",
     "patterns_of",
+    "patterns_with",
     "secret_keys",
 ]
 
@@ -67,7 +68,11 @@ def check_patterns(patterns: Sequence[str]) -> list[str]:
 
 def patterns_of(job: Job) -> tuple[str, ...]:
     """The patterns that mark `job`'s secret keys: the defaults and its project's."""
-    extra = job.status.effective.secret_env_keys
+    return patterns_with(job.status.effective.secret_env_keys)
+
+
+def patterns_with(extra: Sequence[str] | None) -> tuple[str, ...]:
+    """The defaults and a project's own patterns (its `secret_env_keys`, None: none)."""
     return DEFAULT_SECRET_ENV_KEYS + tuple(extra) if extra else DEFAULT_SECRET_ENV_KEYS
 
 

@@ -144,6 +144,9 @@ def _child_env(overrides: dict[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
     )
+    # No Unix socket: the scenarios speak TCP, and root's default socket is one path
+    # that two benches (or a bench beside a real broker) would contend for.
+    env["JOBD_SOCKET"] = "none"
     env.update(overrides)
     return env
 

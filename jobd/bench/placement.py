@@ -9,7 +9,10 @@ selector and CPUs, a quarter GPUs with memory, an affinity and a cwd under a mou
 through admission, which judges each against every worker (the Unschedulable verdict),
 and bound by one scheduler pass each batch. The figures, CPU time by
 `time.process_time()`: admission per job, and the scheduler's pass per job it bound (p50
-and p99 over batches): what a job's placement costs the broker with W workers.
+and p99 over batches): what a job's placement costs the broker with W workers. The
+collector runs as in `jobd broker` (daemon/main.py: what start-up built frozen, young
+passes every 20,000 allocations); its time inside the passes is reported apart
+(`gc_ms_in_passes`), since where a full collection lands is chance.
 """
 
 from __future__ import annotations
@@ -17,8 +20,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobd.api.models import Job, JobSpec, LabelExpression, ObjectMeta, Phase, Resources, WorkerSpec
+from jobd.api.models import (
+    Job,
+    JobSpec,
+    LabelExpression,
+    ObjectMeta,
+    Phase,
+    Project,
+    ProjectQuota,
+    ProjectSpec,
+    Resources,
+    WorkerSpec,
+)
 from jobd.bench.calls import PROJECT, TRUE
+from jobd.bench.collector import Collections, as_the_broker_collects
 from jobd.bench.context import BenchContext
 from jobd.bench.stats import Result, ms, percentile
 from jobd.controllers.context import Context
@@ -27,7 +42,7 @@ from jobd.controllers.verbs import admission
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store import open_store, sqlite_url
 
-__all__ = ["run_placement"]
+__all__ = ["run_placement", "run_placement_fair"]
 
 TARGET_CPU_MS_PER_JOB = 1.0  # the scheduler's pass, per job it binds
 GIB = 1 << 30
@@ -68,27 +83,36 @@ def _job_spec(i: int) -> dict[str, Any]:
     }
 
 
-def _jobs(first: int, count: int) -> list[Job]:
+def _jobs(first: int, count: int, projects: tuple[str, ...] = (PROJECT,)) -> list[Job]:
     return [
         Job(
-            metadata=ObjectMeta(name=f"p-{i}", project=PROJECT),
+            metadata=ObjectMeta(name=f"p-{i}", project=projects[i % len(projects)]),
             spec=JobSpec(command=[TRUE], **_job_spec(i)),
         )
         for i in range(first, first + count)
     ]
 
 
-async def _measure(ctx: Context, batches: int, batch: int) -> tuple[list[float], list[float]]:
+async def _measure(
+    ctx: Context,
+    batches: int,
+    batch: int,
+    collections: Collections,
+    projects: tuple[str, ...] = (PROJECT,),
+) -> tuple[list[float], list[float]]:
     """Admission CPU seconds per job, and scheduler CPU seconds per bound job, by batch."""
     scheduler = SchedulerController(ctx)
     await scheduler.reconcile(QUEUE_KEY)  # warm: imports, statement caches
     admitted, scheduled = [], []
+    collections.counting = False  # only inside the passes
     for b in range(batches):
         began = time.process_time()
-        created = admission.create_jobs(ctx.store, _jobs(b * batch, batch), ctx.clock)
+        created = admission.create_jobs(ctx.store, _jobs(b * batch, batch, projects), ctx.clock)
         admitted.append((time.process_time() - began) / batch)
         began = time.process_time()
+        collections.counting = True
         await scheduler.reconcile(QUEUE_KEY)
+        collections.counting = False
         spent = time.process_time() - began
         bound = [ctx.store.get_job(j.id) for j in created]
         count = sum(1 for j in bound if j is not None and j.status.phase == Phase.SCHEDULED)
@@ -99,19 +123,49 @@ async def _measure(ctx: Context, batches: int, batch: int) -> tuple[list[float],
 
 
 async def run_placement(ctx: BenchContext) -> Result:
+    return await _placement(ctx, "placement", fair=False)
+
+
+async def run_placement_fair(ctx: BenchContext) -> Result:
+    """`placement` with fair share and quotas on: the jobs of four projects of unequal
+    shares, past usage, quotas and a per-user limit none of them reaches (every job is
+    checked, none held back), so each pass merges four queues by factor."""
+    return await _placement(ctx, "placement-fair", fair=True)
+
+
+_FAIR_PROJECTS = ("alpha", "beta", "gamma", "delta")
+
+
+def _fair_projects(context: Context) -> None:
+    quota = ProjectQuota(gpus=100_000, cpus=1_000_000, running_jobs=1_000_000)
+    for shares, name in enumerate(_FAIR_PROJECTS, start=1):
+        spec = ProjectSpec(shares=shares, quota=quota, max_running_per_user=1_000_000)
+        context.store.put_project(Project(metadata=ObjectMeta(name=name), spec=spec))
+        now = context.clock.now().timestamp()
+        context.usage.charge(name, "", 3600.0 * shares, now, context.settings.billing.half_life_s)
+
+
+async def _placement(ctx: BenchContext, name: str, fair: bool) -> Result:
     ctx.require_own_broker("it measures controllers of its own, in process")
     workers, batches, batch = ctx.sized((100, 5, 20), (1000, 10, 50), (1000, 20, 100))
-    root = ctx.scratch("placement")
+    root = ctx.scratch(name)
     store = open_store(sqlite_url(root))
     try:
         context = Context(store)
         for i in range(workers):
             register_worker(context, f"node-{i:04d}", _worker_spec(i), "sim", "sim")
+        if fair:
+            _fair_projects(context)
         ctx.progress.step(f"{workers} workers registered")
-        admitted, scheduled = await _measure(context, batches, batch)
+        projects = _FAIR_PROJECTS if fair else (PROJECT,)
+        with as_the_broker_collects() as collections:
+            admitted, scheduled = await _measure(context, batches, batch, collections, projects)
     finally:
         store.close()
-    return _result(workers, batches * batch, admitted, scheduled)
+    result = _result(workers, batches * batch, admitted, scheduled)
+    result.scenario = name
+    result.extra["gc_ms_in_passes"] = round(collections.seconds * 1000, 1)
+    return result
 
 
 def _result(workers: int, jobs: int, admitted: list[float], scheduled: list[float]) -> Result:

@@ -35,7 +35,7 @@ from jobd.bench.footprint import run_footprint
 from jobd.bench.harness import Endpoint
 from jobd.bench.loaded import run_healthz
 from jobd.bench.notify import run_notify
-from jobd.bench.placement import run_placement
+from jobd.bench.placement import run_placement, run_placement_fair
 from jobd.bench.preempt import run_preempt
 from jobd.bench.progress import Progress
 from jobd.bench.reconcile import run_reconcile
@@ -59,7 +59,11 @@ SCENARIOS: dict[str, Scenario] = {
     "footprint": run_footprint,
 }
 # Run only when named (`--scenario healthz`), not in the default set.
-OPT_IN: dict[str, Scenario] = {"healthz": run_healthz, "notify": run_notify}
+OPT_IN: dict[str, Scenario] = {
+    "healthz": run_healthz,
+    "notify": run_notify,
+    "placement-fair": run_placement_fair,
+}
 
 
 def run_bench(

@@ -32,6 +32,7 @@ import httpx
 
 from jobd.api.models import WorkerSpec
 from jobd.bench.calls import create_job, job_doc
+from jobd.bench.collector import paused
 from jobd.bench.context import BenchContext
 from jobd.bench.harness import BrokerProcess, raise_open_file_limit, wire_client
 from jobd.bench.served import HealthProbe, LoopLag, bucket_percentile, route_buckets
@@ -42,8 +43,8 @@ from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
-from jobd.wire.models import BatchedReport, Heartbeat, Registration, ReportBatch
-from jobd.wire.reports import ReportBatcher
+from jobd.wire.models import Heartbeat, Registration
+from jobd.wire.reports import BatchedReport, ReportBatcher
 
 __all__ = ["run_scale"]
 
@@ -126,7 +127,7 @@ class SimWorker:
             self.running.pop(job_id, None)
 
     async def _send_reports(self, reports: list[BatchedReport]) -> list[ReportResult]:
-        results = await self._send(calls.send_reports(self.name, ReportBatch(reports=reports)))
+        results = await self._send(calls.send_reports(self.name, {"reports": reports}))
         self.fleet.failures += sum(r.status >= 300 for r in results)
         return results
 
@@ -235,6 +236,10 @@ async def _drive(ctx: BenchContext, http: httpx.AsyncClient, broker: BrokerProce
             await _listed(sims)  # the fleet's first lists are not what is measured
             await anyio.sleep(1.0)  # the watches park
             fleet.heartbeats.clear()  # those of the start-up are not what is measured
+            # A thousand agents share this one process's collector: a collection of
+            # the fleet's heap stalls every agent at once, which no fleet of hosts sees
+            # (bench/collector.py).
+            stack.enter_context(paused())
             tg.start_soon(fleet.lag.run)
             fleet.health = HealthProbe(await stack.enter_async_context(Connection(endpoint)))
             tg.start_soon(fleet.health.run)

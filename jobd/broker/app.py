@@ -135,7 +135,7 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     # The last added is the outermost: RequestTiming, TokenAuth, BodyLimit, the fast path.
     app.add_middleware(FastRoutes, state=state, routes=fast)
     app.add_middleware(BodyLimit)
-    app.add_middleware(TokenAuth, tokens=state.tokens)
+    app.add_middleware(TokenAuth, tokens=state.tokens, people=state.people)
     app.add_middleware(RequestTiming, registry=state.metrics)  # times all of the above
     # Routes are matched in order: the busiest (creates, reports, watches) first.
     for router in (

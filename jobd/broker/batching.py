@@ -22,9 +22,12 @@ soon as it lands, so batches grow while the server works instead of queueing up.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
+from functools import partial
 
 from jobd.api.models import Job, Project, Worker
 from jobd.controllers.context import Context
+from jobd.controllers.placement import Shape, shapes_of
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.store.base import StoreUnavailable
 
@@ -75,9 +78,8 @@ class CreateBatcher:
     def _create(self, jobs: list[Job]) -> list[Job]:
         """Admit and insert; the view's workers judge at once whether any could run each."""
         view = self.ctx.view
-        return create_jobs(
-            self.ctx.store, jobs, self.ctx.clock, view.projects, view.workers.values()
-        )
+        shapes = view.of_workers(_fleet_shapes)
+        return create_jobs(self.ctx.store, jobs, self.ctx.clock, view.projects, shapes=shapes)
 
     # -- off the loop: the store's thread writes, the loop settles the futures
 
@@ -100,16 +102,16 @@ class CreateBatcher:
     async def _write_batch(self, batch: list[tuple[Job, asyncio.Future[Job]]]) -> None:
         # The view is the loop's: the thread is handed copies of what admission reads.
         view = self.ctx.view
-        projects, workers = dict(view.projects), list(view.workers.values())
+        projects, shapes = dict(view.projects), view.of_workers(_fleet_shapes)
         try:
-            created = await self._create_on_thread([job for job, _ in batch], projects, workers)
+            created = await self._create_on_thread([job for job, _ in batch], projects, shapes)
         except StoreUnavailable as exc:
             _settle(batch, error=exc)
             return
         except Exception:
             for job, future in batch:
                 try:
-                    alone = await self._create_on_thread([job], projects, workers)
+                    alone = await self._create_on_thread([job], projects, shapes)
                 except Exception as exc:
                     _settle([(job, future)], error=exc)
                 else:
@@ -118,10 +120,11 @@ class CreateBatcher:
         _settle(batch, created=created)
 
     async def _create_on_thread(
-        self, jobs: list[Job], projects: dict[str, Project], workers: list[Worker]
+        self, jobs: list[Job], projects: dict[str, Project], shapes: frozenset[Shape]
     ) -> list[Job]:
         ctx = self.ctx
-        return await ctx.runner.run(create_jobs, ctx.store, jobs, ctx.clock, projects, workers)
+        create = partial(create_jobs, shapes=shapes)
+        return await ctx.runner.run(create, ctx.store, jobs, ctx.clock, projects)
 
     def _create_alone(self, job: Job, future: asyncio.Future[Job]) -> None:
         try:
@@ -148,3 +151,9 @@ def _settle(
         else:
             assert error is not None
             future.set_exception(error)
+
+
+def _fleet_shapes(workers: Iterable[Worker]) -> frozenset[Shape]:
+    """The workers' shapes, as admission judges a create against them (placement.py):
+    kept by the view until a worker changes, shared by every create meanwhile."""
+    return frozenset(shapes_of(workers))

@@ -10,9 +10,11 @@ from pathlib import Path
 from starlette.requests import Request
 
 from jobd.api.models import Job
+from jobd.broker.auth.people import People
 from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
+from jobd.broker.metrics.fairshare import FairShareCollector
 from jobd.broker.metrics.gpus import GpuReadings
 from jobd.broker.metrics.registry import build_registry
 from jobd.broker.notify.outbox import NotifyConfig, Outbox
@@ -55,6 +57,10 @@ class BrokerConfig:
     events_max_bytes: int = DEFAULT_EVENTS_MAX_BYTES  # rotate events.jsonl past this; 0: never
     events_keep: int = DEFAULT_EVENTS_KEEP  # rotated events.jsonl files kept
     notify: NotifyConfig = field(default_factory=NotifyConfig)  # --webhook and its kin
+    # `jobd dev`: the one user it serves, whose own jobs are admitted even as root
+    # (they run as that user anyway); None: a root job needs its project's allow_root.
+    trusted_owner: str | None = None
+    admin_group: str | None = None  # its members are admins over the socket (root always is)
 
     @property
     def store_url(self) -> str:
@@ -97,10 +103,12 @@ class BrokerState:
         )
         self.ctx.last_output = self.logs.last_output
         self.manager = Manager(self.ctx)
+        self.people = People(self.ctx.view.projects, config.admin_group)
         self.creates = CreateBatcher(self.ctx)
         self.gpu_readings = GpuReadings()  # each worker's newest, from its heartbeats
         self.metrics = build_registry(self.store, self.ctx.view, self.feed, self.gpu_readings)
         self.event_metrics = EventMetrics(self.metrics, self.ctx.view)
+        self.metrics.register(FairShareCollector(self.ctx))
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.outbox = Outbox(
             self.store, self.ctx.runner, config.notify, config.data_dir / "notify-outbox.json"

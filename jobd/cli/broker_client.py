@@ -81,7 +81,8 @@ def _sender(
 ) -> _Sender:
     from jobd.cli.plain_http import PlainClient, plain_http_serves
 
-    if transport is None and plain_http_serves(server):
+    local = server.startswith("unix:")  # a Unix socket: the standard library's too
+    if transport is None and (local or plain_http_serves(server)):
         return PlainClient(server, token, timeout=timeout)
     from jobd.wire.client import Client
 
@@ -174,6 +175,9 @@ class JobdClient:
     def preempt_job(self, job_id: int) -> Document:
         return self.run(calls.preempt_job(job_id))
 
+    def explain_job(self, job_id: int) -> Document:
+        return self.run(calls.explain_job(job_id))
+
     def preempt_blockers(self, job_id: int, *, dry_run: bool = False) -> BlockersResult:
         return self.run(calls.preempt_blockers(job_id, dry_run=dry_run))
 
@@ -222,6 +226,9 @@ class JobdClient:
 
     def get_project(self, name: str) -> Document:
         return self.run(calls.get_project(name))
+
+    def usage(self) -> Document:
+        return self.run(calls.usage())
 
     def get_worker(self, name: str) -> Document:
         return self.run(calls.get_worker(name))

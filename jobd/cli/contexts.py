@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from jobd.cli.credentials import TokenFileError, read_token_file
-from jobd.discovery import DEFAULT_SERVER, config_path, default_token
+from jobd.discovery import DEFAULT_SERVER, config_path, default_token, local_socket
 
 __all__ = [
     "Config",
@@ -52,8 +52,8 @@ class Context(BaseModel):
     @field_validator("server")
     @classmethod
     def _is_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        if value is not None and not value.startswith(("http://", "https://", "unix:///")):
+            raise ValueError(f"{value!r} is not an http://, https:// or unix:///PATH URL")
         return value
 
 
@@ -122,7 +122,8 @@ def resolve_connection(
     """Flags and environment (already merged by click: `server`, `token`, `token_file`) over
     the context, over the defaults. Raises ConfigError for a context or token file unusable."""
     context = _chosen_context(context_name)
-    chosen_server = server or context.server or DEFAULT_SERVER
+    configured = token is not None or token_file is not None or bool(context.token_file)
+    chosen_server = server or context.server or local_socket(configured) or DEFAULT_SERVER
     if token_file is not None:  # wins over --token, as it does for `jobd worker`
         token = _token_from(token_file)
     if token is None and context.token_file and chosen_server == context.server:

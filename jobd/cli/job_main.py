@@ -36,6 +36,7 @@ from jobd.discovery import (
     config_path,
     default_server,
     default_token,
+    local_socket,
     usable_token,
 )
 from jobd.wire.errors import ApiError, BrokerUnreachable
@@ -65,6 +66,10 @@ _LAZY_VERBS = {
     ),
     "preempt": ("acting", "Request preemption of running jobs."),
     "preempt-blockers": ("acting", "Preempt what keeps a queued job from running."),
+    "explain": (
+        "explaining",
+        "Say why a queued job is not running: each worker, its queue place, preemption.",
+    ),
     "rerun": ("acting", "Submit a copy of a job that has ended, as a new job; print its id."),
     "resume": ("acting", "Resubmit preempted jobs from their checkpoints."),
     "wait": (
@@ -80,9 +85,14 @@ _LAZY_VERBS = {
         "Print the shell completion script for bash, zsh or fish (click's own).",
     ),
     "ui": ("dashboard", "Print (and open) a login URL for the web dashboard at /ui."),
+    "usage": ("usage", "Show fair share: each project's and user's usage, share and factor."),
     "top": (
         "top",
         "Show workers and their GPUs, running jobs, the queue and preemptions, live.",
+    ),
+    "whoami": (
+        "whoami",
+        "Show who the broker knows you as: user, uid, groups, admin or not, and how.",
     ),
 }
 VERB_MODULES = {verb: module for verb, (module, _) in _LAZY_VERBS.items()}
@@ -187,8 +197,8 @@ def _usage_sentence(exc: click.UsageError) -> str:
 
 
 def _check_server(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not value.startswith(("http://", "https://")):
-        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL")
+    if value is not None and not value.startswith(("http://", "https://", "unix:///")):
+        raise click.BadParameter(f"{value!r} is not an http://, https:// or unix:///PATH URL")
     return value
 
 
@@ -206,7 +216,9 @@ def _complete_context(
     envvar="JOBD_URL",
     callback=_check_server,
     show_envvar=True,
-    help="The broker's URL [default: the context's, else http://127.0.0.1:8765].",
+    help="The broker's URL, or unix:///PATH for its Unix socket [default: the context's, "
+    "else JOBD_SOCKET, else a local broker's socket when no token is given, else "
+    "http://127.0.0.1:8765].",
 )
 @click.option(
     "--token",
@@ -240,7 +252,7 @@ def cli(ctx: click.Context, /, **connection: Any) -> None:
     connection["token"] = _stripped(connection["token"])
     if connection["context_name"] is None and not config_path().exists():
         # No contexts: no YAML or pydantic to load, the common case kept fast.
-        settings.server = connection["server"] or DEFAULT_SERVER
+        settings.server = connection["server"] or _socket_or_default(connection)
         settings.token = _token(connection["token"], connection["token_file"], settings.server)
         return
     from jobd.cli.contexts import ConfigError, resolve_connection
@@ -252,6 +264,12 @@ def cli(ctx: click.Context, /, **connection: Any) -> None:
     settings.server, settings.token = chosen.server, chosen.token
     if chosen.project:  # click's own defaults, below any flag or environment variable
         ctx.default_map = {verb: {"project": chosen.project} for verb in ("submit", "get")}
+
+
+def _socket_or_default(connection: dict[str, Any]) -> str:
+    """No server said: the local broker's socket (discovery.local_socket), else TCP."""
+    configured = connection["token"] is not None or connection["token_file"] is not None
+    return local_socket(configured) or DEFAULT_SERVER
 
 
 def _stripped(token: str | None) -> str | None:

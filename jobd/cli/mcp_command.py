@@ -24,10 +24,9 @@ _NO_SDK = "jobd mcp: the MCP server needs the optional extra: pip install 'jobd[
 @click.option(
     "--server",
     envvar="JOBD_URL",
-    default="http://127.0.0.1:8765",
-    show_default=True,
     show_envvar=True,
-    help="The broker's URL.",
+    help="The broker's URL, or unix:///PATH for its Unix socket. [default: JOBD_SOCKET, "
+    "else a local broker's socket when no token is given, else http://127.0.0.1:8765]",
 )
 @click.option(
     "--token",
@@ -43,7 +42,7 @@ _NO_SDK = "jobd mcp: the MCP server needs the optional extra: pip install 'jobd[
     type=click.Path(path_type=Path),
     help="Read the token from this file (mode 0600) instead.",
 )
-def mcp(server: str, token: str | None, token_file: Path | None) -> None:
+def mcp(server: str | None, token: str | None, token_file: Path | None) -> None:
     """Serve MCP on stdio: tools for an LLM agent to submit, watch and stop jobs.
 
     Wire it into an MCP client as the command `jobd` with the argument `mcp`
@@ -56,9 +55,11 @@ def mcp(server: str, token: str | None, token_file: Path | None) -> None:
             raise
         click.echo(_NO_SDK, err=True)
         raise SystemExit(1) from None
-    from jobd.cli.broker_client import JobdClient, default_token
+    from jobd.cli.broker_client import DEFAULT_SERVER, JobdClient, default_token
+    from jobd.discovery import local_socket
 
     chosen = _token_from_file(token_file) if token_file else _usable(token)
+    server = server or local_socket(chosen is not None) or DEFAULT_SERVER
     with JobdClient(server, chosen or default_token(server)) as broker:
         build_server(broker).run("stdio")
 

@@ -123,6 +123,14 @@ class JobTools:
         with _as_tool_errors():
             return self.broker.get_job(self._id(job))
 
+    def explain_job(self, job: JobRef) -> Document:
+        """Why a job is not running (as `job explain`): for a Pending job its reason, each
+        worker's verdict (what it lacks and by how much), its place in the queue, the jobs
+        it depends on, its retry backoff, its array's cap, and what preemption could free;
+        for any other job its phase and why. Each finding has a `says` sentence."""
+        with _as_tool_errors():
+            return self.broker.explain_job(self._id(job))
+
     def list_jobs(
         self,
         project: Annotated[str | None, Field(description="Only this project's jobs.")] = None,
@@ -283,6 +291,7 @@ def build_server(broker: JobdClient) -> MCPServer:
     hinted: list[tuple[Callable[..., Document], ToolAnnotations]] = [
         (with_spec_parameters(tools.submit_job), _MAKES),
         (tools.get_job, _READ),
+        (tools.explain_job, _READ),
         (tools.list_jobs, _READ),
         (tools.job_logs, _READ),
         (tools.job_events, _READ),

@@ -22,7 +22,15 @@ from urllib.parse import urlsplit
 
 from jobd.discovery import usable_token
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
-from jobd.wire.plain_http import HOLD_MARGIN_S, Reply, plain_http_serves, request_body, target
+from jobd.wire.plain_http import (
+    HOLD_MARGIN_S,
+    UNIX_HOST,
+    Reply,
+    plain_http_serves,
+    request_body,
+    target,
+    unix_socket_path,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -47,16 +55,24 @@ class PlainClient:
         user_agent: str = "jobd-client",
     ) -> None:
         self.server = server.rstrip("/")
+        socket_path = unix_socket_path(self.server)
         parts = urlsplit(self.server)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"the broker address {self.server!r} must start with http://")
-        self._base_path = parts.path.rstrip("/")
+        if socket_path is None and (parts.scheme != "http" or not parts.hostname):
+            raise ValueError(
+                f"the broker address {self.server!r} must start with http:// or unix://"
+            )
+        self._base_path = "" if socket_path else parts.path.rstrip("/")
         self.headers = {"User-Agent": user_agent, "Accept": "*/*"}
         token = usable_token(token, "the token given")  # TokenError (a ValueError), never sent
-        if token:
+        if token and socket_path is None:  # the socket knows the caller by its uid
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
-        self._connection = _Connection(parts.hostname, parts.port or 80, timeout=timeout)
+        self._connection: http.client.HTTPConnection
+        if socket_path is not None:
+            self._connection = _UnixConnection(socket_path, timeout=timeout)
+        else:
+            assert parts.hostname is not None
+            self._connection = _Connection(parts.hostname, parts.port or 80, timeout=timeout)
 
     def run(self, call: Call[T]) -> T:
         """Send the call; its answer's value, or ApiError / BrokerUnreachable."""
@@ -101,6 +117,8 @@ class PlainClient:
         except OSError:  # refused, no such host, or no answer in time
             connection.close()
             said = "cannot reach the jobd broker at {server} (is `jobd dev` running?)"
+            if isinstance(connection, _UnixConnection):
+                said = "cannot reach the jobd broker at {server} (is `jobd broker` running?)"
             raise self._unreachable(said) from None
 
     def _unreachable(self, message: str) -> BrokerUnreachable:
@@ -130,6 +148,24 @@ class _Connection(http.client.HTTPConnection):
     def __init__(self, host: str, port: int, timeout: float) -> None:
         super().__init__(host, port, timeout=timeout)
         self._create_connection = _create_connection
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """http.client's connection over a broker's Unix socket (`unix:///PATH`)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__(UNIX_HOST, timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
 
 
 def _create_connection(address: tuple[str, int], *args: Any) -> socket.socket:

@@ -41,6 +41,7 @@ __all__ = [
     "to_json",
     "to_text",
     "victim_line",
+    "wait_reason",
     "waiting_for",
     "watch_line",
     "workers_table",
@@ -263,13 +264,33 @@ def jobs_table(
         status = _status(job)
         created = (job.get("metadata") or {}).get("created_at")
         row = [_id(job), _ref(job), phase_text(job), _priority(job)]
-        row += [status.get("worker") or "-", progress_text(job), _age(created, now)]
+        row += [_worker_or_reason(status), progress_text(job), _age(created, now)]
         if wide:
             command = shlex.join(_spec(job).get("command") or [])
             row += [eta_text(job), status.get("desired_phase") or "-", _gpus(job), _exit(job)]
             row.append(command)
         table.add_row(*row)
     return table
+
+
+def _worker_or_reason(status: Document) -> str:
+    """The job's worker; for a Pending job, why it waits, in parentheses (squeue's
+    NODELIST(REASON): `(WaitingForCapacity)`)."""
+    if status.get("phase", _PENDING) != _PENDING:
+        return str(status.get("worker") or "-")
+    reason = wait_reason(status)
+    return f"({reason})" if reason else "-"
+
+
+def wait_reason(status: Document) -> str | None:
+    """A queued job's reason (api/wait_reasons.py): its `Scheduled=False` condition's,
+    else what its status shows (a job stored before reasons were written)."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Scheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or "") or None
+    if status.get("retry_at"):
+        return "RetryBackoff"
+    return "WaitingForDependencies" if status.get("dependencies_met") is False else None
 
 
 def watch_line(op: str, job: Document, now: datetime | None = None) -> str:
@@ -500,7 +521,7 @@ def workers_table(
     now = _now(now)
     slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
-    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LABELS"]
+    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS", "RUN-AS"]
     table = _table(*headers, *(more if wide else []))
     held = _held(bound) if wide else {}
     for worker in workers:
@@ -514,7 +535,9 @@ def workers_table(
         if wide:
             row += [status.get("hostname") or "-", status.get("runner") or "-"]
             row.append(_age(status.get("registered_at"), now))
-            row += _inventory(spec, held.get(name, (0, 0)))
+            cpus, memory, labels = _inventory(spec, held.get(name, (0, 0)))
+            row += [cpus, memory, _enforcement(spec), labels]
+            row.append(status.get("runs_as") or "-")  # `owner`, or the user every job runs as
         table.add_row(*row)
     return table
 
@@ -543,6 +566,15 @@ def _inventory(spec: Document, held: tuple[int, int]) -> list[str]:
     )
     labels = ",".join(f"{k}={v}" for k, v in sorted((spec.get("labels") or {}).items()))
     return [free_cpus, free_memory, labels or "-"]
+
+
+def _enforcement(spec: Document) -> str:
+    """LIMITS: how the worker holds jobs to their cpus and memory, `cpu,memory`
+    (affinity,cgroup-v1), `-` where it says none (an older agent)."""
+    enforcement = spec.get("enforcement") or {}
+    if not enforcement:
+        return "-"
+    return f"{enforcement.get('cpu', 'none')},{enforcement.get('memory', '-')}"
 
 
 def _usage(bound: Iterable[Document]) -> tuple[dict[str, int], dict[str, dict[int, int]]]:

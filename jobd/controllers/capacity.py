@@ -8,7 +8,7 @@ workers and bound jobs; nothing here reads the store.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Resources, Worker, WorkerPhase, WorkerSpec
@@ -19,9 +19,13 @@ from jobd.controllers.worker_disk import disk_is_full
 
 __all__ = [
     "Capacity",
+    "PlacementKey",
+    "best_of",
     "capacity_of",
     "choose_worker",
+    "empty_capacity",
     "give_back",
+    "hold_for",
     "reserve_nominated",
     "schedulable",
 ]
@@ -55,18 +59,34 @@ class Capacity:
     # The whole inventory in CPUs (thousandths) and memory: the best fit's measure.
     total_millicpus: int = 0
     total_memory: int = 0
+    # The owners whose jobs may run here (its status.users, as published: not copied, as
+    # capacities are built every pass); None: any (eligibility.py). See knows().
+    users: Sequence[str] | None = None
+    _user_set: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
-    def pick(self, job: Job) -> list[int] | None:
+    def knows(self, owner: str | None) -> bool:
+        """Whether a job of `owner` may run here; the names hashed once, on first need."""
+        if owner is None or self.users is None:
+            return True
+        if self._user_set is None:
+            self._user_set = frozenset(self.users)
+        return owner in self._user_set
+
+    def pick(self, job: Job, *, admitted: bool = False) -> list[int] | None:
         """The GPUs `job` would get here ([] for a CPU job); None when it does not fit.
 
         What is held for other nominated jobs is not offered: their slot, CPUs and
         memory, and the GPUs they would be given (those free now that fit them, up to
-        their count).
+        their count). `admitted`: the job is known to be eligible here.
         """
         spec = job.spec
+        if self.users is not None and not self.knows(job.metadata.owner):
+            return None
         # Eligibility first, checked only where there is something to check: this runs
         # for every queued job against every worker on the scheduler's hot path.
-        where = self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
+        where = not admitted and (
+            self.rooted or spec.worker is not None or spec.node_selector or spec.node_affinity
+        )
         if where and self.spec is not None and not eligible(spec, self.worker, self.spec):
             return None
         if self.reserved:
@@ -101,15 +121,21 @@ class Capacity:
     def lacks(self, job: Job) -> set[str]:
         """The dimensions `job` is short of here (what is held for others counted as
         taken): `slots`, `gpus`, `cpus`, `memory`."""
+        return set(self.shortfall(job))
+
+    def shortfall(self, job: Job) -> dict[str, tuple[int, int]]:
+        """What `job` is short of here, by dimension, as (needed, free): `slots`, `gpus`
+        (those with its gpu_memory free), `cpus` (thousandths), `memory` (bytes). What
+        is held for other nominated jobs counts as taken; eligibility is not looked at."""
         slots, gpus, millicpus, memory = self._offered(job)
         needs = job.spec.resources
-        short = {
-            "slots": slots < needs.slots,
-            "gpus": len(self._fitting(needs, gpus)) < needs.gpus,
-            "cpus": millicpus < needs.millicpus,
-            "memory": memory < needs.memory_bytes,
+        offered = {
+            "slots": (needs.slots, slots),
+            "gpus": (needs.gpus, len(self._fitting(needs, gpus))),
+            "cpus": (needs.millicpus, millicpus),
+            "memory": (needs.memory_bytes, memory),
         }
-        return {dimension for dimension, lacking in short.items() if lacking}
+        return {dimension: pair for dimension, pair in offered.items() if pair[1] < pair[0]}
 
     def _fitting(self, needs: Resources, gpus: list[int]) -> list[int]:
         """The GPUs of `gpus` with room for `needs`, smallest first (best fit: big ones
@@ -157,6 +183,8 @@ class Capacity:
             self.rooted,
             self.total_millicpus,
             self.total_memory,
+            self.users,
+            self._user_set,
         )
 
 
@@ -193,6 +221,11 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
     return caps
 
 
+def empty_capacity(worker: Worker) -> Capacity:
+    """All of one worker's capacity, as if nothing ran there (whatever its phase)."""
+    return _capacity(worker)
+
+
 def _capacity(worker: Worker) -> Capacity:
     """An empty worker's capacity: all of it free."""
     spec = worker.spec
@@ -209,10 +242,13 @@ def _capacity(worker: Worker) -> Capacity:
         bool(spec.mount_roots),
         millicpus,
         memory,
+        worker.status.users,
     )
 
 
 def _memory_free(worker: Worker) -> dict[int, int]:
+    if not worker.spec.gpu_memory:
+        return {}  # a CPU worker: asked of every worker in every pass
     foreign = worker.status.gpu_memory_foreign
     return {g: size - foreign.get(g, 0) for g, size in worker.spec.gpu_memory.items()}
 
@@ -228,7 +264,12 @@ def give_back(cap: Capacity, job: Job) -> None:
 
 def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
     """Hold the capacity freed by preemption for the queued jobs it was freed for."""
-    for job in view.nominated.values():
+    hold_for(view.nominated.values(), caps)
+
+
+def hold_for(nominated: Iterable[Job], caps: dict[str, Capacity]) -> None:
+    """Hold on each nominated job's worker what it needs (reserve_nominated's rule)."""
+    for job in nominated:
         cap = caps.get(job.status.nominated_worker or "")
         if cap is not None:
             cap.reserved[job.id] = job.spec.resources
@@ -239,33 +280,47 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
     with most free slots; for a GPU job, the one whose GPUs fit it best (least memory
     given, then most GPUs left), so big GPUs stay free for the jobs that need them. A job
     naming CPUs or memory goes, after its GPUs, where it leaves least of them free (best
-    fit: big holes stay for big jobs)."""
+    fit: big holes stay for big jobs). The scheduler asks the same of an index by free
+    room (rooms.py), which looks at one worker of each kind instead of every worker."""
     if job.status.nominated_worker:
         cap = caps.get(job.status.nominated_worker)
         return cap if cap is not None and cap.fits(job) else None
+    return best_of(job, caps.values())
+
+
+# What a worker is worth to a job (larger is better): see choose_worker.
+PlacementKey = tuple[float, float, int, str]
+
+
+def best_of(job: Job, caps: Iterable[Capacity], *, admitted: bool = False) -> Capacity | None:
+    """The best of `caps` for `job` by choose_worker's measure; `admitted`: each of them
+    is known to be eligible (rooms.py judged its kind once), so pick() need not ask."""
     spec = job.spec
     needs = spec.resources
     slots, count, millicpus, memory = needs.slots, needs.gpus, needs.millicpus, needs.memory_bytes
     sized = bool(millicpus or memory)
+    owner = job.metadata.owner
     # Whether pick() has more to check than the comparisons below, whatever the worker.
-    where = count > 0 or eligibility.asks_where(spec)
-    best: tuple[tuple[float, float, int, str], Capacity] | None = None
-    for cap in caps.values():
+    where = count > 0 or (not admitted and eligibility.asks_where(spec))
+    best: tuple[PlacementKey, Capacity] | None = None
+    for cap in caps:
         # What is free before reservations bounds what pick() offers: most workers a job
         # does not fit are passed over here, at the cost of four comparisons.
         if cap.free_slots < slots or cap.free_millicpus < millicpus or cap.free_memory < memory:
             continue
         if len(cap.free_gpus) < count:
             continue
-        if where or cap.reserved or cap.rooted:
-            picked = cap.pick(job)
+        if owner is not None and cap.users is not None and not cap.knows(owner):
+            continue  # the owner does not exist there (eligibility.knows_owner)
+        if where or cap.reserved or (cap.rooted and not admitted):
+            picked = cap.pick(job, admitted=admitted)
             if picked is None:
                 continue
             gpus = picked
         else:
             gpus = []  # no GPUs, holds, nor rules: the comparisons above were pick()'s
         snug = -cap.left_after(needs) if sized else 0.0
-        if needs.gpus:
+        if count:
             given = sum(cap.gpu_memory.get(g, 0) for g in gpus)
             key = (float(-given), snug, len(cap.free_gpus), cap.worker)
         else:

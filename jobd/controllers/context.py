@@ -8,6 +8,7 @@ from datetime import datetime
 
 from jobd.api.models import Worker
 from jobd.controllers.clock import Clock, SystemClock
+from jobd.controllers.fairshare import Billing, Usage
 from jobd.controllers.observed import ObservedTime
 from jobd.controllers.view import ClusterView
 from jobd.store.base import Change, EventRecord, Store
@@ -31,6 +32,8 @@ class Settings:
     # How long a finished job is kept when neither it nor its project says
     # (`ttl_after_finished_s`); None: for ever (controllers/retention.py).
     finished_job_ttl_s: float | None = None
+    # Fair share's billing weights and half-life (controllers/fairshare.py).
+    billing: Billing = field(default_factory=Billing)
 
 
 class LeaseTable(dict[str, datetime]):
@@ -105,12 +108,15 @@ class Context:
     # Store work off the event loop, on a thread of its own (PostgreSQL: store/runner.py).
     off_loop: bool = False
     view: ClusterView = field(init=False)
+    # Fair share's stored usage, held for the scheduler (controllers/fairshare.py).
+    usage: Usage = field(init=False)
     observed: ObservedTime = field(init=False)
     runner: StoreRunner = field(init=False)
 
     def __post_init__(self) -> None:
         self.runner = StoreRunner(self.store, self.off_loop)
         self.view = ClusterView(self.store)
+        self.usage = Usage.load(self.store.list_usage())
         self.observed = ObservedTime(self.clock, self.settings.unobserved_gap_s)
         if self.follow_store:
             self.store.subscribe(self.view.on_commit)

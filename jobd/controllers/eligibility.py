@@ -3,20 +3,30 @@
 Three rules, each a job's own word on where it runs (api/models.py JobSpec): its pin
 (`worker`), its `node_selector` (equal labels) and `node_affinity` (Kubernetes'
 matchExpressions), and its `cwd`, which must lie under one of the worker's `mount_roots`
-when the worker names any (a directory that exists only on some hosts). Pure functions
-of the two specs: the capacity model (capacity.py) skips ineligible workers, and placement
+when the worker names any (a directory that exists only on some hosts). A fourth is the
+host's: a job of an owner goes only where that user exists (the worker's published
+`status.users`, worker/owners.py; `knows_owner`, `owner_refusal`). Pure functions
+of the specs: the capacity model (capacity.py) skips ineligible workers, and placement
 (placement.py) says, when no worker is eligible, which rule kept each out.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 
 from jobd.api.labels import expression_holds
 from jobd.api.models import JobSpec, WorkerSpec
 
-__all__ = ["admits", "asks_where", "eligible", "under_a_root", "why_not"]
+__all__ = [
+    "admits",
+    "asks_where",
+    "eligible",
+    "knows_owner",
+    "owner_refusal",
+    "under_a_root",
+    "why_not",
+]
 
 
 def asks_where(spec: JobSpec) -> bool:
@@ -59,6 +69,17 @@ def why_not(
     if mount_roots and not under_a_root(spec.cwd, mount_roots):
         return f"cwd {spec.cwd} is under none of its mount roots ({', '.join(mount_roots)})"
     return None
+
+
+def knows_owner(owner: str | None, users: Container[str] | None) -> bool:
+    """Whether a worker publishing `users` may run a job of `owner`: a job of no owner
+    runs anywhere, and a worker publishing none (None) takes any owner."""
+    return owner is None or users is None or owner in users
+
+
+def owner_refusal(owner: str | None, users: Container[str] | None) -> str | None:
+    """Why a worker publishing `users` may not run a job of `owner`, in a few words."""
+    return None if knows_owner(owner, users) else f"user {owner} does not exist on this host"
 
 
 def under_a_root(cwd: str | None, roots: Sequence[str]) -> bool:

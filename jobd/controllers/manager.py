@@ -14,12 +14,14 @@ from itertools import chain
 
 import anyio
 
+from jobd.controllers.accounting import AccountingController
 from jobd.controllers.context import Context
 from jobd.controllers.guards import GuardsController
 from jobd.controllers.lifecycle import LifecycleController
 from jobd.controllers.placement import PlacementController
 from jobd.controllers.projects import ProjectsController
 from jobd.controllers.queueing import Reconciler, WorkQueue, run_controller, run_resync
+from jobd.controllers.reclaim import ReclaimController
 from jobd.controllers.retention import RetentionController
 from jobd.controllers.retries import RetriesController
 from jobd.controllers.scheduler import SchedulerController
@@ -45,6 +47,8 @@ class Manager:
                 GuardsController(ctx),
                 RetentionController(ctx),
                 RetriesController(ctx),
+                AccountingController(ctx),
+                ReclaimController(ctx),
             )
         }
         self.queues = {
@@ -58,6 +62,11 @@ class Manager:
 
     def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
         for name, controller in self.controllers.items():
+            queue = self.queues[name]
+            if hasattr(controller, "worker_coalesce_s"):
+                for key, wait in _waits(controller, changes).items():
+                    queue.add_after(key, wait)
+                continue
             # A commit of many changes (an apply) names the same few keys again and
             # again (the scheduler's `queue`): each is handed to the queue once.
             keys = dict.fromkeys(chain.from_iterable(map(controller.keys_for, changes)))
@@ -66,7 +75,6 @@ class Manager:
             # change waits that long); one that must answer at once spaces its passes
             # instead (`pass_spacing_s`: the queue's own, see WorkQueue).
             coalesce = getattr(controller, "coalesce_s", 0.0)
-            queue = self.queues[name]
             for key in keys:
                 queue.add_after(key, coalesce)
 
@@ -83,3 +91,21 @@ class Manager:
             for name, controller in self.controllers.items():
                 tg.start_soon(run_controller, controller, self.queues[name])
                 tg.start_soon(run_resync, controller, self.queues[name])
+
+
+def _waits(controller: Reconciler, changes: Sequence[Change]) -> dict[str, float]:
+    """The keys a commit names, each with how long it may wait: the least its changes say.
+
+    A controller whose pass looks at every worker (the scheduler, placement) lets a key
+    that only workers' changes name wait `worker_coalesce_s`: a thousand agents
+    registering at once then make a pass every that long, not one each, and a new worker
+    waits at most that long for its first job. A job's change still asks at once.
+    """
+    coalesce = getattr(controller, "coalesce_s", 0.0)
+    for_workers = getattr(controller, "worker_coalesce_s", coalesce)
+    waits: dict[str, float] = {}
+    for change in changes:
+        wait = for_workers if change.kind == "Worker" else coalesce
+        for key in controller.keys_for(change):
+            waits[key] = min(wait, waits.get(key, wait))
+    return waits

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from jobd.api.models import Job, JobSpec, Phase, Resources, Worker
 from jobd.api.sizes import format_size
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import eligibility, transitions
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 EVERY_QUEUED_JOB = "*"
-UNSCHEDULABLE = "Unschedulable"
+UNSCHEDULABLE = WaitReason.UNSCHEDULABLE.value
 # How many workers a message names, each with what keeps the job from it.
 _NAMED = 4
 
@@ -57,6 +58,7 @@ class Shape(NamedTuple):
     name: str = ""
     labels: tuple[tuple[str, str], ...] = ()
     mount_roots: tuple[str, ...] = ()
+    users: frozenset[str] | None = None  # the owners it takes (None: any)
 
 
 def shapes_of(workers: Iterable[Worker]) -> set[Shape]:
@@ -65,20 +67,31 @@ def shapes_of(workers: Iterable[Worker]) -> set[Shape]:
 
 
 def placement_message(
-    spec: JobSpec, shapes: Collection[Shape], rooted: bool | None = None
+    spec: JobSpec, shapes: Collection[Shape], rooted: bool | None = None, owner: str | None = None
 ) -> str | None:
     """Why no worker of these shapes could ever run a job of `spec`; None if one could.
 
     First the workers it may run on at all (its pin, selector, affinity; its cwd under
     a worker's mount roots: eligibility.py); then, among those, one whose whole capacity
     holds every dimension it asks for at once. `rooted`: whether some shape names mount
-    roots (the controller keeps it; else it is worked out here).
+    roots (the controller keeps it; else it is worked out here). `owner`: the job's, which
+    must exist on a worker's host (eligibility.knows_owner) before anything else counts.
     """
+    if not shapes:
+        return None
+    if owner is not None:
+        strangers = [s for s in shapes if not eligibility.knows_owner(owner, s.users)]
+        if len(strangers) == len(shapes):
+            refusals = [f"{s.name}: {eligibility.owner_refusal(owner, s.users)}" for s in shapes]
+            return _no_worker_may(spec, sorted(refusals))
+        if strangers:
+            shapes = [s for s in shapes if s not in strangers]
     needs = spec.resources
     if rooted is None:
         rooted = any(s.mount_roots for s in shapes)
-    sized = needs.gpus or needs.millicpus or needs.memory_bytes
-    if not shapes or not (sized or rooted or eligibility.asks_where(spec)):
+    # Every create and every change of a queued job asks: a job naming none of it is
+    # answered on the fields themselves (cpus and memory are None or above zero).
+    if not (needs.gpus or needs.cpus or needs.memory or rooted or eligibility.asks_where(spec)):
         return None
     welcome = [s for s in shapes if _admits(spec, s)]
     if not welcome:
@@ -182,6 +195,7 @@ def _shape(worker: Worker) -> Shape:
         worker.name,
         tuple(sorted(spec.labels.items())),
         tuple(spec.mount_roots),
+        None if worker.status.users is None else frozenset(worker.status.users),
     )
 
 
@@ -189,6 +203,7 @@ class PlacementController:
     """Per-job key (and `*`): say, or unsay, that no worker could run a queued job."""
 
     name = "placement"
+    worker_coalesce_s = 0.1  # every queued job looked at: a fleet registering, once
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -207,7 +222,7 @@ class PlacementController:
         shapes = self._shapes.values()
         if self._rooted is None:  # worked out again after any worker's change
             self._rooted = any(s.mount_roots for s in shapes)
-        return placement_message(job.spec, shapes, self._rooted)
+        return placement_message(job.spec, shapes, self._rooted, job.metadata.owner)
 
     def _differs(self, job: Job) -> bool:
         """Whether `job`'s condition says other than the verdict on it now."""
@@ -252,7 +267,9 @@ class PlacementController:
         message = self._message(job)
         now = self.ctx.clock.now()
         moved = (
-            transitions.unschedulable(job, message, now) if message else transitions.placeable(job)
+            transitions.unschedulable(job, message, now)
+            if message
+            else transitions.placeable(job, now)
         )
         try:
             store.update_job(*moved)

@@ -13,19 +13,17 @@ watch and starts the process.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 from typing import NamedTuple
 
 from jobd.api.models import BOUND_PHASES, Job, Phase
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import transitions
-from jobd.controllers.capacity import (
-    Capacity,
-    capacity_of,
-    choose_worker,
-    reserve_nominated,
-    schedulable,
-)
+from jobd.controllers.capacity import Capacity, capacity_of, reserve_nominated, schedulable
 from jobd.controllers.context import Context
+from jobd.controllers.fairqueue import FairInputs, FairPass, fair_inputs
 from jobd.controllers.queueing import DONE, Result
+from jobd.controllers.rooms import RoomIndex
 from jobd.store.base import Change, Conflict, Fits
 
 __all__ = ["QUEUE_KEY", "Room", "SchedulerController", "bind_into", "free_room"]
@@ -42,13 +40,16 @@ class SchedulerController:
     # bound); under load, passes start at least this far apart, so the changes of a
     # couple of milliseconds make one pass, not one each.
     pass_spacing_s = 0.002
+    # A worker's change (a registration, a cordon lifted) waits this long for its pass,
+    # so a fleet registering at once makes a pass per tenth of a second (manager.py).
+    worker_coalesce_s = 0.1
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.resync_s = ctx.settings.sweep_interval_s
 
     def keys_for(self, change: Change) -> Iterable[str]:
-        if change.kind == "Worker":
+        if change.kind in _WORKER_OR_PROJECT:  # a project's quota or shares may have moved
             return [QUEUE_KEY]
         job = change.job
         if job is None:
@@ -73,7 +74,7 @@ class SchedulerController:
         # pass has been heard (a report's commit may have bound into room the view showed
         # free); the queue is read and bound on the store's thread off the loop
         # (store/runner.py), which never sees the view: it binds against copies.
-        if await self.ctx.runner.run_prepared(lambda: self._room(room), self._bind_queued):
+        if await self.ctx.runner.run_prepared(lambda: self._room(room), self._bind_room):
             self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
         return DONE
 
@@ -85,100 +86,140 @@ class SchedulerController:
             reserve_nominated(self.ctx.view, room.caps)
         return room
 
-    def _bind_queued(self, room: Room | None) -> bool:
-        """Bind ready queued jobs into the room, best first; True when a bind lost a race.
+    def _bind_room(self, room: Room | None) -> bool:
+        if room is None:
+            return False
+        return self._bind_queued(room.caps, room.arrays, room.fair)
+
+    def _bind_queued(
+        self, caps: dict[str, Capacity], arrays: dict[int, int], fair: FairInputs | None = None
+    ) -> bool:
+        """Bind ready queued jobs into `caps`, best first; True when a bind lost a race.
+
+        `arrays`: how many members of each array with a parallelism cap are bound; a
+        member past its array's cap is passed over (Slurm's JobArrayTaskLimit).
 
         The pass's binds share one commit (a bind that loses its race changes nothing and
         the others go on): one transaction and one hearing by the listeners for the jobs a
         burst of freed slots lets start, not one each, and the worker's watch gets them
         in one answer.
         """
-        if room is None:
-            return False
         with self.ctx.store.batch():
-            return bind_into(self.ctx, room)
+            if fair is not None:  # fair share between projects, or quotas (fairqueue.py)
+                return self._bind_fair(fair, caps, arrays)
+            return self._bind_pages(caps, arrays)
+
+    def _bind_fair(
+        self, fair: FairInputs, caps: dict[str, Capacity], arrays: dict[int, int]
+    ) -> bool:
+        def admit(job: Job) -> bool:
+            return _under_array_cap(job, arrays)
+
+        rooms = RoomIndex(caps)  # a job weighs one worker of each kind and room
+
+        def bind(job: Job, cap: Capacity) -> bool:
+            bound = self._bind(job, cap, rooms)
+            if bound and job.metadata.array is not None:
+                arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+            return bound
+
+        page = min(_SCAN_LIMIT, max(8, 2 * _room(caps.values())))
+        fair_pass = FairPass(self.ctx, fair, caps, _fits(caps), page, bind, admit, rooms.choose)
+        return fair_pass.run(_SCAN_LIMIT, lambda: _room(caps.values()))
+
+    def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
+        after: tuple[int, int] | None = None
+        scanned, raced = 0, False
+        rooms = RoomIndex(caps)  # a job weighs one worker of each kind and room
+        while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
+            # Read about as many queued jobs as could start: a pass costs what it binds.
+            # (Twice that; a page whose jobs all go unbound is followed by the next one.
+            # A floor of 8 parsed six bodies more than a one-slot pass binds.)
+            size = min(_SCAN_LIMIT - scanned, 2 * free)
+            # Jobs too big for every worker's free room stay in the index, unread.
+            fits = _fits(caps)
+            page = self.ctx.store.queue_head(size, fits, after)
+            lost, past_full_array = self._bind_page(page, rooms, arrays)
+            raced = raced or lost
+            scanned += len(page)
+            if past_full_array is not None:  # the rest of that array's members: unread
+                after = past_full_array
+            elif len(page) < size:
+                break
+            else:
+                after = (page[-1].status.effective.priority, page[-1].id)
+        return raced
+
+    def _bind_page(
+        self, page: list[Job], rooms: RoomIndex, arrays: dict[int, int]
+    ) -> tuple[bool, tuple[int, int] | None]:
+        """Bind what fits of one page; True when a bind lost a race, and, when a member of
+        a full array was met, where the next page starts: past that array's members."""
+        raced = False
+        for job in page:
+            if not _under_array_cap(job, arrays):
+                self._say(job, WaitReason.ARRAY_PARALLELISM, _capped(job))
+                past = _past_array(job)
+                if past is not None:
+                    return raced, past
+                continue
+            cap = rooms.choose(job)
+            if cap is not None:
+                bound = self._bind(job, cap, rooms)
+                raced = not bound or raced
+                if bound and job.metadata.array is not None:
+                    arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
+            elif job.metadata.array is not None:  # under its cap now: it waits for room
+                self._say(job, WaitReason.WAITING_FOR_CAPACITY, transitions.ROOM_TAKEN)
+        return raced, None
+
+    def _say(self, job: Job, reason: WaitReason, message: str) -> None:
+        """Write why `job` waits where the pass decided it, if the job says otherwise:
+        once per change of reason (the write is then skipped), never once per pass."""
+        said, _ = transitions.wait_reason(job, reason, message, self.ctx.clock.now())
+        if said is not job:
+            with suppress(Conflict):  # the job moved meanwhile; its next read says why
+                self.ctx.store.update_job(said, [])
+
+    def _bind(self, job: Job, cap: Capacity, rooms: RoomIndex | None = None) -> bool:
+        """Bind `job` into `cap` (through `rooms`, which the plain pass keeps current)."""
+        gpus = rooms.take(cap, job) if rooms is not None else cap.take(job)
+        bound, events = transitions.bind(job, cap.worker, gpus, self.ctx.clock.now())
+        try:
+            self.ctx.store.update_job(bound, events)
+        except Conflict:
+            return False
+        return True
 
 
 class Room(NamedTuple):
-    """Free capacity to bind into: each worker's, and how many members of each array
-    with a parallelism cap are bound (a member past its array's cap is passed over,
-    Slurm's JobArrayTaskLimit). Copies: the store's thread may bind against them."""
+    """Free capacity to bind into, read on the loop: each worker's, how many members of
+    each array with a parallelism cap are bound, and the fair-share inputs (None: plain
+    priority-then-id order). Copies: the store's thread may bind against them."""
 
     caps: dict[str, Capacity]
     arrays: dict[int, int]
+    fair: FairInputs | None
 
 
 def free_room(ctx: Context) -> Room | None:
-    """The room the view shows on the schedulable workers, read on the loop; None when
-    no worker has a free slot or GPU. Held capacity is not yet taken out
-    (reserve_nominated)."""
+    """The room the view shows on the schedulable workers; None when no worker has a free
+    slot or GPU. Held capacity is not yet taken out (reserve_nominated)."""
     view = ctx.view
     caps = capacity_of(schedulable(view.workers.values(), ctx.leases.heard), view.bound.values())
     if not any(c.has_room() for c in caps.values()):
         return None
-    return Room(caps, dict(view.array_bound))
+    return Room(caps, dict(view.array_bound), fair_inputs(ctx))
 
 
 def bind_into(ctx: Context, room: Room) -> bool:
-    """Bind ready queued jobs into `room`, in the scheduler's order (highest priority
-    first, FIFO within one); True when a bind lost a race. Runs inside the caller's
-    transaction (`store.batch()`): the scheduler's pass, or a worker's reports."""
-    caps, arrays = room.caps, room.arrays
-    after: tuple[int, int] | None = None
-    scanned, raced = 0, False
-    while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
-        # Read about as many queued jobs as could start: a pass costs what it binds.
-        # (Twice that; a page whose jobs all go unbound is followed by the next one.
-        # A floor of 8 parsed six bodies more than a one-slot pass binds.)
-        size = min(_SCAN_LIMIT - scanned, 2 * free)
-        # Jobs too big for every worker's free room stay in the index, unread.
-        fits = Fits(
-            max(max(0, c.free_slots) for c in caps.values()),
-            max(len(c.free_gpus) for c in caps.values()),
-            max(max(0, c.free_millicpus) for c in caps.values()),
-            max(max(0, c.free_memory) for c in caps.values()),
-        )
-        page = ctx.store.queue_head(size, fits, after)
-        lost, past_full_array = _bind_page(ctx, page, caps, arrays)
-        raced = raced or lost
-        scanned += len(page)
-        if past_full_array is not None:  # the rest of that array's members: unread
-            after = past_full_array
-        elif len(page) < size:
-            break
-        else:
-            after = (page[-1].status.effective.priority, page[-1].id)
-    return raced
-
-
-def _bind_page(
-    ctx: Context, page: list[Job], caps: dict[str, Capacity], arrays: dict[int, int]
-) -> tuple[bool, tuple[int, int] | None]:
-    """Bind what fits of one page; True when a bind lost a race, and, when a member of
-    a full array was met, where the next page starts: past that array's members."""
-    raced = False
-    for job in page:
-        if not _under_array_cap(job, arrays):
-            past = _past_array(job)
-            if past is not None:
-                return raced, past
-            continue
-        cap = choose_worker(job, caps)
-        if cap is not None:
-            bound = _bind(ctx, job, cap)
-            raced = not bound or raced
-            if bound and job.metadata.array is not None:
-                arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
-    return raced, None
-
-
-def _bind(ctx: Context, job: Job, cap: Capacity) -> bool:
-    bound, events = transitions.bind(job, cap.worker, cap.take(job), ctx.clock.now())
-    try:
-        ctx.store.update_job(bound, events)
-    except Conflict:
-        return False
-    return True
+    """Bind ready queued jobs into `room` as a pass would (fair share and quotas when
+    set, else priority then id); True when a bind lost a race. Inside the caller's
+    transaction (a worker's reports: verbs/refill.py), so no batch of its own."""
+    scheduler = SchedulerController(ctx)
+    if room.fair is not None:
+        return scheduler._bind_fair(room.fair, room.caps, room.arrays)
+    return scheduler._bind_pages(room.caps, room.arrays)
 
 
 def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
@@ -190,6 +231,11 @@ def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:
     return arrays.get(array.id, 0) < array.parallelism
 
 
+def _capped(job: Job) -> str:
+    array = job.metadata.array
+    return transitions.array_capped(array.parallelism or 0 if array else 0)
+
+
 def _past_array(job: Job) -> tuple[int, int] | None:
     """The queue's position after the last member of `job`'s array (members have
     consecutive ids); None when the array does not say its last member."""
@@ -199,9 +245,20 @@ def _past_array(job: Job) -> tuple[int, int] | None:
     return (job.status.effective.priority, array.last_member)
 
 
+def _fits(caps: dict[str, Capacity]) -> Fits:
+    """The most any one worker has free of each: bigger jobs stay in the index, unread."""
+    return Fits(
+        max(max(0, c.free_slots) for c in caps.values()),
+        max(len(c.free_gpus) for c in caps.values()),
+        max(max(0, c.free_millicpus) for c in caps.values()),
+        max(max(0, c.free_memory) for c in caps.values()),
+    )
+
+
 def _room(caps: Iterable[Capacity]) -> int:
     """How many more jobs could start at most: free slots and free GPUs together."""
     return sum(max(0, c.free_slots) + len(c.free_gpus) for c in caps)
 
 
 _BOUND = {p.value for p in BOUND_PHASES}
+_WORKER_OR_PROJECT = frozenset({"Worker", "Project"})

@@ -26,22 +26,28 @@ from jobd.api.models import (
     Attempt,
     Condition,
     Job,
+    JobStatus,
     Phase,
     PreemptionStatus,
     set_condition,
 )
 from jobd.api.progress import Sample
 from jobd.api.secrets import mask_job
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import progress as progress_math
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.quotas import QUOTA_EXCEEDED
 from jobd.controllers.transition_table import TABLE, Verb, allowed, preempt_refusal
 from jobd.store.base import EventRecord
 
 __all__ = [
+    "PARENTS_WAITED",
+    "ROOM_TAKEN",
     "TABLE",
     "PreemptReason",
     "Verb",
     "allowed",
+    "array_capped",
     "bind",
     "cancel",
     "checkpoint_complete",
@@ -57,8 +63,10 @@ __all__ = [
     "placeable",
     "process_vanished",
     "progress",
+    "quota_exceeded",
     "record_checkpoint_dir",
     "record_checkpoint_latest",
+    "record_cpuset",
     "release_nomination",
     "request_preemption",
     "retry_ready",
@@ -68,10 +76,13 @@ __all__ = [
     "time_out",
     "unbind",
     "unschedulable",
+    "wait_reason",
+    "waits",
+    "within_quota",
 ]
 
 Events = list[EventRecord]
-PreemptReason = Literal["sweeper", "manual", "blockers", "drain"]
+PreemptReason = Literal["sweeper", "manual", "blockers", "drain", "reclaim"]
 P = Phase
 _STOP_TARGET = {"preempt": P.PREEMPTING, "cancel": P.CANCELLING}
 
@@ -165,7 +176,7 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
     status.reason = None
     status.message = f"attempt {status.attempt} ended: {reason}; run again in {wait_s:g} s"
     set_condition(status, "Running", False, "Retrying", reason, now=now)
-    set_condition(status, "Scheduled", False, _RETRY_BACKOFF, status.message, now=now)
+    waits(status, WaitReason.RETRY_BACKOFF, status.message, now)
     fields = {
         "attempt": status.attempt + 1,
         "retry": status.retries,
@@ -176,7 +187,43 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
     return [EventRecord("job_retrying", job=job.id, worker=worker, fields=fields)]
 
 
-_RETRY_BACKOFF = "RetryBackoff"
+_RETRY_BACKOFF = WaitReason.RETRY_BACKOFF.value
+# What a queued job says while some worker could run it but none has the room free.
+ROOM_TAKEN = "waiting for a worker with room"
+# What a job says while some job of its depends_on has not ended as it requires.
+PARENTS_WAITED = "waiting for the jobs it depends on to end"
+
+
+def waits(status: JobStatus, reason: WaitReason, message: str, now: datetime | None) -> None:
+    """Say why a queued job is not running: its `Scheduled=False` condition's reason
+    (api/wait_reasons.py), written with the move that makes it so, never on its own."""
+    set_condition(status, "Scheduled", False, reason.value, message, now=now)
+
+
+def array_capped(parallelism: int) -> str:
+    """What a member past its array's cap says (WaitReason.ARRAY_PARALLELISM)."""
+    return f"its array runs at most {parallelism} members at once"
+
+
+def wait_reason(job: Job, reason: WaitReason, message: str, now: datetime) -> tuple[Job, Events]:
+    """The scheduler saw why a queued job waits: said when it differs from what the job
+    says (so a reason is written once per change, never once per pass). An Unschedulable
+    verdict stays: it is placement's to lift."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is not None and held.reason in (reason, _UNSCHEDULABLE):
+        return job, []
+    job = job.evolve()
+    waits(job.status, reason, message, now)
+    return job, []
+
+
+def _queued_again(status: JobStatus, replacing: str, now: datetime | None) -> None:
+    """The job waits for room now, unless its Scheduled condition says something other
+    than `replacing` (an Unschedulable verdict is placement's to lift)."""
+    held = next((c for c in status.conditions if c.type == "Scheduled"), None)
+    if held is None or held.reason == replacing:
+        waits(status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
 
 
 def retry_ready(job: Job, now: datetime) -> tuple[Job, Events]:
@@ -188,9 +235,7 @@ def retry_ready(job: Job, now: datetime) -> tuple[Job, Events]:
     job = job.evolve()
     status = job.status
     status.retry_at, status.queued_at, status.message = None, now, None
-    status.conditions = [
-        c for c in status.conditions if not (c.type == "Scheduled" and c.reason == _RETRY_BACKOFF)
-    ]
+    _queued_again(status, _RETRY_BACKOFF, now)
     return job, []
 
 
@@ -298,6 +343,16 @@ def record_checkpoint_dir(job: Job, path: str | None) -> tuple[Job, Events]:
         return job, []
     job = job.evolve()
     job.status.checkpoint_dir = path
+    return job, []
+
+
+def record_cpuset(job: Job, cpuset: list[int] | None) -> tuple[Job, Events]:
+    """The cores this run is pinned to, as its `started` report says (a run that says
+    none was not pinned: an earlier attempt's cores are not kept)."""
+    if job.status.cpuset == cpuset:
+        return job, []
+    job = job.evolve()
+    job.status.cpuset = cpuset
     return job, []
 
 
@@ -475,12 +530,14 @@ def bind(job: Job, worker: str, gpus: list[int], now: datetime) -> tuple[Job, Ev
     return job, [EventRecord("job_scheduled", job=job.id, worker=worker, fields=fields)]
 
 
-def unbind(job: Job) -> tuple[Job, Events]:
+def unbind(job: Job, now: datetime | None = None) -> tuple[Job, Events]:
     """Its worker's lease expired before it started: back to the queue."""
     allowed(Verb.UNBIND, job)
     worker = job.status.worker
     job = job.evolve()
     job.status.phase, job.status.worker, job.status.gpus = P.PENDING, None, []
+    message = f"back in the queue: worker {worker} was lost before it started the job"
+    waits(job.status, WaitReason.WAITING_FOR_CAPACITY, message, now)
     return job, [EventRecord("job_unbound", job=job.id, worker=worker)]
 
 
@@ -507,6 +564,7 @@ def dependencies_met(job: Job, now: datetime) -> tuple[Job, Events]:
     job.status.dependencies_met = True
     job.status.queued_at = now
     set_condition(job.status, "DependenciesMet", True, "ParentsEnded", now=now)
+    _queued_again(job.status, WaitReason.WAITING_FOR_DEPENDENCIES.value, now)
     return job, []
 
 
@@ -548,18 +606,25 @@ def unschedulable(job: Job, message: str, now: datetime) -> tuple[Job, Events]:
     return job, [EventRecord("job_unschedulable", job=job.id, fields=fields)]
 
 
-def placeable(job: Job) -> tuple[Job, Events]:
-    """Some worker could run it now: the Unschedulable condition goes."""
+def placeable(job: Job, now: datetime | None = None) -> tuple[Job, Events]:
+    """Some worker could run it now: the Unschedulable condition goes, and the job says
+    what it waits for instead (its parents, its backoff, else room)."""
     allowed(Verb.PLACEABILITY, job)
     held = _scheduled_condition(job)
     if held is None or held.reason != _UNSCHEDULABLE:
         return job, []
     job = job.evolve()
-    job.status.conditions = [c for c in job.status.conditions if c.type != "Scheduled"]
+    status = job.status
+    if status.retry_at is not None:
+        waits(status, WaitReason.RETRY_BACKOFF, f"run again at {status.retry_at.isoformat()}", now)
+    elif not status.dependencies_met:
+        waits(status, WaitReason.WAITING_FOR_DEPENDENCIES, PARENTS_WAITED, now)
+    else:
+        waits(status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
     return job, []
 
 
-_UNSCHEDULABLE = "Unschedulable"
+_UNSCHEDULABLE = WaitReason.UNSCHEDULABLE.value
 
 
 def _scheduled_condition(job: Job) -> Condition | None:
@@ -592,3 +657,30 @@ def time_out(job: Job, reason: str, message: str, now: datetime) -> tuple[Job, E
     job.status.signal = "timeout"
     job.status.reason, job.status.message = reason, message
     return job, [event]
+
+
+def quota_exceeded(job: Job, message: str, now: datetime) -> tuple[Job, Events]:
+    """A queued job held back by its project's quota or its owner's running limit
+    (quotas.py): `Scheduled=False, reason=QuotaExceeded`. A job no worker could ever run
+    keeps saying so (Unschedulable is the stronger word)."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is not None and (
+        held.reason == _UNSCHEDULABLE or (held.reason == QUOTA_EXCEEDED and held.message == message)
+    ):
+        return job, []
+    job = job.evolve()
+    set_condition(job.status, "Scheduled", False, QUOTA_EXCEEDED, message, now=now)
+    return job, []
+
+
+def within_quota(job: Job, now: datetime | None = None) -> tuple[Job, Events]:
+    """Its quota no longer holds this queued job back: it waits for room now
+    (WaitingForCapacity), as every queued job says why it waits."""
+    allowed(Verb.PLACEABILITY, job)
+    held = _scheduled_condition(job)
+    if held is None or held.reason != QUOTA_EXCEEDED:
+        return job, []
+    job = job.evolve()
+    _queued_again(job.status, QUOTA_EXCEEDED, now)
+    return job, []

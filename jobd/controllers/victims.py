@@ -64,6 +64,8 @@ def choose_victims(
     for name, cap in caps.items():
         if cap.spec is not None and not eligibility.eligible(candidate.spec, name, cap.spec):
             continue  # no victim there makes the candidate welcome (its selector, pin, cwd)
+        if not cap.knows(candidate.metadata.owner):
+            continue  # nor where its owner does not exist
         trial = cap.copy()
         jobs = by_worker.get(name, [])
         for job in filter(on_the_way, jobs):

@@ -10,13 +10,15 @@ safety net (broker/wiring.py registers it and decides when).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from jobd.api.models import BOUND_PHASES, Job, Phase, Project, Worker
 from jobd.store.base import Change, EventRecord, Store
 
 __all__ = ["ClusterView"]
+
+T = TypeVar("T")
 
 
 class ClusterView:
@@ -31,6 +33,12 @@ class ClusterView:
         self.nominated: dict[int, Job] = {}
         # Members bound to a worker, by array id, for arrays with a parallelism cap.
         self.array_bound: dict[int, int] = {}
+        # The project of each ready queued job, and how many each project has: fair
+        # share orders the queue by project only when more than one has any (scheduler).
+        self.queued: dict[int, str] = {}
+        self.queued_projects: dict[str, int] = {}
+        # What is worked out from all the workers (of_workers), until one changes.
+        self._of_workers: dict[Callable[..., Any], Any] = {}
         self.reload(store)
 
     def reload(self, store: Store) -> bool:
@@ -45,8 +53,10 @@ class ClusterView:
         workers, projects = store.list_workers(), store.list_projects()
         parents, bound = store.parents(), store.list_jobs(phases=BOUND_PHASES)
         nominated = [j for j in store.list_jobs(nominated=True) if j.status.phase == Phase.PENDING]
+        queued = store.queued_projects()
         before = self.versions()
         _refill(self.workers, {w.name: w for w in workers})
+        self._of_workers.clear()
         _refill(self.projects, {p.name: p for p in projects})
         self.parents.clear()
         self.parents.update(parents)
@@ -56,6 +66,10 @@ class ClusterView:
         for job in bound:
             self._bind(job)
         _refill(self.nominated, {j.id: j for j in nominated})
+        self.queued.clear()
+        self.queued_projects.clear()
+        for job_id, project in queued.items():
+            self._queue(job_id, project)
         return self.versions() != before
 
     def versions(self) -> tuple[dict[str, Any], ...]:
@@ -74,6 +88,13 @@ class ClusterView:
             by_worker,
         )
 
+    def of_workers(self, derive: Callable[[Iterable[Worker]], T]) -> T:
+        """`derive(workers)`, worked out once and kept until a worker changes: what a
+        create asks of the whole fleet (placement.shapes_of) costs it nothing per create."""
+        if derive not in self._of_workers:
+            self._of_workers[derive] = derive(self.workers.values())
+        return cast(T, self._of_workers[derive])
+
     def bound_to(self, worker: str) -> list[Job]:
         """The jobs bound to one worker, without looking at anyone else's."""
         return [self.bound[i] for i in sorted(self._by_worker.get(worker, ()))]
@@ -88,6 +109,7 @@ class ClusterView:
                 self._on_job(change)
 
     def _on_worker(self, change: Change) -> None:
+        self._of_workers.clear()
         if change.op == "DELETED":
             self.workers.pop(change.key, None)
         else:
@@ -104,14 +126,32 @@ class ClusterView:
         if change.op != "ADDED":  # a new job was neither bound nor nominated before
             self._unbind(job_id)
             self.nominated.pop(job_id, None)
+            self._unqueue(job_id)
         if change.op == "DELETED" or (job := change.job) is None:
             return
+        status = job.status
+        # Ready as the `ready` column says it (store/sql/jobs.py).
+        if status.phase == Phase.PENDING and status.dependencies_met and status.retry_at is None:
+            self._queue(job_id, job.project)
         self.parents.update(job.status.parents)
         # The view keeps copies of its own: the change's object belongs to its writer.
         if job.status.phase in BOUND_PHASES:
             self._bind(Job.model_validate_json(change.text))
         elif job.status.phase == Phase.PENDING and job.status.nominated_worker:
             self.nominated[job_id] = Job.model_validate_json(change.text)
+
+    def _queue(self, job_id: int, project: str) -> None:
+        self.queued[job_id] = project
+        self.queued_projects[project] = self.queued_projects.get(project, 0) + 1
+
+    def _unqueue(self, job_id: int) -> None:
+        project = self.queued.pop(job_id, None)
+        if project is not None:
+            left = self.queued_projects.get(project, 1) - 1
+            if left > 0:
+                self.queued_projects[project] = left
+            else:
+                self.queued_projects.pop(project, None)
 
     def _bind(self, job: Job) -> None:
         self.bound[job.id] = job

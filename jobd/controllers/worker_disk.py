@@ -19,7 +19,9 @@ DISK_FULL = "DiskFull"
 
 
 def disk_is_full(worker: Worker) -> bool:
-    return any(c.type == DISK_FULL and c.status == "True" for c in worker.status.conditions)
+    # Asked of every worker in every scheduling pass; most have no condition at all.
+    conditions = worker.status.conditions
+    return bool(conditions) and any(c.type == DISK_FULL and c.status == "True" for c in conditions)
 
 
 def note_disk(worker: Worker, disk_full: str | None, now: datetime) -> bool:

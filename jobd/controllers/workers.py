@@ -99,7 +99,7 @@ class WorkersController:
         for job in store.list_jobs(worker=worker.name, phases=BOUND_PHASES):
             if job.status.phase == Phase.SCHEDULED:
                 # Never started: give it back to the queue rather than wait for the worker.
-                store.update_job(*transitions.unbind(job))
+                store.update_job(*transitions.unbind(job, now))
             elif job.status.phase != Phase.LOST:
                 store.update_job(*transitions.lose(job, now))
         for job in store.list_jobs(nominated=True):

@@ -8,6 +8,7 @@ broker (tests/unit/test_worker_loads_no_broker.py).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import resource
 import socket
@@ -25,7 +26,8 @@ from jobd.broker.http.connections import ConnectionLimits, guarded_protocol
 from jobd.broker.notify.outbox import BrokerSink, NotifyConfig
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
-from jobd.daemon.listening import ListenError, bind_listener
+from jobd.controllers.fairshare import Billing
+from jobd.daemon.listening import ListenError, bind_listener, bind_unix_listener
 from jobd.daemon.settings import BrokerOptions, OutputOptions, default_data_dir
 from jobd.logconfig import redact_url
 from jobd.store.base import StoreUnavailable
@@ -38,11 +40,15 @@ __all__ = [
     "connection_limits",
     "http_server",
     "listen",
+    "listen_unix",
     "open_app",
     "private_paths",
     "refuse_weak_token",
     "say_where",
+    "socket_path",
 ]
+
+ROOT_SOCKET = Path("/run/jobd/jobd.sock")  # a root broker's, where `job` looks first
 
 
 def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
@@ -57,13 +63,27 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
         events_max_bytes=broker.events_max_bytes,
         events_keep=broker.events_keep,
         notify=notify_config(broker),
+        admin_group=broker.admin_group or None,
         settings=Settings(
             auto_preempt_queued_s=broker.auto_preempt_queued,
             auto_preempt_min_runtime_s=broker.auto_preempt_min_runtime,
             sweep_interval_s=broker.sweep_interval,
             lost_timeout_s=broker.lost_timeout,
             finished_job_ttl_s=broker.finished_job_ttl,
+            billing=billing_of(broker),
         ),
+    )
+
+
+def billing_of(broker: BrokerOptions) -> Billing:
+    """Fair share's weights and half-life (controllers/fairshare.py); a half-life of 0
+    would forget usage at once, so it is refused."""
+    if broker.fairshare_half_life <= 0:
+        raise click.BadParameter("must be above 0", param_hint="--fairshare-half-life")
+    return Billing(
+        cpu=broker.fairshare_cpu_weight,
+        memory_gib=broker.fairshare_memory_weight,
+        half_life_s=broker.fairshare_half_life,
     )
 
 
@@ -120,6 +140,35 @@ def listen(host: str, port: int) -> socket.socket:
     except ListenError as exc:
         click.echo(f"jobd: {exc}", err=True)
         raise SystemExit(1) from None
+
+
+def socket_path(broker: BrokerOptions, data_dir: Path, dev: bool) -> Path | None:
+    """Where the Unix socket goes: --socket; else root's `jobd broker` at /run/jobd (outside
+    the 0700 data directory, so every local user reaches it), another user's in their
+    $XDG_RUNTIME_DIR; `jobd dev` in its own data directory, so parallel ones never meet."""
+    if broker.socket:
+        return None if broker.socket == "none" else Path(broker.socket).expanduser()
+    if dev:
+        return data_dir / "jobd.sock"
+    if os.geteuid() == 0:
+        return ROOT_SOCKET
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "jobd.sock" if runtime else data_dir / "jobd.sock"
+
+
+def listen_unix(path: Path | None, given: bool, data_dir: Path) -> socket.socket | None:
+    """The bound Unix socket; one that cannot be had ends jobd when --socket named it, and
+    is said and done without when it was the default."""
+    if path is None:
+        return None
+    try:
+        return bind_unix_listener(path, public_dir=path.parent != data_dir)
+    except ListenError as exc:
+        if given:
+            click.echo(f"jobd: {exc}", err=True)
+            raise SystemExit(1) from None
+        click.echo(f"jobd: no Unix socket: {exc}", err=True)
+        return None
 
 
 def open_app(config: BrokerConfig) -> Any:
@@ -181,10 +230,16 @@ def _gpu_label(index: int, memory: dict[int, int]) -> str:
 
 
 def say_where(
-    config: BrokerConfig, host: str, port: int, worker: WorkerSettings | None = None
+    config: BrokerConfig,
+    host: str,
+    port: int,
+    worker: WorkerSettings | None = None,
+    unix: socket.socket | None = None,
 ) -> None:
-    lines = [
-        f"jobd listening on http://{host}:{port}",
+    lines = [f"jobd listening on http://{host}:{port}"]
+    if unix is not None:
+        lines.append(f"  socket: unix://{unix.getsockname()} (local users, by uid)")
+    lines += [
         f"  store:  {redact_url(config.store_url)}",
         f"  token:  {'$JOBD_TOKEN' if config.token else config.data_dir / 'admin.token'}",
         f"  events: {config.log_dir / 'events.jsonl'}",

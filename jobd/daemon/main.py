@@ -32,6 +32,9 @@ from jobd.daemon.tokens import token
 from jobd.discovery import default_token
 
 if TYPE_CHECKING:
+    import socket
+    from pathlib import Path
+
     import uvicorn
 
     from jobd.worker.agent import Agent
@@ -146,22 +149,38 @@ def broker(ctx: click.Context, /, **given: Any) -> None:
     config = assemble.broker_config(settings, output)
     assemble.refuse_weak_token(config, settings.host)
     listener = assemble.listen(settings.host, settings.port)  # before the store is opened
+    where = assemble.socket_path(settings, config.data_dir, dev=False)
+    unix = assemble.listen_unix(where, bool(settings.socket), config.data_dir)
     configure_logging("broker")
     warn_wide_modes(assemble.private_paths(config), private)
     app = assemble.open_app(config)
     limits = assemble.connection_limits(settings)
     server = assemble.http_server(app, settings.host, settings.port, limits)
-    assemble.say_where(config, settings.host, settings.port)
+    assemble.say_where(config, settings.host, settings.port, unix=unix)
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [listener])
+            tg.start_soon(server.serve, _listeners(listener, unix))
             with anyio.CancelScope() as waiting:
                 await _until_signalled(waiting)
             _stop_broker(app, server)
 
-    _run(run, uvloop=True)
+    try:
+        _run(run, uvloop=True)
+    finally:
+        _remove_socket(unix, where)
     click.echo("jobd: stopped", err=True)
+
+
+def _listeners(tcp: socket.socket, unix: socket.socket | None) -> list[socket.socket]:
+    return [tcp] if unix is None else [tcp, unix]
+
+
+def _remove_socket(unix: socket.socket | None, where: Path | None) -> None:
+    if unix is not None and where is not None:
+        from jobd.daemon.listening import unlink_socket
+
+        unlink_socket(unix, where)
 
 
 def _stop_broker(app: Any, server: uvicorn.Server) -> None:
@@ -198,14 +217,24 @@ def worker(ctx: click.Context, /, **given: Any) -> None:
     settings.state_dir.mkdir(parents=True, exist_ok=True)  # under the daemon's umask
     warn_wide_modes([settings.state_dir], private)
     agent = Agent(connection.server, token, settings, lease_duration_s=worker_options.lease_s)
+    relayed = assemble.relay_socket(connection.socket, connection.server)
+    relayed_at = assemble.socket_file(relayed)
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg.cancel_scope)
+            if relayed is not None:
+                from jobd.worker.relay import Relay
+
+                relay = Relay(connection.server, token, settings.name)
+                tg.start_soon(relay.serve, relayed)
             await agent.run()  # on a signal: cancelled; its jobs run on
             tg.cancel_scope.cancel()  # returned: refused (agent.refusal)
 
-    _run(run, serves_http=False)
+    try:
+        _run(run, serves_http=False)
+    finally:
+        _remove_socket(relayed, relayed_at)
     _refused(agent)
     assemble.say_jobs_run_on(agent)
 
@@ -244,8 +273,12 @@ def dev(**given: Any) -> None:
     private = keep_files_private(output.group_readable)  # before anything is created
     host, port = broker_settings.host, broker_settings.port
     config = broker_process.broker_config(broker_settings, output)
+    # One user's machine: that user's own jobs are admitted even as root (docs/security.md).
+    config.trusted_owner = worker_process.own_user_name()
     broker_process.refuse_weak_token(config, host)
     listener = broker_process.listen(host, port)  # before the store is opened
+    where = broker_process.socket_path(broker_settings, config.data_dir, dev=True)
+    unix = broker_process.listen_unix(where, bool(broker_settings.socket), config.data_dir)
     worker_process.forget_token()
     configure_logging("dev")
     app = broker_process.open_app(config)
@@ -261,11 +294,11 @@ def dev(**given: Any) -> None:
         settings,
         lease_duration_s=worker_options.lease_s,
     )
-    broker_process.say_where(config, host, port, settings)
+    broker_process.say_where(config, host, port, settings, unix)
 
     async def both() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [listener])
+            tg.start_soon(server.serve, _listeners(listener, unix))
             while not server.started:
                 if server.should_exit:
                     raise SystemExit(1)
@@ -278,7 +311,10 @@ def dev(**given: Any) -> None:
             # The worker has stopped (its jobs run on); now the broker.
             _stop_broker(app, server)
 
-    _run(both)
+    try:
+        _run(both)
+    finally:
+        _remove_socket(unix, where)
     _refused(agent)
     worker_process.say_jobs_run_on(agent)
     _log().info("stopped")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from jobd.api.identity import check_user_name
 from jobd.cli.durations import Duration
 from jobd.daemon.inventory import (
     DEFAULT_RESERVE_CPUS,
@@ -149,6 +150,19 @@ def _roots_option(
     return tuple(mount_roots_of(value))
 
 
+def _users_option(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """--allow-user names, each given alone or several comma-separated; (): none given."""
+    names = [name.strip() for given in value for name in given.split(",") if name.strip()]
+    for name in names:
+        try:
+            check_user_name(name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return tuple(sorted(set(names)))
+
+
 _A_PATH = click.Path(path_type=Path)
 
 
@@ -257,6 +271,27 @@ class BrokerOptions:
         "ttl_after_finished_s. [default: keep for ever]",
         type=Duration(),
     )
+    fairshare_half_life: float = setting(
+        "--fairshare-half-life",
+        "JOBD_FAIRSHARE_HALF_LIFE",
+        "Fair share: past usage counts half after this long (90, 10m, 2h, 7d). [default: 7d]",
+        default=7 * 86400.0,
+        type=Duration(),
+    )
+    fairshare_cpu_weight: float = setting(
+        "--fairshare-cpu-weight",
+        "JOBD_FAIRSHARE_CPU_WEIGHT",
+        "Fair share: what a CPU-second bills, a GPU-second billing 1.",
+        default=0.0625,
+        type=click.FloatRange(min=0, max=1000),
+    )
+    fairshare_memory_weight: float = setting(
+        "--fairshare-memory-weight",
+        "JOBD_FAIRSHARE_MEMORY_WEIGHT",
+        "Fair share: what a GiB-second of memory bills, a GPU-second billing 1.",
+        default=0.0078125,
+        type=click.FloatRange(min=0, max=1000),
+    )
     webhook: tuple[str, ...] = setting(
         "--webhook",
         "JOBD_WEBHOOK",
@@ -340,6 +375,18 @@ class BrokerOptions:
         default=256,
         type=click.IntRange(min=16),
     )
+    socket: str | None = setting(
+        "--socket",
+        "JOBD_SOCKET",
+        "The Unix socket local users reach the broker on, known by their uid (no token); "
+        "`none`: no socket. [default: /run/jobd/jobd.sock for root's `jobd broker`, else "
+        "$XDG_RUNTIME_DIR/jobd.sock; `jobd dev`: <data-dir>/jobd.sock]",
+    )
+    admin_group: str | None = setting(
+        "--admin-group",
+        "JOBD_ADMIN_GROUP",
+        "A Unix group whose members are admins over the socket (root always is). [default: none]",
+    )
 
 
 @dataclass(frozen=True)
@@ -364,6 +411,13 @@ class AgentConnection:
         "JOBD_LOG_DIR",
         "Not used by the worker: job output lives in its --state-dir. [default: ~/jobd/logs]",
         type=_A_PATH,
+    )
+    socket: str | None = setting(
+        "--socket",
+        "JOBD_SOCKET",
+        "A Unix socket this host's users reach the broker through: the agent vouches for "
+        "each caller's user (never root) under its worker token; `none`: no socket. "
+        "[default: /run/jobd/jobd.sock for a root worker, else none]",
     )
 
 
@@ -441,6 +495,24 @@ class WorkerOptions:
         multiple=True,
         type=_A_PATH,
         callback=_roots_option,
+    )
+    allowed_users: tuple[str, ...] = setting(
+        "--allow-user",
+        "JOBD_WORKER_ALLOW_USERS",
+        "Run here only the jobs of this owner (repeatable; the variable takes several, "
+        "comma-separated); jobs of no owner run too. [default: any user this host knows]",
+        default=(),
+        multiple=True,
+        callback=_users_option,
+    )
+    memory_enforcement: str = setting(
+        "--memory-enforcement",
+        "JOBD_WORKER_MEMORY_ENFORCEMENT",
+        "How a job's memory is capped: auto (a cgroup where this worker may make one, v2 "
+        "or v1, else its shim watches the job's RSS), cgroup (refuse to start without "
+        "one), rss (always watch).",
+        default="auto",
+        type=click.Choice(["auto", "cgroup", "rss"]),
     )
     checkpoint_root: str | None = setting(
         "--checkpoint-root",

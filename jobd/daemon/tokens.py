@@ -57,19 +57,40 @@ def token() -> None:
 @click.option(
     "--role", required=True, type=click.Choice(["admin", "user", "worker"]), help="What it may do."
 )
-@click.option("--project", "projects", multiple=True, help="A user token's project (repeatable).")
+@click.option(
+    "--project",
+    "projects",
+    multiple=True,
+    help="A user token's project (repeatable); with --user, narrows the user's projects.",
+)
+@click.option(
+    "--user",
+    help="The Unix user a user token speaks for: its jobs are theirs, and it reaches the "
+    "projects the user is a member of.",
+)
 @click.option("--worker", help="A worker token's worker name.")
 @click.option("--name", help="Its label (unique). [default: ROLE-<random>]")
 @_where
 def create(
-    role: str, projects: tuple[str, ...], worker: str | None, name: str | None, **kw: Any
+    role: str,
+    projects: tuple[str, ...],
+    user: str | None,
+    worker: str | None,
+    name: str | None,
+    **kw: Any,
 ) -> None:
     """Make a token and print it, once: nothing keeps it but its SHA-256 digest."""
 
     from jobd.daemon import token_admin  # the store and the wire: when the command runs
 
     def make() -> TokenCreated:
-        fields = {"role": role, "projects": list(projects), "worker": worker, "name": name}
+        fields = {
+            "role": role,
+            "projects": list(projects),
+            "user": user,
+            "worker": worker,
+            "name": name,
+        }
         return token_admin.Tokens(kw).create(token_admin.request_of(fields))
 
     created: TokenCreated = token_admin.guarded(make)
@@ -110,6 +131,9 @@ def revoke(label: str, **kw: Any) -> None:
 
 
 def _scope(info: TokenInfo) -> str:
+    if info.user:
+        narrowed = f", projects {','.join(info.projects)}" if info.projects else ""
+        return f" {info.user}{narrowed}"
     if info.projects:
         return " of projects " + ",".join(info.projects)
     if info.worker:
@@ -118,6 +142,9 @@ def _scope(info: TokenInfo) -> str:
 
 
 def _scope_cell(info: TokenInfo) -> str:
+    if info.user:
+        narrowed = ",projects=" + ",".join(info.projects) if info.projects else ""
+        return f"user={info.user}{narrowed}"
     if info.projects:
         return "projects=" + ",".join(info.projects)
     return f"worker={info.worker}" if info.worker else "-"

@@ -56,7 +56,7 @@ class StartupError(click.ClickException):
 
 def worker_name(raw: str) -> str:
     """The worker's name: `raw` lower-cased (CONTRACT §2); StartupError when unusable."""
-    from jobd.api.models import normalise_worker_name
+    from jobd.api.vocabulary import normalise_worker_name
 
     try:
         return normalise_worker_name(raw)

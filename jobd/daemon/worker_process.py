@@ -8,21 +8,32 @@ out (main._without_rich): it loads the worker, never the broker.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import click
 
 from jobd.cli.credentials import TokenFileError, read_token_file
 from jobd.daemon.inventory import detected_cpus, detected_memory, labels_of, offered
+from jobd.daemon.listening import ListenError, bind_unix_listener
 from jobd.daemon.settings import NAME_GIVEN, OutputOptions, WorkerOptions, default_data_dir
-from jobd.daemon.worker_host import Gpus, check_gpus, detect_gpus
+from jobd.daemon.worker_host import Gpus, StartupError, check_gpus, detect_gpus
 from jobd.discovery import TokenError, usable_token
 from jobd.logconfig import get_logger
 from jobd.worker.agent import Agent
 from jobd.worker.checkpoints import checkpoint_root
+from jobd.worker.limits import NoCgroup, detect_enforcement, pinnable_cores
 from jobd.worker.settings import WorkerSettings
 
-__all__ = ["forget_token", "say_jobs_run_on", "worker_settings", "worker_token"]
+__all__ = [
+    "forget_token",
+    "own_user_name",
+    "relay_socket",
+    "say_jobs_run_on",
+    "socket_file",
+    "worker_settings",
+    "worker_token",
+]
 
 
 def worker_settings(
@@ -39,6 +50,11 @@ def worker_settings(
     state_dir = worker.state_dir or (data_dir or default_data_dir()) / "worker" / worker.name
     cpus = offered(worker.cpus, detected_cpus(), worker.reserve_cpus)
     memory = offered(worker.memory, detected_memory(), worker.reserve_memory)
+    cores = pinnable_cores(worker.cpus is not None, worker.reserve_cpus)
+    try:
+        enforcement = detect_enforcement(worker.name, worker.memory_enforcement, cores)
+    except NoCgroup as exc:
+        raise StartupError(str(exc)) from None
     return WorkerSettings(
         name=worker.name,
         slots=worker.slots or max(1, len(gpus)),
@@ -47,6 +63,8 @@ def worker_settings(
         memory=None if memory is None else int(memory),
         labels=labels_of(worker.labels, sorted(gpus)),
         mount_roots=list(worker.mount_roots),
+        users=list(worker.allowed_users) or None,
+        enforcement=enforcement,
         gpu_memory={g: m for g, m in gpus.items() if m is not None},
         checkpoint_root=checkpoint_root(env),
         default_grace_s=worker.default_grace,
@@ -55,6 +73,16 @@ def worker_settings(
         max_log_bytes=output.max_log_bytes,
         keep_job_files=worker.keep_job_files,
     )
+
+
+def own_user_name() -> str | None:
+    """The name of the user this process runs as; None when the host has no entry for it."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
 
 
 def _host_gpus(declared: Gpus | None) -> Gpus:
@@ -86,6 +114,32 @@ def forget_token() -> None:
     """
     for name in ("JOBD_TOKEN", "JOBD_TOKEN_FILE"):
         os.environ.pop(name, None)
+
+
+def relay_socket(given: str | None, server: str) -> socket.socket | None:
+    """The bound socket of the agent's relay (worker/relay.py), or None: not asked for, or
+    not to be had (said on stderr; a --socket given that cannot be had ends the worker)."""
+    if given == "none" or (given is None and os.geteuid() != 0):
+        return None
+    if server.startswith("unix:"):
+        # Over the broker's own socket the agent is its uid, not its token: it could vouch
+        # for nobody, and must not pass its callers on as itself.
+        click.echo("jobd: no relay socket: the broker is reached over its own socket", err=True)
+        return None
+    path = Path(given).expanduser() if given else Path("/run/jobd/jobd.sock")
+    try:
+        return bind_unix_listener(path)
+    except ListenError as exc:
+        if given:
+            click.echo(f"jobd: {exc}", err=True)
+            raise SystemExit(1) from None
+        click.echo(f"jobd: no relay socket: {exc}", err=True)
+        return None
+
+
+def socket_file(sock: socket.socket | None) -> Path | None:
+    """Where a bound Unix socket's file is (to remove it at stop, once it is closed)."""
+    return None if sock is None else Path(sock.getsockname())
 
 
 def say_jobs_run_on(agent: Agent) -> None:

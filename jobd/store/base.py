@@ -48,12 +48,15 @@ __all__ = [
     "NotFound",
     "Op",
     "ProjectStore",
+    "RunCharge",
     "StorageFull",
     "Store",
     "StoreUnavailable",
     "TokenRecord",
     "TokenStore",
     "Transactions",
+    "UsageRecord",
+    "UsageStore",
     "WorkerStore",
 ]
 
@@ -69,6 +72,28 @@ class Fits(NamedTuple):
     gpus: int
     millicpus: int = MAX_ID  # an INTEGER column, as ids
     memory: int = MAX_INT
+
+
+class UsageRecord(NamedTuple):
+    """Decayed fair-share usage of a project (user "") or of a user in it: `value`,
+    as it was worth at `at` (seconds since the epoch)."""
+
+    project: str
+    user: str
+    value: float
+    at: float
+
+
+class RunCharge(NamedTuple):
+    """What one run of a job used (`value`, worth at `at`), to charge to its project
+    and, when it has one, its owner: once per (job, attempt)."""
+
+    job: int
+    attempt: int
+    project: str
+    user: str
+    value: float
+    at: float
 
 
 class Conflict(Exception):
@@ -177,6 +202,7 @@ class TokenRecord:
     worker: str | None = None
     created_at: str = ""
     last_used_at: str | None = None
+    user: str | None = None  # a user token's Unix user (api/identity.py)
 
 
 CommitListener = Callable[[Sequence[Change], Sequence[EventRecord]], None]
@@ -265,9 +291,18 @@ class JobStore(Transactions, Protocol):
         by_priority: bool = False,
     ) -> list[Job]: ...
     def queue_head(
-        self, limit: int, fits: Fits, after: tuple[int, int] | None = None
+        self,
+        limit: int,
+        fits: Fits,
+        after: tuple[int, int] | None = None,
+        project: str | None = None,
     ) -> list[Job]: ...
     def count_jobs_by_phase(self) -> dict[str, int]: ...
+    def count_queued_ahead(self, priority: int, job_id: int) -> tuple[int, int]:
+        """Ready Pending jobs before (priority, job_id) in the scheduler's order, and how
+        many of those have a higher priority (`job explain`'s place in the queue)."""
+        ...
+
     def children_of(self, job_id: int) -> list[int]: ...
     def parents(self) -> set[int]: ...  # every job some other job depends on
 
@@ -358,8 +393,21 @@ class EventStore(Protocol):
         ...
 
 
+class UsageStore(Protocol):
+    """Fair share's usage (controllers/fairshare.py), kept across restarts."""
+
+    def list_usage(self) -> list[UsageRecord]: ...
+    def charge_usage(self, runs: Sequence[RunCharge], half_life_s: float) -> list[RunCharge]:
+        """Charge these runs in one transaction, each once: the ones charged now (a run
+        charged before is left out)."""
+        ...
+
+    def queued_projects(self) -> dict[int, str]: ...  # ready queued job id -> its project
+
+
 class Store(
     Maintenance,
+    UsageStore,
     JobStore,
     ArrayStore,
     ProjectStore,

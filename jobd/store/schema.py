@@ -19,6 +19,8 @@ __all__ = [
     "metadata",
     "projects",
     "tokens",
+    "usage",
+    "usage_charged",
     "workers",
 ]
 
@@ -49,11 +51,14 @@ jobs = sa.Table(
     sa.Column("memory", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("worker", sa.String(253)),
     sa.Column("nominated_worker", sa.String(253)),
+    sa.Column("owner", sa.String(32)),  # metadata.owner: a Unix user name, or none
     sa.Column("resource_version", sa.BigInteger, nullable=False),
     sa.Column("body", sa.Text, nullable=False),
     sa.UniqueConstraint("project", "name", name="uq_jobs_project_name"),
     # Matches ORDER BY priority DESC, id: the queue is read off the index, never sorted.
     sa.Index("ix_jobs_queue", "phase", "ready", sa.desc("priority"), "id"),
+    # One project's queue in the same order: fair share reads each queued project's head.
+    sa.Index("ix_jobs_project_queue", "phase", "ready", "project", sa.desc("priority"), "id"),
     sa.Index("ix_jobs_worker", "worker", "phase"),
     sa.Index("ix_jobs_name", "name"),
 )
@@ -137,6 +142,25 @@ tokens = sa.Table(
     sa.Column("role", sa.String(16), nullable=False),
     sa.Column("projects", sa.Text, nullable=False),  # a JSON list of project names
     sa.Column("worker", sa.String(253)),
+    sa.Column("user", sa.String(32)),  # a user token's user (api/identity.py)
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("last_used_at", sa.String(40)),
+)
+
+# Fair share (controllers/fairshare.py): the decayed usage of each project (user "") and
+# of each user within a project, as it was worth at `at` (seconds since the epoch).
+usage = sa.Table(
+    "usage",
+    metadata,
+    sa.Column("project", sa.String(63), primary_key=True),
+    sa.Column("user", sa.String(32), primary_key=True),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+# Each run charged to `usage` once: a charge heard twice (a resync) is not counted twice.
+usage_charged = sa.Table(
+    "usage_charged",
+    metadata,
+    sa.Column("job", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
 )

@@ -8,6 +8,7 @@ until the broker answers. Next stage: `client.py` sends calls and maps failures 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -56,6 +57,7 @@ __all__ = [
     "delete_array",
     "delete_job",
     "drain_worker",
+    "explain_job",
     "get_array",
     "get_job",
     "get_project",
@@ -77,10 +79,14 @@ __all__ = [
     "revoke_token",
     "send_reports",
     "uncordon_worker",
+    "usage",
     "watch",
+    "whoami",
 ]
 
 T = TypeVar("T")
+# A body of one of the wire's models as a plain JSON object (its fields, as said).
+Body = Mapping[str, Any]
 _JSON_TYPE = {"Content-Type": "application/json"}
 
 
@@ -124,10 +130,16 @@ class Call(Frozen, Generic[T]):
 
 
 def _model_call(
-    route: Route, url: str, body: BaseModel, parse: Callable[[httpx.Response], T]
+    route: Route, url: str, body: BaseModel | Body, parse: Callable[[httpx.Response], T]
 ) -> Call[T]:
-    """A call whose body is one of the wire's models, as its fields were said."""
-    content = body.model_dump_json(exclude_unset=True).encode()
+    """A call whose body is one of the wire's models, as its fields were said, or a plain
+    dict of that model's fields (the agent's, which loads no pydantic: the broker validates
+    what it receives)."""
+    if isinstance(body, Mapping):
+        encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        content = encoded.encode()
+    else:
+        content = body.model_dump_json(exclude_unset=True).encode()
     return Call(route, url, parse, content=content, headers=_JSON_TYPE)
 
 
@@ -271,6 +283,10 @@ def get_job(job_id: int) -> Call[Document]:
     return Call(routes.GET_JOB, routes.GET_JOB.url(job_id=job_id), _document)
 
 
+def explain_job(job_id: int) -> Call[Document]:
+    return Call(routes.EXPLAIN_JOB, routes.EXPLAIN_JOB.url(job_id=job_id), _document)
+
+
 def delete_job(job_id: int) -> Call[Any]:
     return Call(routes.DELETE_JOB, routes.DELETE_JOB.url(job_id=job_id), _json)
 
@@ -347,6 +363,15 @@ def get_project(name: str) -> Call[Document]:
     return Call(routes.GET_PROJECT, routes.GET_PROJECT.url(name=name), _document)
 
 
+def usage() -> Call[Document]:
+    """Fair share's standings: projects' and users' usage, share and factor (`job usage`)."""
+    return Call(routes.USAGE, routes.USAGE.url(), _document)
+
+
+def whoami() -> Call[Document]:
+    return Call(routes.WHOAMI, routes.WHOAMI.url(), _document)
+
+
 # -- streams: held by the broker until something comes, when asked to follow
 
 
@@ -407,9 +432,11 @@ def watch(
     phase: Sequence[str] = (),
     selector: str | None = None,
     timeout: float = 30.0,
+    skip_own_reports: bool = False,
 ) -> Call[WatchPage]:
     """Changes after revision `since` (of the jobs a listing with the same filters shows,
-    when one is given); ApiError 410 means list again and watch from there."""
+    when one is given); ApiError 410 means list again and watch from there. skip_own_reports:
+    not the changes a worker's own reports make (started, progress, complete)."""
     params = _params(
         since=since,
         kind=kind,
@@ -419,6 +446,7 @@ def watch(
         phase=list(phase),
         selector=selector,
         timeout=timeout,
+        skip_own_reports=_flag(True) if skip_own_reports else None,
     )
     return Call(routes.WATCH, routes.WATCH.url(), _watch_page, params=params, hold=timeout)
 
@@ -426,22 +454,22 @@ def watch(
 # -- the worker's operations
 
 
-def register_worker(name: str, body: Registration) -> Call[Registered]:
+def register_worker(name: str, body: Registration | Body) -> Call[Registered]:
     route = routes.REGISTER_WORKER
     return _model_call(route, route.url(name=name), body, _registered)
 
 
-def heartbeat(name: str, body: Heartbeat) -> Call[HeartbeatAnswer]:
+def heartbeat(name: str, body: Heartbeat | Body) -> Call[HeartbeatAnswer]:
     route = routes.HEARTBEAT
     return _model_call(route, route.url(name=name), body, _heartbeat_answer)
 
 
-def send_reports(name: str, body: ReportBatch) -> Call[list[ReportResult]]:
+def send_reports(name: str, body: ReportBatch | Body) -> Call[list[ReportResult]]:
     route = routes.REPORT_BATCH
     return _model_call(route, route.url(name=name), body, _report_results)
 
 
-def ingest_events(body: WorkerEvents) -> Call[int]:
+def ingest_events(body: WorkerEvents | Body) -> Call[int]:
     return _model_call(routes.INGEST_EVENTS, routes.INGEST_EVENTS.url(), body, _accepted)
 
 

@@ -19,7 +19,7 @@ import httpx
 from jobd.discovery import usable_token
 from jobd.wire.calls import Call
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
-from jobd.wire.plain_http import HOLD_MARGIN_S
+from jobd.wire.plain_http import HOLD_MARGIN_S, UNIX_HOST, unix_socket_path
 
 __all__ = [
     "HOLD_MARGIN_S",
@@ -46,11 +46,17 @@ class BaseClient:
         user_agent: str = "jobd-client",
     ) -> None:
         self.server = server.rstrip("/")
-        if urlsplit(self.server).scheme not in ("http", "https"):
-            raise ValueError(f"the broker address {self.server!r} must start with http(s)://")
+        # A broker's Unix socket (unix:///PATH) knows the caller by its uid: no token is
+        # sent there, and requests name a host of no meaning.
+        self.socket_path = unix_socket_path(self.server)
+        self.base_url = f"http://{UNIX_HOST}" if self.socket_path else self.server
+        if self.socket_path is None and urlsplit(self.server).scheme not in ("http", "https"):
+            raise ValueError(
+                f"the broker address {self.server!r} must start with http(s):// or unix://"
+            )
         self.headers = {"User-Agent": user_agent}
         token = usable_token(token, "the token given")  # TokenError (a ValueError), never sent
-        if token:
+        if token and self.socket_path is None:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = httpx.Timeout(timeout)
         # Plain http has no TLS, so no CA bundle to load: httpx loads it for every client
@@ -105,8 +111,10 @@ class Client(BaseClient):
         user_agent: str = "jobd-client",
     ) -> None:
         super().__init__(server, token, timeout=timeout, user_agent=user_agent)
+        if transport is None and self.socket_path is not None:
+            transport = httpx.HTTPTransport(uds=self.socket_path)
         self._http = httpx.Client(
-            base_url=self.server,
+            base_url=self.base_url,
             headers=self.headers,
             timeout=self.timeout,
             verify=self.verify,
@@ -150,12 +158,15 @@ class AsyncClient(BaseClient):
         user_agent: str = "jobd-client",
     ) -> None:
         super().__init__(server, token, timeout=timeout, user_agent=user_agent)
+        limits = limits or httpx.Limits()
+        if transport is None and self.socket_path is not None:
+            transport = httpx.AsyncHTTPTransport(uds=self.socket_path, limits=limits)
         self._http = httpx.AsyncClient(
-            base_url=self.server,
+            base_url=self.base_url,
             headers=self.headers,
             timeout=self.timeout,
             verify=self.verify,
-            limits=limits or httpx.Limits(),
+            limits=limits,
             transport=transport,
         )
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
+from jobd.api.vocabulary import TERMINAL_PHASES
 from jobd.wire import calls
 from jobd.wire.answers import Document, JobList, WatchPage
 from jobd.wire.calls import Call
@@ -59,6 +60,9 @@ class JobFilter:
     phases: Sequence[str] = ()
     selector: str | None = None
     worker: str | None = None
+    # The watch leaves out the changes the worker's own reports make (the agent's watch:
+    # `skip_own_reports` of GET /watch); the list shows every job.
+    skip_own_reports: bool = False
 
     def list_call(self) -> Call[JobList]:
         return calls.list_jobs(
@@ -79,6 +83,7 @@ class JobFilter:
             selector=self.selector,
             worker=self.worker,
             timeout=hold,
+            skip_own_reports=self.skip_own_reports,
         )
 
 
@@ -137,7 +142,7 @@ class Reflector:
             key, version = _job_id(job), _version(job)
             if self.every_listed or self._versions.get(key, _UNSEEN) != version:
                 moved.append(Delta("MODIFIED" if key in self._versions else "ADDED", job))
-                self._versions[key] = version
+                self._remember(key, job, version)
         return moved
 
     def watched(self, page: WatchPage) -> list[Delta]:
@@ -152,9 +157,18 @@ class Reflector:
             elif self._versions.get(key, _UNSEEN) == version:
                 continue  # passed on already (a list showed it)
             else:
-                self._versions[key] = version
+                self._remember(key, job, version)
             passed.append(Delta(change.op, job))
         return passed
+
+    def _remember(self, key: Any, job: Document, version: Any) -> None:
+        """Note the version passed on. A reflector that passes every listed job again (the
+        agent's) forgets a job once it has ended: what it holds is the size of what runs
+        here, not of every job the worker ever ran until retention deletes them."""
+        if self.every_listed and (job.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            self._versions.pop(key, None)
+        else:
+            self._versions[key] = version
 
     def failed(self, exc: ApiError | BrokerUnreachable) -> float:
         """List again after `exc`, in the seconds returned; raises what is not to be ridden out."""

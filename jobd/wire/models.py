@@ -15,12 +15,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from jobd.api.arrays import JobArray
+from jobd.api.identity import (
+    MAX_USER_NAME,
+    MAX_WORKER_USERS,
+    RUNS_AS_PATTERN,
+    USER_NAME_PATTERN,
+    check_user_name,
+)
 from jobd.api.models import (
     GPU_INDEX_TEXT,
     MAX_GPU_INDEX,
     MAX_ID,
     MAX_INT,
     NAME_PATTERN,
+    CoreSet,
     GpuUsage,
     Job,
     ObjectMeta,
@@ -66,6 +74,7 @@ __all__ = [
     "LogsAppendQuery",
     "LogsQuery",
     "ProgressReport",
+    "ProjectUsage",
     "Registration",
     "Report",
     "ReportBatch",
@@ -74,7 +83,11 @@ __all__ = [
     "TokenCreated",
     "TokenInfo",
     "TokenRequest",
+    "UsageReport",
+    "UsageWeights",
+    "UserUsage",
     "WatchQuery",
+    "WhoAmI",
     "WorkerEvent",
     "WorkerEvents",
 ]
@@ -104,6 +117,44 @@ class Health(BaseModel):
 
     status: Literal["ok", "failing"]
     loops: dict[str, str] = Field(default_factory=dict)
+
+
+class ProjectUsage(BaseModel):
+    """A project's fair-share standing (`GET /usage`, `job usage`)."""
+
+    project: str
+    usage: float = Field(description="decayed usage, billed resource-seconds")
+    shares: int
+    share: float = Field(description="its shares over every project's in play")
+    usage_share: float = Field(description="its part of everyone's usage")
+    factor: float = Field(description="2^(-usage_share/share): 1 unused, 0.5 on target")
+
+
+class UserUsage(BaseModel):
+    """A user's fair-share standing within a project."""
+
+    project: str
+    user: str
+    usage: float
+    share: float
+    usage_share: float
+    factor: float
+
+
+class UsageWeights(BaseModel):
+    gpu: float
+    cpu: float
+    memory_gib: float
+
+
+class UsageReport(BaseModel):
+    """`GET /usage`: the half-life, the billing weights, and each project's and user's
+    standing (docs/concepts.md, "Fair share")."""
+
+    half_life_s: float
+    weights: UsageWeights
+    projects: list[ProjectUsage]
+    users: list[UserUsage]
 
 
 # -- user requests ---------------------------------------------------------------------------
@@ -238,6 +289,12 @@ class WatchQuery(_Query):
     phase: list[Phase] | None = None
     selector: _Selector = _selector_field()
     timeout: float = Field(default=30.0, ge=0, le=300)
+    skip_own_reports: bool = Field(
+        default=False,
+        description="leave out the changes a worker's own reports make (`started`, "
+        "`progress`, `complete`): of a job with no signal set that is Running, or that has "
+        "ended after it started",
+    )
 
 
 # -- the worker's requests -------------------------------------------------------------------
@@ -263,11 +320,27 @@ def _epoch_field() -> Any:
     )
 
 
+# A user name as a worker publishes it (api/identity.py), checked here: 422 otherwise.
+UserName = Annotated[str, Field(pattern=USER_NAME_PATTERN, max_length=MAX_USER_NAME)]
+
+
+def _users_field() -> Any:
+    return Field(
+        default=None,
+        max_length=MAX_WORKER_USERS,
+        description="The owners whose jobs may be placed on this worker (the users its "
+        "host knows); null: any owner",
+    )
+
+
 class Registration(_Body):
     spec: WorkerSpec
     hostname: str = ""
     runner: str = ""
     instance: Instance | None = _instance_field()
+    # Whom the worker runs jobs as: `owner` (it is root), or its own user's name (or uid).
+    runs_as: str | None = Field(default=None, pattern=RUNS_AS_PATTERN)
+    users: list[UserName] | None = _users_field()
 
 
 class Heartbeat(_Body):
@@ -290,6 +363,9 @@ class Heartbeat(_Body):
     # Why the disk of the worker's state directory is full, while it is (None: it has room,
     # or an agent older than this field): the broker places no job there meanwhile.
     disk_full: str | None = Field(default=None, max_length=1024)
+    # The owners placeable here, when they changed since the registration (a user added
+    # to the host); null: unchanged.
+    users: list[UserName] | None = _users_field()
 
 
 class LogsAppendQuery(_Query):
@@ -323,6 +399,7 @@ class Report(_Body):
 
 class Started(Report):
     checkpoint_dir: str | None = None
+    cpuset: CoreSet | None = None  # the cores the workload is pinned to (None: not pinned)
 
 
 class Completion(Report):
@@ -416,6 +493,11 @@ class ReportBatch(_Body):
 _Name = Annotated[
     str, AfterValidator(check_name), Field(json_schema_extra={"pattern": NAME_PATTERN})
 ]
+_UserName = Annotated[
+    str,
+    AfterValidator(check_user_name),
+    Field(json_schema_extra={"pattern": USER_NAME_PATTERN, "maxLength": MAX_USER_NAME}),
+]
 Role = Literal["admin", "user", "worker"]
 # The role's rules below, said in the schema too, so a client (or a fuzzer) is told them.
 _BY_ROLE: dict[str, Any] = {
@@ -425,21 +507,26 @@ _BY_ROLE: dict[str, Any] = {
                 "role": {"const": "admin"},
                 "projects": {"maxItems": 0},
                 "worker": {"type": "null"},
+                "user": {"type": "null"},
             }
         },
         {
             "properties": {
                 "role": {"const": "user"},
-                "projects": {"minItems": 1},
                 "worker": {"type": "null"},
             },
-            "required": ["projects"],
+            # A user's projects, or a user (who reaches the projects it is a member of).
+            "anyOf": [
+                {"properties": {"projects": {"minItems": 1}}, "required": ["projects"]},
+                {"properties": {"user": {"type": "string"}}, "required": ["user"]},
+            ],
         },
         {
             "properties": {
                 "role": {"const": "worker"},
                 "projects": {"maxItems": 0},
                 "worker": {"type": "string"},
+                "user": {"type": "null"},
             },
             "required": ["worker"],
         },
@@ -448,7 +535,8 @@ _BY_ROLE: dict[str, Any] = {
 
 
 class TokenRequest(_Body):
-    """A token to make: a user token names its projects, a worker token its worker."""
+    """A token to make: a user token names its user or its projects (or both: the user's
+    projects narrowed to those), a worker token its worker."""
 
     model_config = ConfigDict(json_schema_extra=_BY_ROLE)
 
@@ -456,13 +544,20 @@ class TokenRequest(_Body):
     projects: list[_Name] = Field(default_factory=list, max_length=1000)
     worker: _Name | None = None
     name: _Name | None = Field(default=None, description="its label; made up when not given")
+    user: _UserName | None = Field(
+        default=None,
+        description="the Unix user a user token speaks for: its jobs are that user's, and it "
+        "reaches the projects the user is a member of (narrowed by `projects` when given)",
+    )
 
     @model_validator(mode="after")
     def _scoped_by_role(self) -> Self:
-        if self.role == "user" and not self.projects:
-            raise ValueError("a user token needs at least one project (--project)")
+        if self.role == "user" and not self.projects and self.user is None:
+            raise ValueError("a user token needs its user (--user) or a project (--project)")
         if self.role != "user" and self.projects:
             raise ValueError(f"only user tokens take projects, not {self.role} tokens")
+        if self.role != "user" and self.user is not None:
+            raise ValueError(f"only user tokens take a user, not {self.role} tokens")
         if self.role == "worker" and self.worker is None:
             raise ValueError("a worker token needs its worker's name (--worker)")
         if self.role != "worker" and self.worker is not None:
@@ -477,8 +572,27 @@ class TokenInfo(BaseModel):
     role: Role
     projects: list[str] = Field(default_factory=list)
     worker: str | None = None
+    user: str | None = None
     created_at: str
     last_used_at: str | None = None
+
+
+class WhoAmI(BaseModel):
+    """Who the broker knows the caller as (`GET /whoami`, `job whoami`)."""
+
+    user: str | None = Field(description="the Unix user; none for a token of no user")
+    uid: int | None = Field(description="the user's uid on the broker's host, when known")
+    groups: list[str] = Field(description="the user's groups on the broker's host")
+    role: Role
+    admin: bool
+    via: Literal["socket", "token", "vouched"] = Field(
+        description="how the broker knows: the Unix socket's peer, a token, or a worker's "
+        "agent vouching for its host's user"
+    )
+    label: str = Field(description="the token's label, the peer's uid, or who vouched")
+    projects: list[str] | None = Field(description="the projects reachable; null: all (admins)")
+    admin_of: list[str] = Field(description="the projects whose every job it may change")
+    worker: str | None = None
 
 
 class TokenCreated(TokenInfo):

@@ -19,7 +19,15 @@ from urllib.parse import quote, urlencode, urlsplit
 if TYPE_CHECKING:
     from jobd.wire.calls import Call
 
-__all__ = ["HOLD_MARGIN_S", "Reply", "plain_http_serves", "request_body", "target"]
+__all__ = [
+    "HOLD_MARGIN_S",
+    "UNIX_HOST",
+    "Reply",
+    "plain_http_serves",
+    "request_body",
+    "target",
+    "unix_socket_path",
+]
 
 # A held request's socket outlasts the broker's hold by this much (the wire's httpx
 # client says the same; a test holds them equal).
@@ -27,6 +35,23 @@ HOLD_MARGIN_S = 10.0
 _PROXY_VARIABLES = ("http_proxy", "all_proxy")
 # What httpx leaves unescaped in a path (RFC 3986's pchar); anything else is %-escaped.
 _PATH_SAFE = "/:@!$&'()*+,;=-._~%"
+
+
+UNIX_HOST = "localhost"  # the Host a request over a Unix socket names (it has no host)
+
+
+def unix_socket_path(server: str) -> str | None:
+    """The socket's path of a `unix:///PATH` broker address; None for any other address.
+    ValueError for a unix: address of no absolute path."""
+    if not server.startswith("unix:"):
+        return None
+    parts = urlsplit(server)
+    if parts.netloc or not parts.path.startswith("/"):
+        raise ValueError(
+            f"the broker address {server!r} must be unix:///PATH (an absolute path after three "
+            "slashes)"
+        )
+    return parts.path
 
 
 def plain_http_serves(server: str) -> bool:

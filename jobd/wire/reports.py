@@ -23,9 +23,14 @@ from typing import Any
 import anyio
 
 from jobd.wire.answers import ReportResult
-from jobd.wire.models import BATCHED_REPORTS, BatchedReport
 
-__all__ = ["BUSY_S", "LINGER_S", "ReportBatcher", "SendBatch", "batched"]
+__all__ = ["BUSY_S", "LINGER_S", "BatchedReport", "ReportBatcher", "SendBatch", "batched"]
+
+# One report of a batch, as `wire.models.BATCHED_REPORTS[verb]` declares its fields: the
+# job, the verb, the verb's own fields said (and the attempt). Plain JSON, so a worker
+# loads no pydantic; the broker validates the batch, so whoever makes a report keeps its
+# fields within the model's bounds (worker/hooks/ending.wire_completion, api/progress.py).
+BatchedReport = dict[str, Any]
 
 # Sends one batch of reports; each one's result, in order (fewer: the rest were refused).
 SendBatch = Callable[[list[BatchedReport]], Awaitable[list[ReportResult]]]
@@ -92,7 +97,7 @@ class ReportBatcher:
         finally:
             # Cancelled: whoever reports next sends these too.
             self._reports = [p for p in batch if not p.answered.is_set()] + self._reports
-            if any(p.item.verb not in _LINGERING_VERBS for p in self._reports):
+            if any(p.item["verb"] not in _LINGERING_VERBS for p in self._reports):
                 self._hurry.set()
             self._in_flight.set()
             self._in_flight = None
@@ -103,6 +108,7 @@ def batched(
 ) -> BatchedReport:
     """One report for a batch, of its verb's own schema; only the fields said travel, with
     the run's attempt (fencing)."""
+    item = {"job": job_id, "verb": verb, **fields}
     if attempt is not None:
-        fields = {**fields, "attempt": attempt}
-    return BATCHED_REPORTS[verb].model_validate({"job": job_id, "verb": verb, **fields})
+        item["attempt"] = attempt
+    return item

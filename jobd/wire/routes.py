@@ -30,6 +30,7 @@ __all__ = [
     "DELETE_ARRAY",
     "DELETE_JOB",
     "DRAIN_WORKER",
+    "EXPLAIN_JOB",
     "GET_ARRAY",
     "GET_JOB",
     "GET_PROJECT",
@@ -63,7 +64,9 @@ __all__ = [
     "STATUS_REASONS",
     "UI_PREFIX",
     "UNCORDON_WORKER",
+    "USAGE",
     "WATCH",
+    "WHOAMI",
     "DashboardPaths",
     "Route",
     "allowed_methods",
@@ -166,6 +169,11 @@ class Route(Frozen):
             max_body=max_body,
             refuses=refuses,
         )
+
+    def __hash__(self) -> int:
+        # Every request looks its route up (access, the fast path): two fields say which
+        # route it is, and records equal in all fields are equal in these.
+        return hash((self.method, self.path))
 
     @property
     def body(self) -> type[BaseModel] | None:
@@ -280,6 +288,11 @@ PREEMPT_BLOCKERS = Route(
     "Preempt what keeps a queued job out",
     query_model="BlockersQuery",
     refuses=(409,),
+)
+EXPLAIN_JOB = Route(
+    "GET",
+    "/jobs/{job_id}/explain",
+    "Why a queued job is not running: per worker, its queue place, parents, preemption",
 )
 RESUME_JOB = Route(
     "POST",
@@ -415,6 +428,15 @@ LIST_EVENTS = Route(
 )
 LIST_PROJECTS = Route("GET", "/projects", "List projects")
 GET_PROJECT = Route("GET", "/projects/{name}", "One project")
+USAGE = Route(
+    "GET", "/usage", "Fair share: each project's and user's decayed usage, share and factor"
+)
+WHOAMI = Route(
+    "GET",
+    "/whoami",
+    "Who the broker knows the caller as: user, uid, groups, admin or not, how it knows, the "
+    "projects reachable",
+)
 
 # -- tokens: admins only
 
@@ -485,6 +507,7 @@ ROUTES: tuple[Route, ...] = (
     CANCEL_JOB,
     PREEMPT_JOB,
     PREEMPT_BLOCKERS,
+    EXPLAIN_JOB,
     RESUME_JOB,
     READ_LOGS,
     CREATE_ARRAY,
@@ -507,6 +530,8 @@ ROUTES: tuple[Route, ...] = (
     LIST_EVENTS,
     LIST_PROJECTS,
     GET_PROJECT,
+    USAGE,
+    WHOAMI,
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,

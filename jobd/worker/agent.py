@@ -23,12 +23,11 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from jobd.api.models import GpuUsage, Job, Phase, WorkerSpec
+from jobd.api.vocabulary import Phase
 from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.errors import ApiError, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
-from jobd.wire.models import Heartbeat, Registration
 from jobd.wire.plain_async import open_async_client
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.diskspace import DiskWatch, filled_the_disk
@@ -36,10 +35,21 @@ from jobd.worker.execution import Execution, Host
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
+from jobd.worker.jobview import JobView
+from jobd.worker.limits import (
+    NO_ENFORCEMENT,
+    CoreAllocator,
+    detect_enforcement,
+    pinnable_cores,
+    remove_cgroup_parent,
+    sweep_cgroups,
+)
+from jobd.worker.owners import PublishedUsers, closed_to_owners, runs_as_owners, runs_as_text
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
 from jobd.worker.shim.containment import Containment, ProcessGroup, choose_containment
+from jobd.worker.trimming import IdleTrim
 
 __all__ = ["Agent"]
 
@@ -65,8 +75,12 @@ class Agent:
         self.lease_duration_s = lease_duration_s
         self.executions: dict[int, Execution] = {}
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
-        self.next_attempts: dict[int, Job] = {}  # a retry's, once the last attempt is over
+        self.next_attempts: dict[int, JobView] = {}  # a retry's, once the last attempt is over
         self.pool = ShimPool()
+        # How a job's limits are enforced here (detected when the agent runs, if the
+        # settings do not say), and the cores each running job holds.
+        self.enforcement = settings.enforcement or NO_ENFORCEMENT
+        self.cores = CoreAllocator(self.enforcement.cores)
         self._tg: anyio.abc.TaskGroup | None = None
         self.link: BrokerLink | None = None
         # NVML, where installed: each GPU's use, and what foreign processes take (gpus.py).
@@ -75,6 +89,9 @@ class Agent:
         self.disk = DiskWatch(settings.state_dir, self._end_disk_filler)
         # Why this agent may not run as its worker, once it stopped for that reason.
         self.refusal: str | None = None
+        # Once no job has run here for a while, the heap a burst of jobs grew is given back.
+        self.trimming = IdleTrim(lambda: bool(self.executions))
+        self.users: PublishedUsers | None = None  # the owners placeable here, once looked up
 
     async def run(self) -> None:
         """Run until cancelled; return early, with `refusal` said, when this agent may not
@@ -103,12 +120,44 @@ class Agent:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     await self._warm_up_pool()
+                    self._detect_enforcement()
+                    sweep_cgroups(self.enforcement)  # before readopting: theirs hold processes
+                    self._say_whom_jobs_run_as()
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
                     await self._serve(tg)
             finally:
                 # Jobs run on under their shims; the pool exits with its pipe.
                 await self.pool.aclose()
+                remove_cgroup_parent(self.enforcement)
+
+    def _detect_enforcement(self) -> None:
+        """What this host enforces, where the settings say nothing (an agent made in
+        process: a test's, say), every core of the agent's pinnable."""
+        if self.settings.enforcement is None:
+            cores = pinnable_cores(declared_cpus=True, reserve_cpus=0)
+            self.enforcement = detect_enforcement(self.settings.name, "auto", cores)
+            self.cores = CoreAllocator(self.enforcement.cores)
+
+    def _say_whom_jobs_run_as(self) -> None:
+        """One line at start: a worker that is not root runs every job as itself. A root
+        worker names the directories above its own that owners may not pass through."""
+        if not runs_as_owners():
+            log.warning(
+                "jobs_run_as_worker_user",
+                user=runs_as_text(),
+                why="this worker is not root: every job runs as its user, whoever owns it",
+            )
+            return
+        log.info("jobs_run_as_their_owners")
+        settings = self.settings
+        for closed in closed_to_owners(settings.state_dir, settings.checkpoint_root):
+            log.warning(
+                "owners_cannot_pass",
+                path=str(closed),
+                why="owners reach their checkpoint directories and output files through it",
+                fix=f"chmod o+x {closed}, or give --state-dir and --checkpoint-root elsewhere",
+            )
 
     async def _warm_up_pool(self) -> None:
         """Where shims are pooled, start the pool and an idle shim now, before the agent
@@ -126,6 +175,7 @@ class Agent:
         tg.start_soon(self.link.ship_events_forever)
         tg.start_soon(self._heartbeat_forever)
         tg.start_soon(self.disk.run)
+        tg.start_soon(self.trimming.run)
         if self.settings.checkpoint_ttl_days is not None:
             root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
             tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)
@@ -133,20 +183,27 @@ class Agent:
 
     async def _register(self) -> None:
         assert self.link is not None
-        spec = WorkerSpec(
-            slots=self.settings.slots,
-            gpus=self.settings.gpus,
-            gpu_memory=self.settings.gpu_memory,
-            lease_duration_s=self.lease_duration_s,
-            cpus=self.settings.cpus,
-            memory=self.settings.memory,
-            labels=self.settings.labels,
-            mount_roots=self.settings.mount_roots,
-        )
+        spec = {
+            "slots": self.settings.slots,
+            "gpus": self.settings.gpus,
+            "gpu_memory": self.settings.gpu_memory,
+            "lease_duration_s": self.lease_duration_s,
+            "cpus": self.settings.cpus,
+            "memory": self.settings.memory,
+            "labels": self.settings.labels,
+            "mount_roots": self.settings.mount_roots,
+            "enforcement": {"cpu": self.enforcement.cpu, "memory": self.enforcement.memory},
+        }
         runner, link = self.containment.name, self.link
-        body = Registration(
-            spec=spec, hostname=socket.gethostname(), runner=runner, instance=link.instance
-        )
+        self.users = PublishedUsers(self.settings.users)
+        body = {
+            "spec": spec,
+            "hostname": socket.gethostname(),
+            "runner": runner,
+            "instance": link.instance,
+            "runs_as": runs_as_text(),
+            "users": self.users.users,
+        }
         call = calls.register_worker(self.settings.name, body)
         registered = await link.call(call, fenced=True)  # Refused: another instance holds it
         if registered is None:
@@ -156,11 +213,15 @@ class Agent:
             "worker_registered",
             worker=self.settings.name,
             runner=runner,
-            slots=spec.slots,
-            cpus=spec.cpus,
-            memory=spec.memory,
-            labels=spec.labels,
-            mount_roots=spec.mount_roots,
+            slots=spec["slots"],
+            cpus=spec["cpus"],
+            memory=spec["memory"],
+            labels=spec["labels"],
+            mount_roots=spec["mount_roots"],
+            runs_as=body["runs_as"],
+            users=None if body["users"] is None else len(body["users"]),
+            cpu_enforcement=self.enforcement.cpu,
+            memory_enforcement=self.enforcement.memory,
             instance=link.instance,
             epoch=link.epoch,
         )
@@ -169,7 +230,9 @@ class Agent:
         """List what is bound here and reconcile each, then each change from there; list
         again after a 410 or an error (the wire's informer)."""
         assert self.link is not None
-        bound = JobFilter(worker=self.settings.name)
+        # Not the changes its own reports make (started, progress, complete): it acts on
+        # none, and a drain's watch answers come with the binds alone.
+        bound = JobFilter(worker=self.settings.name, skip_own_reports=True)
         informer = AsyncInformer(
             self.link.client, bound, every_listed=True, on_error=_log_watch_error
         )
@@ -177,7 +240,7 @@ class Agent:
 
     def _on_change(self, delta: Delta) -> None:
         if delta.op != "DELETED" and self._may_act_on(delta.object):
-            self._reconcile(Job.model_validate(delta.object))
+            self._reconcile(JobView(delta.object))
 
     def _may_act_on(self, document: dict[str, Any]) -> bool:
         """Whether _reconcile could act on this job: one running here, or one Scheduled (to
@@ -220,7 +283,7 @@ class Agent:
         )
         self._supervise(execution)
 
-    def _reconcile(self, job: Job) -> None:
+    def _reconcile(self, job: JobView) -> None:
         """Drive local processes toward what the broker says about this job."""
         assert self._tg is not None and self.link is not None
         running = self.executions.get(job.id)
@@ -244,7 +307,7 @@ class Agent:
         elif job.status.signal is not None:
             self._tg.start_soon(running.stop, job.status.signal)
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: JobView) -> None:
         assert self.link is not None
         self._supervise(Execution.new(job, self._host()))
 
@@ -256,7 +319,9 @@ class Agent:
 
     def _host(self) -> Host:
         assert self.link is not None
-        return Host(self.settings, self.containment, self.link, self.pool)
+        return Host(
+            self.settings, self.containment, self.link, self.pool, self.enforcement, self.cores
+        )
 
     def _supervise(self, execution: Execution) -> None:
         assert self._tg is not None
@@ -273,9 +338,12 @@ class Agent:
                 self.failed_starts.add((execution.job_id, execution.attempt))
             if self.executions.get(execution.job_id) is execution:
                 del self.executions[execution.job_id]
+                self.cores.release(execution.job_id)
                 following = self.next_attempts.pop(execution.job_id, None)
                 if following is not None:
                     self._reconcile(following)
+                if not self.executions:
+                    self.trimming.went_idle()
 
         self._tg.start_soon(supervise)
 
@@ -289,18 +357,22 @@ class Agent:
         used = {g: int(u["memory_used"]) for g, u in usage.items()}
         return usage, foreign_use(used, held)
 
-    def heartbeat_body(self) -> Heartbeat:
-        """What the next heartbeat says: the jobs running here, each one's attempt, what
-        NVML reads of the GPUs (where it is), whether the disk is full."""
+    def heartbeat_body(self) -> dict[str, Any]:
+        """What the next heartbeat says (wire.models.Heartbeat's fields): the jobs running
+        here, each one's attempt, what NVML reads of the GPUs (where it is), whether the
+        disk is full."""
         usage, foreign = self._gpu_usage()
-        body = Heartbeat(
-            running=sorted(self.executions),
-            attempts={i: e.attempt for i, e in self.executions.items()},
-            gpu_memory_foreign=foreign,
-            disk_full=self.disk.full,
-        )
+        body: dict[str, Any] = {
+            "running": sorted(self.executions),
+            "attempts": {i: e.attempt for i, e in self.executions.items()},
+            "gpu_memory_foreign": foreign,
+            "disk_full": self.disk.full,
+        }
+        users = None if self.users is None else self.users.changed()
+        if users is not None:  # only then: most heartbeats say nothing of it
+            body["users"] = users
         if usage is not None:  # only then: a broker older than the field takes the rest
-            body.gpu_usage = {g: GpuUsage.model_validate(u) for g, u in usage.items()}
+            body["gpu_usage"] = usage
         return body
 
     async def _heartbeat_forever(self) -> None:
@@ -317,6 +389,8 @@ class Agent:
             if answer is None:
                 await self._register()  # the broker forgot us (e.g. a fresh store)
                 continue
+            if self.users is not None:
+                self.users.taken(body.get("users"))
             for job_id in answer.stop:
                 execution = self.executions.get(job_id)
                 if execution is not None:

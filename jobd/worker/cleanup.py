@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from jobd.api.models import TERMINAL_PHASES, Phase
+from jobd.api.vocabulary import TERMINAL_PHASES, Phase
 from jobd.logconfig import get_logger
 from jobd.wire import calls
 from jobd.wire.errors import ApiError

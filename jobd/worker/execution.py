@@ -23,11 +23,13 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from jobd.api.models import Job
 from jobd.logconfig import get_logger
 from jobd.worker.hooks import Hook, LaunchPlan, StartFailed, default_hooks
 from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
+from jobd.worker.jobview import JobView
+from jobd.worker.limits import NO_ENFORCEMENT, CoreAllocator, Enforcement
+from jobd.worker.owners import OWNER_UNKNOWN, OwnerUnknown
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
 from jobd.worker.shim.client import (
@@ -57,6 +59,9 @@ class Host:
     containment: Containment
     link: BrokerLink
     pool: ShimPool = field(default_factory=ShimPool)
+    # How limits are enforced here, and the cores each running job holds (worker/limits.py).
+    enforcement: Enforcement = field(default_factory=lambda: NO_ENFORCEMENT)
+    cores: CoreAllocator = field(default_factory=lambda: CoreAllocator(()))
 
 
 class Execution:
@@ -68,7 +73,7 @@ class Execution:
         record: JobRecord,
         state_dir: Path,
         grace_s: float,
-        job: Job | None = None,
+        job: JobView | None = None,
         shim: Shim | None = None,
         hooks: Sequence[Hook] | None = None,
     ) -> None:
@@ -80,6 +85,7 @@ class Execution:
         self.hooks = list(default_hooks() if hooks is None else hooks)
         self.failed = False  # failed alone (start_failed, supervision_failed): never again
         self.filled_disk: str | None = None  # why it was ended for filling the disk
+        self.cpuset: list[int] | None = None  # the cores it is pinned to (hooks/limits.py)
         self._stop_asked = record.stop_reason is not None
         self._hooked = anyio.Event()  # the poststart hooks ran (or it failed): a stop may act
         self._phase_events: dict[AttemptPhase, anyio.Event] = {}
@@ -88,7 +94,7 @@ class Execution:
         self._unsaved = False  # the last save found the disk full (logged once)
 
     @classmethod
-    def new(cls, job: Job, host: Host, hooks: Sequence[Hook] | None = None) -> Execution:
+    def new(cls, job: JobView, host: Host, hooks: Sequence[Hook] | None = None) -> Execution:
         """The attempt the broker bound here, still to be launched (hooks: default_hooks())."""
         attempt = attempt_of(job)
         record = JobRecord(job.id, attempt, boot_id(), phase=AttemptPhase.PREPARING)
@@ -195,7 +201,11 @@ class Execution:
                 raise StartFailed(f"{self.state_dir} holds a launch whose supervisor is gone")
             self.advance(AttemptPhase.RUNNING)
             return
-        spec = LaunchSpec(plan.argv, plan.cwd, plan.env, self.grace_s, job.id, self.attempt)
+        spec = LaunchSpec(
+            plan.argv, plan.cwd, plan.env, self.grace_s, job.id, self.attempt, plan.limits
+        )
+        if plan.owner is not None:
+            spec = dataclasses.replace(spec, owner=plan.owner.name)
         host = self.host
         self.shim = await start_shim(host.pool, host.containment, self.state_dir, spec)
         self.advance(AttemptPhase.RUNNING)
@@ -241,12 +251,15 @@ class Execution:
 
     async def _fail(self, reason: str, exc: Exception) -> None:
         exc = _cause(exc)
-        message = str(exc) if isinstance(exc, StartFailed) else f"{type(exc).__name__}: {exc}"
+        plain = isinstance(exc, StartFailed | OwnerUnknown)
+        message = str(exc) if plain else f"{type(exc).__name__}: {exc}"
         self.failed = True
         self.advance(AttemptPhase.EXITED)
         self._hooked.set()
         self.link.event(reason, self.job_id, error=message)
-        body: dict[str, Any] = {"exit_code": None, "signal": None, "reason": reason}
+        # The job's reason: an owner this host does not know is said as such.
+        ended = OWNER_UNKNOWN if isinstance(exc, OwnerUnknown) else reason
+        body: dict[str, Any] = {"exit_code": None, "signal": None, "reason": ended}
         body["message"] = message
         await self.link.report(self.job_id, "complete", self.attempt, **wire_completion(body))
         self.advance(AttemptPhase.REPORTED)

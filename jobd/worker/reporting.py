@@ -10,6 +10,7 @@ the events that ride along.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,8 +22,7 @@ from jobd.wire import calls
 from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.errors import ApiError, BrokerUnreachable
-from jobd.wire.models import BatchedReport, Heartbeat, ReportBatch, WorkerEvent, WorkerEvents
-from jobd.wire.reports import ReportBatcher
+from jobd.wire.reports import BatchedReport, ReportBatcher
 from jobd.worker.identity import Refused
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ __all__ = ["BrokerLink"]
 log = get_logger()
 _FINAL_STATUSES = range(400, 500)
 T = TypeVar("T")
-Sent = TypeVar("Sent", Heartbeat, ReportBatch)
 
 
 @dataclass
@@ -44,7 +43,7 @@ class BrokerLink:
     # (identity.py). The broker refuses a sender that does not hold the lease.
     instance: str | None = None
     epoch: int | None = None
-    _events: list[WorkerEvent] = field(default_factory=list)
+    _events: list[dict[str, Any]] = field(default_factory=list)
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
     _events_since: float = 0.0  # anyio.current_time() when the oldest queued event came
     _batcher: ReportBatcher = field(init=False)
@@ -75,13 +74,13 @@ class BrokerLink:
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    def signed(self, body: Sent) -> Sent:
+    def signed(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` naming this agent's instance and epoch, where known (else they are left
         unset, and the request is as an agent older than fencing by instance sent it)."""
         if self.instance is not None:
-            body.instance = self.instance
+            body["instance"] = self.instance
         if self.epoch is not None:
-            body.epoch = self.epoch
+            body["epoch"] = self.epoch
         return body
 
     async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
@@ -106,7 +105,7 @@ class BrokerLink:
         events, self._events = self._events, []  # they ride along
         sent = False
         try:
-            body = self.signed(ReportBatch(reports=reports, events=events))
+            body = self.signed({"reports": reports, "events": events})
             results = await self.call(calls.send_reports(self.worker, body)) or []
             sent = True
         finally:
@@ -116,7 +115,9 @@ class BrokerLink:
         # request, which call() sends again until it is answered.
         for item, result in zip(reports, results, strict=False):
             if result.status >= 300:
-                log.warning("report_refused", job=item.job, verb=item.verb, detail=result.detail)
+                log.warning(
+                    "report_refused", job=item["job"], verb=item["verb"], detail=result.detail
+                )
         return results
 
     def event(self, event: str, job: int | None = None, **fields: Any) -> None:
@@ -125,7 +126,8 @@ class BrokerLink:
         ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         if not self._events:
             self._events_since = anyio.current_time()
-        self._events.append(WorkerEvent(event=event, job=job, ts=ts, fields=fields))
+        said = {key: _json_value(value) for key, value in fields.items()}
+        self._events.append({"event": event, "job": job, "ts": ts, "fields": said})
         self._events_ready.set()
 
     async def ship_events_forever(self, interval_s: float = 0.2) -> None:
@@ -141,4 +143,19 @@ class BrokerLink:
                     await anyio.sleep(wait)  # a batch may take them meanwhile
                     continue
                 batch, self._events = self._events, []
-                await self.call(calls.ingest_events(WorkerEvents(worker=self.worker, events=batch)))
+                await self.call(calls.ingest_events({"worker": self.worker, "events": batch}))
+
+
+def _json_value(value: Any) -> Any:
+    """An event field as JSON holds it: a value JSON cannot say (a path, NaN) as its text.
+    The batch it rides in is encoded whole, so one such value must never fail it (the
+    events would be queued again, and fail every batch after)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return [_json_value(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _json_value(item) for key, item in value.items()}
+    return str(value)

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobd.api.models import Job
 from jobd.api.vocabulary import ARRAY_INDEX
+from jobd.worker.jobview import JobView
+from jobd.worker.limits import Enforcement
 
 __all__ = [
     "DEFAULT_MAX_LOG_BYTES",
@@ -42,20 +43,25 @@ class WorkerSettings:
     memory: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     mount_roots: list[str] = field(default_factory=list)
+    # `--allow-user`: the owners whose jobs this worker runs (None: any its host knows).
+    users: list[str] | None = None
+    # How a job's cores and memory are enforced (worker/limits.py); None: detected by the
+    # agent, with every core of its own pinnable and the best memory cap the host has.
+    enforcement: Enforcement | None = None
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
-def attempt_of(job: Job) -> int:
+def attempt_of(job: JobView) -> int:
     """The run's fencing number (status.attempt), 0 where the broker says none."""
-    return int(getattr(job.status, "attempt", 0) or 0)
+    return job.status.attempt
 
 
-def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str, str]:
+def workload_env(job: JobView, settings: WorkerSettings, ckpt_dir: Path) -> dict[str, str]:
     """The workload's complete environment (CONTRACT.md §6)."""
     env = {k: v for k, v in settings.base_env.items() if not k.startswith(_PRIVATE_PREFIX)}
     env.pop("RESUME_FROM", None)  # only when set by the submitter, `job resume` or a retry
     env.update(job.spec.env)
-    resume_from = getattr(job.status, "resume_from", None)
+    resume_from = job.status.resume_from
     if resume_from:  # a retry of an attempt that checkpointed (controllers/retries.py)
         env["RESUME_FROM"] = resume_from
     env.update(
@@ -77,7 +83,7 @@ def workload_env(job: Job, settings: WorkerSettings, ckpt_dir: Path) -> dict[str
     return env
 
 
-def effective_grace(job: Job, settings: WorkerSettings) -> float:
+def effective_grace(job: JobView, settings: WorkerSettings) -> float:
     """Job spec > project default (both resolved by the broker) > this worker's default."""
     grace = job.status.effective.checkpoint_grace_s
     return settings.default_grace_s if grace is None else grace

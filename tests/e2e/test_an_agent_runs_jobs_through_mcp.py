@@ -26,6 +26,7 @@ pytestmark = pytest.mark.anyio
 TOOLS = {
     "submit_job",
     "get_job",
+    "explain_job",
     "list_jobs",
     "job_logs",
     "job_events",
@@ -158,6 +159,22 @@ async def test_an_agent_submits_watches_and_stops_jobs(jobd: Jobd) -> None:
         succeeded = await a.call("list_jobs", phase=["Succeeded"])
         assert sorted(j["name"] for j in succeeded["items"]) == ["chatty", "hello"]
 
+        await a.call("submit_job", command=["true"], name="huge", cpus=1000)
+        why = await a.call("explain_job", job="huge")
+        assert why["phase"] == "Pending" and why["reason"] == "Unschedulable"
+        [w1] = why["workers"]
+        assert w1["worker"] == "w1" and w1["fits"] is False
+        assert w1["says"][0].startswith("too small even when empty: cpus (needs 1000, has ")
+        assert [s["resource"] for s in w1["short"]] == ["cpus"] and w1["short"][0]["need"] == 1000
+        await a.call("cancel_job", job="huge")
+        ended = await a.call("explain_job", job="hello")
+        assert ended == {
+            "job": hello["metadata"]["id"],
+            "name": "default/hello",
+            "phase": "Succeeded",
+            "summary": f"job {hello['metadata']['id']} has ended Succeeded (exit 0)",
+        }
+
 
 async def test_a_project_token_sees_only_its_project_through_mcp(jobd: Jobd) -> None:
     alice = _token(jobd, "--role", "user", "--project", "a", "--name", "alice")
@@ -170,6 +187,7 @@ async def test_a_project_token_sees_only_its_project_through_mcp(jobd: Jobd) -> 
         mine = await a.call("submit_job", command=["true"], project="a", name="mine")
         assert mine["metadata"]["project"] == "a"
         assert "'b'" in await a.refused("get_job", job=str(theirs["metadata"]["id"]))
+        assert "'b'" in await a.refused("explain_job", job=str(theirs["metadata"]["id"]))
         assert "'b'" in await a.refused("submit_job", command=["true"], project="b")
         listed = await a.call("list_jobs")
         assert {j["project"] for j in listed["items"]} == {"a"}

@@ -182,8 +182,15 @@ def test_every_verb_that_prints_prints_json(jobd: Jobd, tmp_path: Path) -> None:
         assert [j["metadata"]["id"] for j in shown["queued"]] == [queued], shown
         assert shown["workers"][0]["kind"] == "Worker" and len(shown["running"]) == 3
         assert isinstance(as_json("events", "--job", str(victim)), list)
+        assert as_json("whoami")["admin"] is True
+        assert "half_life_s" in as_json("usage")
         plan = as_json("preempt-blockers", "--dry-run", str(queued))
         assert plan["dry_run"] is True and plan["candidate"] == queued
+        why = as_json("explain", str(queued))
+        assert (why["job"], why["reason"]) == (queued, "WaitingForCapacity")
+        assert [v["job"] for v in why["preemption"]["victims"]] == [
+            v["metadata"]["id"] for v in plan["victims"]
+        ]
         assert as_json("preempt", str(victim))["status"]["desired_phase"] == "Preempted"
         assert as_json("wait", str(victim))["status"]["phase"] == "Preempted"
         resumed = as_json("resume", "--from-scratch", str(victim))["metadata"]["id"]

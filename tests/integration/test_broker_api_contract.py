@@ -239,6 +239,7 @@ async def test_watch_parameters_are_checked_like_every_route(api: httpx.AsyncCli
     assert {p["name"] for p in schema["parameters"]} == {
         *("since", "kind", "worker", "timeout"),
         *("project", "name", "phase", "selector"),  # a listing's filters (the informer's)
+        "skip_own_reports",  # the agent's: not its own reports of a Running job
     }
 
 

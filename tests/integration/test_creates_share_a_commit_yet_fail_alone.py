@@ -53,7 +53,10 @@ def test_preparing_a_job_again_gives_the_same(ctx: Context) -> None:
     first = prepare_new_job(job, None, ctx.clock, [3]).model_dump()
     second = prepare_new_job(job, None, ctx.clock, [3]).model_dump()
     assert first == second
-    assert [c.type for c in job.status.conditions] == ["DependenciesMet"]
+    assert [(c.type, c.reason) for c in job.status.conditions] == [
+        ("DependenciesMet", "Waiting"),
+        ("Scheduled", "WaitingForDependencies"),
+    ]
 
 
 def test_a_status_sent_with_a_new_job_is_replaced(ctx: Context) -> None:

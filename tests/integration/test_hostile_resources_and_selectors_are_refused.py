@@ -66,6 +66,8 @@ async def test_what_may_be_said_is_taken_as_said(api: httpx.AsyncClient) -> None
         ({"labels": {"a=b": "c"}}, "spec.labels"),
         ({"labels": {"gpu": "a\x00"}}, "spec.labels"),
         ({"mount_roots": ["data"]}, "spec.mount_roots"),
+        ({"enforcement": {"cpu": "affinity", "memory": "cgroup-v3"}}, "spec.enforcement"),
+        ({"enforcement": {"cpu": "pinned"}}, "spec.enforcement"),
     ],
 )
 async def test_a_worker_registering_a_hostile_inventory_is_refused(
@@ -74,3 +76,15 @@ async def test_a_worker_registering_a_hostile_inventory_is_refused(
     body = {"spec": spec, "hostname": "h", "runner": "r"}
     registered = await api.put("/workers/w9", json=body)
     assert registered.status_code == 422 and field in registered.json()["detail"], registered.text
+
+
+@pytest.mark.parametrize("cpuset", [[-1], [8192], ["0"], [True]])
+async def test_a_started_report_with_cores_no_host_has_is_refused(
+    api: httpx.AsyncClient, cpuset: list[Any]
+) -> None:
+    created = await api.post("/jobs", json=job_document("pinned"))
+    job_id = created.json()["metadata"]["id"]
+    body = {"worker": "w9", "attempt": 1, "cpuset": cpuset}
+    said = await api.post(f"/jobs/{job_id}/started", json=body)
+    assert said.status_code == 422 and "cpuset" in said.json()["detail"], said.text
+    assert "cpuset" not in (await api.get(f"/jobs/{job_id}")).json()["status"]

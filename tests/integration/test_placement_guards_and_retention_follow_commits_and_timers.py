@@ -58,6 +58,10 @@ def _submit(ctx: Context, name: str, **spec: object) -> Job:
     return create_jobs(ctx.store, [job], ctx.clock)[0]
 
 
+# What a queued job says while no verdict keeps it out (api/wait_reasons.py).
+WAITS = ("False", "WaitingForCapacity", "waiting for a worker with room")
+
+
 def _scheduled(job: Job) -> tuple[str, str, str] | None:
     found = [c for c in job.status.conditions if c.type == "Scheduled"]
     return (found[0].status, found[0].reason, found[0].message) if found else None
@@ -74,12 +78,12 @@ async def test_unschedulable_is_said_then_cleared_when_a_big_enough_worker_joins
     await placement.run()
     message = "no worker has 4 GPUs; the largest has 2"
     assert _scheduled(reread(ctx, big)) == ("False", "Unschedulable", message)
-    assert _scheduled(reread(ctx, fits)) is None
+    assert _scheduled(reread(ctx, fits)) == WAITS
     assert [e.job for e in ctx.store.list_events(event="job_unschedulable")] == [big.id]
 
     register_worker(ctx, "large", WorkerSpec(slots=8, gpus=[0, 1, 2, 3]), "host", "procgroup")
     await placement.run()
-    assert _scheduled(reread(ctx, big)) is None, "a worker that could run it joined"
+    assert _scheduled(reread(ctx, big)) == WAITS, "a worker that could run it joined"
     assert len(ctx.store.list_events(event="job_unschedulable")) == 1
 
 
@@ -89,7 +93,7 @@ async def test_a_job_queued_before_any_worker_is_judged_when_the_first_registers
     placement = Driven(ctx, PlacementController(ctx))
     big = _submit(ctx, "big", resources=Resources(gpus=3))
     await placement.run()
-    assert _scheduled(reread(ctx, big)) is None, "no worker yet: nothing is said"
+    assert _scheduled(reread(ctx, big)) == WAITS, "no worker yet: nothing is said"
     register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     await placement.run()
     assert _scheduled(reread(ctx, big)) == (

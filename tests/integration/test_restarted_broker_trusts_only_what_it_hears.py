@@ -25,6 +25,7 @@ from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
+from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import open_store, sqlite_url
 from tests.integration.conftest import TOKEN, broker_state, job_document
@@ -134,5 +135,8 @@ async def test_a_worker_that_registers_again_is_schedulable_at_once(tmp_path: Pa
         assert _placement(api) == [None]
         registration = {"spec": {"slots": 2, "lease_duration_s": LEASE_S}, "hostname": "dead"}
         assert (await api.put("/workers/dead", json=registration)).status_code == 200
+        # At once: no lease to wait out; only the tenth of a second in which workers'
+        # registrations are gathered into one pass (manager.py, worker_coalesce_s).
+        clock.advance(SchedulerController.worker_coalesce_s)
         await _settle(clock)
         assert _placement(api) == ["dead"]

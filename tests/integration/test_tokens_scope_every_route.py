@@ -16,10 +16,12 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from jobd.api.models import Phase, WorkerSpec
 from jobd.broker.auth.access import ROLES
 from jobd.broker.state import BrokerConfig
+from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.wire import routes
-from tests.integration.conftest import bind, broker_client, job_document
+from tests.integration.conftest import bind, broker_client, broker_state, job_document
 
 pytestmark = pytest.mark.anyio
 
@@ -51,6 +53,7 @@ def _job_routes(job_id: int) -> list[tuple[str, str, dict[str, Any]]]:
     """Every route that reads or acts on one job, as a user would call it."""
     return [
         ("GET", f"/jobs/{job_id}", {}),
+        ("GET", f"/jobs/{job_id}/explain", {}),
         ("DELETE", f"/jobs/{job_id}", {}),
         ("POST", f"/jobs/{job_id}/cancel", {}),
         ("POST", f"/jobs/{job_id}/preempt", {}),
@@ -280,3 +283,29 @@ async def test_query_strings_and_path_tricks_get_401(api: httpx.AsyncClient, pat
     }
     await app(scope, receive, send)
     assert answered == [401]
+
+
+async def test_explain_names_no_victim_of_a_project_its_reader_may_not_read(
+    api: httpx.AsyncClient,
+) -> None:
+    alice = await _token(api, role="user", projects=["a"], name="alice")
+    state = broker_state(api)
+    register_worker(state.ctx, "w1", WorkerSpec(slots=1), "host", "procgroup")
+    theirs = await _job(api, "theirs", "b")
+    running = state.store.get_job(theirs).evolve()  # as the worker would have it run
+    running.status.phase, running.status.worker = Phase.RUNNING, "w1"
+    running.status.started_at = state.ctx.clock.now()
+    running.status.effective.preemptible = True
+    state.store.update_job(running)
+    doc = job_document("mine", priority=50)
+    doc["metadata"]["project"] = "a"
+    mine = (await api.post("/jobs", json=doc, headers=alice)).json()["metadata"]["id"]
+    seen = (await api.get(f"/jobs/{mine}/explain", headers=alice)).json()
+    assert seen["reason"] == "WaitingForCapacity"
+    assert seen["workers"][0]["says"] == ["short of slots by 1 (needs 1, 0 free of 1)"]
+    victims = seen["preemption"]["victims"]
+    assert victims == [{"job": theirs, "name": None, "priority": 0}], "b is not alice's"
+    admin_sees = (await api.get(f"/jobs/{mine}/explain")).json()["preemption"]["victims"]
+    assert admin_sees[0]["name"] == "b/theirs"
+    worker = await _token(api, role="worker", worker="w1")
+    assert (await api.get(f"/jobs/{mine}/explain", headers=worker)).status_code == 403

@@ -20,13 +20,13 @@ import anyio
 import httpx
 import pytest
 
-from jobd.api.models import Job
 from jobd.broker.app import create_app
 from jobd.broker.state import BrokerConfig
 from jobd.wire.client import AsyncClient
 from jobd.worker.execution import Execution, Host
 from jobd.worker.hooks import Hook, LaunchPlan, default_hooks
 from jobd.worker.jobrecord import AttemptPhase
+from jobd.worker.jobview import JobView
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings
 from jobd.worker.shim.containment import ProcessGroup
@@ -191,6 +191,24 @@ async def test_queued_events_ride_along_with_the_next_report_batch_once(broker: 
 
 
 @pytest.mark.forged_events  # made-up events and fields, as a worker may post
+async def test_an_event_field_json_cannot_say_goes_as_text_and_fails_no_batch(
+    broker: Broker,
+) -> None:
+    """The agent sends plain JSON: a path or a NaN in an event is sent as its text, and the
+    batch it rides in (with a report) is taken whole."""
+    api, wire, link = broker.api, broker.wire, broker.link
+    a = await bound_job(api, "odd")
+    link.event("process_spawned", a, where=Path("/tmp/x"), share=float("nan"), ids=(1, 2))
+    with anyio.fail_after(5):
+        await link.report(a, "started")
+    (post,) = wire.report_posts
+    assert post.status == 200
+    fields = post.body["events"][0]["fields"]
+    assert fields == {"where": "/tmp/x", "share": "nan", "ids": [1, 2]}
+    assert await phase(api, a) == "Running"
+
+
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
 async def test_an_event_waits_for_a_report_to_carry_it_before_it_goes_alone(
     broker: Broker,
 ) -> None:
@@ -280,7 +298,7 @@ async def test_a_job_that_ended_is_not_signalled_when_the_broker_says_it_is_over
     the job terminal, and the agent stops it as unbound: there is nothing left to stop."""
     api, wire = broker.api, broker.wire
     job_id = await bound_job(api, "short")
-    job = Job.model_validate((await api.get(f"/jobs/{job_id}")).json())
+    job = JobView((await api.get(f"/jobs/{job_id}")).json())
     settings = WorkerSettings(
         name=WORKER,
         slots=1,
@@ -326,7 +344,7 @@ async def test_a_hook_added_to_the_list_runs_at_each_stage_in_order(
 ) -> None:
     """An attempt's steps are hooks run in order; one more needs no edit to the others."""
     job_id = await bound_job(broker.api, "hooked")
-    job = Job.model_validate((await broker.api.get(f"/jobs/{job_id}")).json())
+    job = JobView((await broker.api.get(f"/jobs/{job_id}")).json())
     settings = WorkerSettings(
         name=WORKER,
         slots=1,

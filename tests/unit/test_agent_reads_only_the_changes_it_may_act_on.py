@@ -1,4 +1,4 @@
-"""The agent builds a Job from a watched change only when it could act on it: a job
+"""The agent reads a JobView of a watched change only when it could act on it: a job
 running here, or one Scheduled (to start). A change of any other job is passed over
 unread, so a document it could not even read does no harm; one it may act on is read,
 and a document that does not validate still fails loudly."""
@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from pydantic import ValidationError
 
 from jobd.wire.informer import Delta
 from jobd.worker.agent import Agent
 from jobd.worker.execution import Execution
+from jobd.worker.jobview import UnreadableJob
 from jobd.worker.settings import WorkerSettings
 
 
@@ -30,7 +30,7 @@ def _agent(tmp_path: Path) -> Agent:
 
 
 def _unreadable(job_id: int, phase: str) -> dict[str, Any]:
-    """A change no Job can be built from (no spec), in the given phase."""
+    """A change no job can be read from (no spec), in the given phase."""
     return {"metadata": {"id": job_id}, "status": {"phase": phase, "worker": "w1"}}
 
 
@@ -44,12 +44,12 @@ def test_a_change_of_a_job_not_running_here_and_not_to_start_is_not_read(
 
 
 def test_a_scheduled_job_is_read(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(UnreadableJob):
         _agent(tmp_path)._on_change(Delta("ADDED", _unreadable(7, "Scheduled")))
 
 
 def test_a_change_of_a_job_running_here_is_read(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     agent.executions[7] = cast(Execution, object())  # never reached: the read fails first
-    with pytest.raises(ValidationError):
+    with pytest.raises(UnreadableJob):
         agent._on_change(Delta("MODIFIED", _unreadable(7, "Succeeded")))

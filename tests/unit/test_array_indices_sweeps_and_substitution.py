@@ -161,6 +161,7 @@ def test_only_a_member_sees_jobd_array_index() -> None:
     from pathlib import Path
 
     from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta
+    from jobd.worker.jobview import JobView
     from jobd.worker.settings import WorkerSettings, workload_env
 
     settings = WorkerSettings(
@@ -178,6 +179,7 @@ def test_only_a_member_sees_jobd_array_index() -> None:
     )
     resumed = Job(metadata=ObjectMeta(id=8, name="a-3-r1"), spec=spec)  # holds it in its env
     plain = Job(metadata=ObjectMeta(id=9, name="b"), spec=JobSpec(command=["x"]))
+    member, resumed, plain = (JobView(j.model_dump(mode="json")) for j in (member, resumed, plain))
     assert workload_env(member, settings, Path("/ckpt/7"))["JOBD_ARRAY_INDEX"] == "3"
     assert workload_env(resumed, settings, Path("/ckpt/8"))["JOBD_ARRAY_INDEX"] == "99"
     settings.base_env["JOBD_ARRAY_INDEX"] = "5"  # the worker's own never reaches a job

@@ -11,8 +11,7 @@ import anyio
 import pytest
 
 from jobd.wire.answers import ReportResult
-from jobd.wire.models import BatchedReport
-from jobd.wire.reports import BUSY_S, ReportBatcher
+from jobd.wire.reports import BUSY_S, BatchedReport, ReportBatcher
 
 pytestmark = pytest.mark.anyio
 
@@ -24,8 +23,8 @@ class Recorder:
         self.batches: list[list[tuple[int, str]]] = []
 
     async def send(self, reports: list[BatchedReport]) -> list[ReportResult]:
-        self.batches.append([(r.job, r.verb) for r in reports])
-        return [ReportResult(job=r.job, status=200) for r in reports]
+        self.batches.append([(r["job"], r["verb"]) for r in reports])
+        return [ReportResult(job=r["job"], status=200) for r in reports]
 
 
 async def test_an_idle_workers_report_goes_at_once() -> None:

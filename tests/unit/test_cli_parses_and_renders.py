@@ -376,6 +376,19 @@ def test_workers_table_shows_each_gpus_memory_and_foreign_use() -> None:
     assert "0:24GiB(3),1:80GiB(-,6GiB" in wide.split()
 
 
+def test_wide_workers_table_says_how_limits_are_enforced() -> None:
+    enforced = {"cpu": "affinity", "memory": "cgroup-v1"}
+    newer = {"metadata": {"name": "w1"}, "spec": {"enforcement": enforced}, "status": {}}
+    older = {"metadata": {"name": "w2"}, "spec": {}, "status": {}}
+
+    lines = render.to_text(render.workers_table([newer, older], [], now=NOW, wide=True))
+    header, first, second = lines.splitlines()
+
+    assert "LIMITS" in header.split()
+    assert "affinity,cgroup-v1" in first.split()
+    assert "affinity" not in second and "cgroup" not in second
+
+
 def test_victim_line() -> None:
     victim = job_doc(12, "Running", worker="gpu-box-1")
 
@@ -437,3 +450,26 @@ def test_the_logs_footer_redraws_progress_only_where_a_line_ended() -> None:
     line = "50/100 50% [██████████          ] eta 30s loss=0.2"
     assert stream.getvalue() == f"{line}\r\x1b[2K"
     assert reads == [7]  # read once a second at most, however often drawn
+
+
+def test_a_pending_jobs_worker_cell_says_why_it_waits_as_squeue_does() -> None:
+    waiting = {"type": "Scheduled", "status": "False", "reason": "WaitingForCapacity"}
+    capped = {"type": "Scheduled", "status": "False", "reason": "ArrayParallelism"}
+    jobs = [
+        job_doc(1, "Pending", conditions=[waiting]),
+        job_doc(2, "Pending", conditions=[capped]),
+        job_doc(3, "Pending", dependencies_met=False),
+        job_doc(4, "Pending", retry_at=NOW.isoformat()),
+        job_doc(5, "Pending"),
+        job_doc(6, "Running", worker="w", conditions=[{**waiting, "status": "True"}]),
+    ]
+    for wide in (False, True):
+        rows = render.to_text(render.jobs_table(jobs, wide=wide, now=NOW)).splitlines()[1:]
+        assert [row.split()[4] for row in rows] == [
+            "(WaitingForCapacity)",
+            "(ArrayParallelism)",
+            "(WaitingForDependencies)",
+            "(RetryBackoff)",
+            "-",
+            "w",
+        ]

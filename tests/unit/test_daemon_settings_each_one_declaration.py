@@ -49,6 +49,8 @@ CONTRACT = {
     "JOBD_FINISHED_JOB_TTL_S": "--finished-job-ttl",
     "JOBD_EVENTS_MAX_BYTES": "--events-max-bytes",
     "JOBD_WEBHOOK": "--webhook",
+    "JOBD_SOCKET": "--socket",
+    "JOBD_ADMIN_GROUP": "--admin-group",
 }
 
 # A value each setting accepts, as typed, and what it becomes; a second one for the env.
@@ -60,6 +62,9 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
     "--sweep-interval": ("1.5", 1.5, "2.5", 2.5),
     "--lost-timeout": ("1.5", 1.5, "2.5", 2.5),
     "--finished-job-ttl": ("10m", 600.0, "2h", 7200.0),
+    "--fairshare-half-life": ("7d", 604800.0, "90", 90.0),
+    "--fairshare-cpu-weight": ("0.5", 0.5, "2", 2.0),
+    "--fairshare-memory-weight": ("0.25", 0.25, "0.5", 0.5),
     "--slots": ("2", 2, "3", 3),
     "--gpus": ("0,1", {0: None, 1: None}, "2", {2: None}),
     "--default-grace": ("5", 5.0, "6", 6.0),
@@ -88,6 +93,8 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
         (("gpu", "h100"), ("site", "lab2")),
     ),
     "--mount-root": ("/data", ("/data",), "/data:/scratch/", ("/data", "/scratch")),
+    "--allow-user": ("alice", ("alice",), "carol,bob", ("bob", "carol")),
+    "--memory-enforcement": ("rss", "rss", "cgroup", "cgroup"),
 }
 
 

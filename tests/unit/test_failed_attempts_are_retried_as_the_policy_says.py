@@ -23,6 +23,7 @@ from jobd.api.models import (
     RetryPolicy,
 )
 from jobd.controllers import transitions
+from jobd.worker.jobview import JobView
 from jobd.worker.settings import WorkerSettings, workload_env
 from tests.unit.conftest import NOW, job_in
 
@@ -171,8 +172,15 @@ def test_the_next_run_gets_resume_from_over_the_submitters() -> None:
     )
     spec = JobSpec(command=["x"], env={"RESUME_FROM": "/old/job/latest.pt"})
     job = Job(metadata=ObjectMeta(id=7, name="j"), spec=spec)
-    assert workload_env(job, settings, Path("/ckpt/7"))["RESUME_FROM"] == "/old/job/latest.pt"
+    env = workload_env(_view(job), settings, Path("/ckpt/7"))
+    assert env["RESUME_FROM"] == "/old/job/latest.pt"
     job.status.resume_from = "/ckpt/7/latest.pt"  # its last run checkpointed there
-    assert workload_env(job, settings, Path("/ckpt/7"))["RESUME_FROM"] == "/ckpt/7/latest.pt"
+    env = workload_env(_view(job), settings, Path("/ckpt/7"))
+    assert env["RESUME_FROM"] == "/ckpt/7/latest.pt"
     fresh = Job(metadata=ObjectMeta(id=8, name="k"), spec=JobSpec(command=["x"]))
-    assert "RESUME_FROM" not in workload_env(fresh, settings, Path("/ckpt/8"))
+    assert "RESUME_FROM" not in workload_env(_view(fresh), settings, Path("/ckpt/8"))
+
+
+def _view(job: Job) -> JobView:
+    """The job as the agent reads it from the watch's JSON."""
+    return JobView(job.model_dump(mode="json"))

@@ -14,7 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from jobd.wire.answers import JobList
+from jobd.wire.answers import JobList, WatchChange, WatchPage
 from jobd.wire.client import ApiError, AsyncClient, BrokerUnreachable, Client
 from jobd.wire.informer import AsyncInformer, Backoff, Delta, Informer, JobFilter, Reflector
 
@@ -209,6 +209,19 @@ async def test_the_async_informer_hands_each_change_over_and_says_when_synced() 
         ("MODIFIED", 5),
     ]
     assert all(r.url.params["worker"] == "w1" for r in broker.requests)
+
+
+def test_the_agents_reflector_forgets_each_job_once_it_has_ended() -> None:
+    """Its memory is the size of what runs there, not of every job the worker ran (until
+    retention deletes them); the CLI's keeps ended jobs, so a relist shows them once."""
+    for every_listed, kept in ((True, [2]), (False, [1, 2])):
+        reflector = Reflector(JobFilter(worker="w1"), every_listed=every_listed)
+        reflector.listed(JobList([job(1, 1), job(2, 1)], 2))
+        moved = (job(1, 3, "Succeeded"), job(2, 3))
+        changes = [WatchChange(3, "Job", "MODIFIED", j) for j in moved]
+        passed = reflector.watched(WatchPage(3, changes))
+        assert [d.object["status"]["phase"] for d in passed] == ["Succeeded", "Running"]
+        assert sorted(reflector._versions) == kept
 
 
 def test_job_get_without_a_watch_does_not_load_the_informer() -> None:

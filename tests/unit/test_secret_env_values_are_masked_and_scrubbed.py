@@ -23,6 +23,7 @@ from jobd.api.secrets import (
 )
 from jobd.controllers import transitions
 from jobd.worker.hooks.prestart import StartFailed, check_unmasked
+from jobd.worker.jobview import JobView
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 ENV = {"HF_TOKEN": "hf_real", "WANDB_API": "wb_real", "EPOCHS": "3"}
@@ -118,7 +119,15 @@ def test_every_way_to_an_end_scrubs() -> None:
 
 def test_an_agent_refuses_to_start_a_job_whose_secret_reached_it_masked() -> None:
     """Its workload would otherwise run with the mask for its token."""
-    check_unmasked(_job(EPOCHS="3", LR="0.1"))
-    check_unmasked(_job())
+    check_unmasked(_view(_job(EPOCHS="3", LR="0.1")))
+    check_unmasked(_view(_job()))
     with pytest.raises(StartFailed, match=r"spec\.env\.HF_TOKEN reached this worker masked"):
-        check_unmasked(mask_job(_job()))
+        check_unmasked(_view(mask_job(_job())))
+    masked_by_project = mask_job(_job(["wandb_*"], WANDB_API="wb_real"))
+    with pytest.raises(StartFailed, match=r"spec\.env\.WANDB_API reached this worker masked"):
+        check_unmasked(_view(masked_by_project))  # the project's patterns count too
+
+
+def _view(job: Job) -> JobView:
+    """The job as the agent reads it from the watch's JSON."""
+    return JobView(job.model_dump(mode="json"))

@@ -59,6 +59,7 @@ def test_the_condition_and_its_event_come_once() -> None:
 def test_the_condition_goes_when_a_worker_could_run_it() -> None:
     said, _ = transitions.unschedulable(job_in(Phase.PENDING), "no worker has 5 GPUs", NOW)
     cleared, events = transitions.placeable(said)
-    assert [c for c in cleared.status.conditions if c.type == "Scheduled"] == []
+    scheduled = [c for c in cleared.status.conditions if c.type == "Scheduled"]
+    assert [(c.status, c.reason) for c in scheduled] == [("False", "WaitingForCapacity")]
     assert events == []
     assert transitions.placeable(cleared)[0] is cleared

@@ -11,6 +11,7 @@ import pytest
 
 from jobd.api.models import GpuUsage, normalise_worker_name
 from jobd.daemon.worker_host import Detected, StartupError, check_gpus, detect_gpus, parse_gpus
+from jobd.wire import calls
 from jobd.wire.models import Heartbeat
 from jobd.worker.agent import Agent
 from jobd.worker.gpus import FOREIGN_ROUNDING, foreign_use, nvml_gpus, nvml_usage
@@ -157,7 +158,8 @@ def _agent(tmp_path: Path, nvml: Any) -> Agent:
 
 def test_the_heartbeat_carries_what_nvml_reads_of_each_gpu(tmp_path: Path) -> None:
     agent = _agent(tmp_path, _Nvml([(24 * GIB, 3 * GIB), (80 * GIB, 0)], busy=[97, 0]))
-    sent = agent.heartbeat_body().model_dump_json(exclude_unset=True)
+    sent = calls.heartbeat("w1", agent.heartbeat_body()).content  # as the agent sends it
+    assert sent is not None
     said = Heartbeat.model_validate_json(sent)  # as the broker parses it
     assert said.gpu_usage == {
         0: GpuUsage(memory_used=3 * GIB, utilization=0.97),
@@ -167,5 +169,6 @@ def test_the_heartbeat_carries_what_nvml_reads_of_each_gpu(tmp_path: Path) -> No
 
 
 def test_without_nvml_the_heartbeat_says_nothing_of_gpu_use(tmp_path: Path) -> None:
-    sent = _agent(tmp_path, None).heartbeat_body().model_dump_json(exclude_unset=True)
-    assert "gpu_usage" not in sent, "so a broker older than the field takes it"
+    sent = calls.heartbeat("w1", _agent(tmp_path, None).heartbeat_body()).content
+    assert sent is not None
+    assert b"gpu_usage" not in sent, "so a broker older than the field takes it"

@@ -1,5 +1,6 @@
 """A worker host needs none of the broker's weight: no store, no web server, no rich, no
-greenlet (SQLAlchemy's, which structlog would load); nor httpx for an http:// broker.
+greenlet (SQLAlchemy's, which structlog would load), no pydantic; nor httpx for an
+http:// broker.
 
 Each check runs in a fresh interpreter, since this test process has loaded everything.
 """
@@ -49,3 +50,8 @@ def test_jobd_worker_command_loads_no_store_no_server_no_rich_no_greenlet(tmp_pa
     assert not _broker_parts(loaded)
     assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}
     assert "greenlet" not in loaded
+    # The agent reads jobs as JSON (worker/jobview.py) and sends plain JSON bodies: no
+    # pydantic, no models (tests/integration/test_the_agent_runs_jobs_without_pydantic.py
+    # follows a real worker through jobs).
+    assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core")}
+    assert not {"jobd.api.models", "jobd.wire.models"} & loaded

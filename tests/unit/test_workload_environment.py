@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobd.api.models import Effective, Job, JobSpec, JobStatus, ObjectMeta, Resources
+from jobd.worker.jobview import JobView
 from jobd.worker.settings import WorkerSettings, effective_grace, workload_env
 
 WORKER_ENV = {
@@ -30,12 +31,13 @@ def _settings(default_grace: float = 60) -> WorkerSettings:
     )
 
 
-def _job(grace: float | None = None, gpus: int = 0, env: dict[str, str] | None = None) -> Job:
-    return Job(
+def _job(grace: float | None = None, gpus: int = 0, env: dict[str, str] | None = None) -> JobView:
+    job = Job(
         metadata=ObjectMeta(id=42, name="train", project="vision"),
         spec=JobSpec(command=["python"], env=env or {}, resources=Resources(gpus=gpus)),
         status=JobStatus(effective=Effective(checkpoint_grace_s=grace), gpus=[1] if gpus else []),
     )
+    return JobView(job.model_dump(mode="json"))  # as the agent reads the watch's JSON
 
 
 def test_identity_grace_and_checkpoint_dir_are_set() -> None:

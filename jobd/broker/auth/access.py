@@ -6,9 +6,12 @@ creates or cancels a job, a user token never a worker's report. The handler then
 this module about the objects it is about to read or change (`job`, `as_worker`,
 `projects`, ...), which raise `Forbidden` (403), naming the project or worker.
 
-- *admin*: everything.
+- *admin*: everything (root and `--admin-group` over the socket, an admin token).
 - *user*: the jobs of its projects (submit, read, cancel, preempt, resume, delete, logs,
-  events, watch); workers and its projects read-only.
+  events, watch); workers and its projects read-only. A *person* (a user with a Unix
+  user: the socket's peer, a user token of a user, a worker's vouching; people.py)
+  reaches the projects it is a member of, reads every job there, and changes (cancel,
+  preempt, resume, delete) only its own, unless an admin of the project (`change`).
 - *worker*: registers, heartbeats and reports as its own worker only; reads its bound
   jobs and their changes; never creates, cancels or changes a job, nor cordons.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from jobd.api.arrays import JobArray
 from jobd.api.models import Job
 from jobd.broker.auth.tokens import ADMIN, USER, WORKER, Principal
 from jobd.wire import routes as r
@@ -33,6 +37,7 @@ __all__ = [
     "Forbidden",
     "Revoked",
     "as_worker",
+    "change",
     "job",
     "jobs_visible",
     "principal_of",
@@ -40,6 +45,7 @@ __all__ = [
     "projects",
     "refusal",
     "reveals",
+    "stamp_owner",
 ]
 
 PRINCIPAL = "jobd.principal"  # the key of the request's principal in the ASGI scope
@@ -68,6 +74,7 @@ ROLES: dict[Route, frozenset[str]] = {
     r.CANCEL_JOB: _USERS,
     r.PREEMPT_JOB: _USERS,
     r.PREEMPT_BLOCKERS: _USERS,
+    r.EXPLAIN_JOB: _USERS,
     r.RESUME_JOB: _USERS,
     r.READ_LOGS: _USERS,
     r.CREATE_ARRAY: _USERS,
@@ -90,6 +97,8 @@ ROLES: dict[Route, frozenset[str]] = {
     r.LIST_EVENTS: _USERS,
     r.LIST_PROJECTS: _USERS,
     r.GET_PROJECT: _USERS,
+    r.USAGE: _USERS,
+    r.WHOAMI: _ANY,
     r.CREATE_TOKEN: _ADMINS,
     r.LIST_TOKENS: _ADMINS,
     r.REVOKE_TOKEN: _ADMINS,
@@ -114,11 +123,16 @@ def principal_of(request: Request) -> Principal:
 
 
 def project(who: Principal, name: str) -> None:
-    """A user token may act in its projects only; workers never on their own account."""
+    """A user may act in its projects only; workers never on their own account."""
     if who.role == ADMIN or (who.role == USER and name in who.projects):
         return
+    mine = ", ".join(sorted(who.projects)) or "none"
+    if who.person:
+        raise Forbidden(
+            f"user {who.user!r} is not a member of project {name!r} (their projects: {mine}; "
+            "a project's members and admins say who may use it)"
+        )
     if who.role == USER:
-        mine = ", ".join(sorted(who.projects))
         raise Forbidden(f"token {who.label!r} may not act in project {name!r} (only in {mine})")
     raise Forbidden(f"a {who.role} token may not act in project {name!r}")
 
@@ -143,6 +157,24 @@ def job(who: Principal, found: Job) -> Job:
     return found
 
 
+def change(who: Principal, found: Job | JobArray) -> None:
+    """Whether `who` may change `found` (cancel, preempt, resume, delete): any reader of it,
+    but a person only their own, unless an admin of its project (403 naming why)."""
+    if isinstance(found, Job):
+        job(who, found)
+    else:
+        project(who, found.project)
+    if not who.person or found.metadata.owner == who.user or found.project in who.admin_of:
+        return
+    what = f"job {found.id}" if isinstance(found, Job) else f"array A{found.id}"
+    owner = found.metadata.owner
+    whose = f"{owner!r}'s" if owner else "of no owner"
+    raise Forbidden(
+        f"{what} is {whose}: user {who.user!r} changes only their own jobs in project "
+        f"{found.project!r} (the project's admins change any)"
+    )
+
+
 def jobs_visible(who: Principal, project_asked: str | None, worker_asked: str | None) -> None:
     """Refuse a listing outside the principal's scope (a user's other project, a worker's
     other worker); the listing itself is narrowed by the caller."""
@@ -153,6 +185,20 @@ def jobs_visible(who: Principal, project_asked: str | None, worker_asked: str | 
             f"token {who.label!r} may list only the jobs of worker {who.worker!r} "
             f"(ask with worker={who.worker})"
         )
+
+
+def stamp_owner(who: Principal, resource: Job | JobArray) -> None:
+    """Set `resource`'s owner from the identity of who made it, never from its body.
+
+    The caller's user when it has one (the socket's peer, a user token's user). An admin
+    of no user (the admin token) may name an owner, as root may `sbatch --uid`: a job
+    submitted on a user's behalf; anyone else's body value is dropped.
+    """
+    meta = resource.metadata
+    if who.user is not None:
+        meta.owner = who.user
+    elif who.role != ADMIN:
+        meta.owner = None
 
 
 def as_worker(who: Principal, name: str) -> None:

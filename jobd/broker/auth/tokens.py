@@ -63,17 +63,35 @@ _PREFIX_BYTES = TOKEN_PREFIX.encode()
 
 @dataclass(eq=False)
 class Principal:
-    """Who a request comes from, as its token says: resolved once, by the auth middleware."""
+    """Who a request comes from, as its token or the kernel says: resolved once per
+    request, by the auth middleware (broker/auth/people.py for a person's)."""
 
     label: str
     role: str
     projects: frozenset[str] = frozenset()
     worker: str | None = None
+    # The Unix user it speaks for (api/identity.py): a user token's user, or the peer of
+    # the Unix socket. None: a token of no user (the jobs it makes have no owner).
+    user: str | None = None
     last_used: float = 0.0  # time.time() of the newest request; written by Tokens.flush
+    # How the broker knows it: `token`, `socket` (the peer's uid), or `vouched` (a
+    # worker's agent relaying its host's user).
+    via: str = "token"
+    # A person's: the projects it may change every job of (a project's `admins`).
+    admin_of: frozenset[str] = frozenset()
+    uid: int | None = None  # the socket peer's, or the user's on the broker's host
+    groups: tuple[str, ...] = ()  # the user's groups on the broker's host
+    # The token principal a person's stands on (a user token's): revoking it ends both.
+    token: Principal | None = None
 
     @property
     def admin(self) -> bool:
         return self.role == ADMIN
+
+    @property
+    def person(self) -> bool:
+        """A user who owns jobs: changes only their own, unless an admin of the project."""
+        return self.role == USER and self.user is not None
 
 
 def digest(token: str | bytes) -> bytes:
@@ -82,7 +100,9 @@ def digest(token: str | bytes) -> bytes:
 
 
 def _principal(record: TokenRecord) -> Principal:
-    return Principal(record.label, record.role, frozenset(record.projects), record.worker)
+    return Principal(
+        record.label, record.role, frozenset(record.projects), record.worker, record.user
+    )
 
 
 class Tokens:
@@ -120,9 +140,13 @@ class Tokens:
         return any(project in p.projects for p in self._by_digest.values())
 
     def holds(self, who: Principal) -> bool:
-        """Whether `who` is still the principal of a valid token (not revoked since)."""
-        found = self._by_label.get(who.label)
-        return found is not None and found[1] is who
+        """Whether `who` is still the principal of a valid token (not revoked since); a
+        socket peer's stands on no token, and holds while its connection does."""
+        if who.via == "socket":
+            return True
+        base = who.token or who
+        found = self._by_label.get(base.label)
+        return found is not None and found[1] is base
 
     def _look_up(self, key: bytes) -> Principal | None:
         """A token unknown here, made against the store since it was last read: read it
@@ -198,6 +222,7 @@ def mint(store: Store, request: TokenRequest) -> tuple[str, TokenRecord]:
         projects=tuple(sorted(set(request.projects))),
         worker=request.worker,
         created_at=_rfc3339(time.time()),
+        user=request.user,
     )
     store.create_token(record)
     return token, record
@@ -209,6 +234,7 @@ def token_info(record: TokenRecord) -> TokenInfo:
         role=record.role,
         projects=list(record.projects),
         worker=record.worker,
+        user=record.user,
         created_at=record.created_at,
         last_used_at=record.last_used_at,
     )

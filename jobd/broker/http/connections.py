@@ -28,6 +28,12 @@ sees a connection from its first byte: a subclass of uvicorn's httptools protoco
 
 Each refusal is counted in `jobd_connections_refused_total{reason}` and logged
 (`connections_refused`, at most once per reason every 10 s, with the count since).
+
+The same protocol serves the broker's Unix socket. There a connection reads its peer's
+credentials from the kernel once (`SO_PEERCRED`: pid, uid, gid, as they were at
+connect), and puts them in every request's scope under `PEER`, a key no header can
+set: the auth middleware (broker/auth/middleware.py) knows the caller by them. A Unix
+connection has no address, so it is never capped per client.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ import asyncio
 import collections
 import functools
 import ipaddress
+import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -45,7 +53,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from jobd.logconfig import get_logger
 
-__all__ = ["ConnectionGuard", "ConnectionLimits", "guarded_protocol"]
+__all__ = ["PEER", "ConnectionGuard", "ConnectionLimits", "Peer", "guarded_protocol", "peer_of"]
+
+PEER = "jobd.peer"  # the scope's key of a Unix socket peer's credentials
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 LOG_EVERY_S = 10.0
 _REFUSAL = (
@@ -157,11 +168,30 @@ class ConnectionGuard:
         get_logger().warning("connections_refused", reason=reason, count=count, client=client)
 
 
+@dataclass(frozen=True)
+class Peer:
+    """Who is at the other end of a Unix socket, as the kernel says."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_of(transport: asyncio.BaseTransport) -> Peer | None:
+    """The peer's credentials of a Unix socket connection; None for any other."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size)
+    return Peer(*_CREDENTIALS.unpack(raw))
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, admitted by the guard and given a head deadline."""
 
     guard: ClassVar[ConnectionGuard]
     _admitted = False
+    _peer: Peer | None = None
 
     @property
     def client_host(self) -> str | None:
@@ -170,6 +200,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._peer = peer_of(transport)
         self._admitted = self.guard.admit(self)
         if self._admitted:
             self.guard.await_head(self)
@@ -178,6 +209,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.timeout_keep_alive_task is not None:  # kept alive: a next head begins
             self.guard.await_head(self)
         super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._peer is not None:
+            self.scope[PEER] = self._peer  # type: ignore[literal-required]
 
     def on_headers_complete(self) -> None:
         self.guard.head_arrived(self)

@@ -111,7 +111,10 @@ def phase_of(event: EventRecord) -> str | None:
     if event.event == "job_finished":
         phase = event.fields.get("phase")
         return phase if isinstance(phase, str) else None
-    return {"job_started": "Running", "job_lost": "Lost"}.get(event.event)
+    return _PHASE_OF.get(event.event)
+
+
+_PHASE_OF = {"job_started": "Running", "job_lost": "Lost"}
 
 
 class Outbox:

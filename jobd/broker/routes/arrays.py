@@ -20,7 +20,7 @@ from jobd.broker.http.fastpath import FastRoute, PathArgs, declare
 from jobd.broker.http.responses import encode_json, json_response
 from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, state_of
-from jobd.controllers.verbs import arrays
+from jobd.controllers.verbs import admission, arrays
 from jobd.store.base import NotFound
 from jobd.wire import routes
 from jobd.wire.models import ArraysQuery
@@ -41,7 +41,9 @@ def array_document(array: JobArray, members: list[Job]) -> dict[str, Any]:
 async def create_array(state: BrokerState, _path: PathArgs, array: JobArray, who: Principal) -> str:
     if not who.admin:
         access.project(who, array.project)
+    access.stamp_owner(who, array)
     view = state.ctx.view
+    admission.refuse_root_owner(array, view.projects.get(array.project), state.config.trusted_owner)
     created = arrays.create_array(
         state.store, array, state.ctx.clock, view.projects, view.workers.values()
     )
@@ -52,12 +54,15 @@ CREATE_ARRAY = FastRoute(routes.CREATE_ARRAY, create_array)
 declare(router, CREATE_ARRAY)
 
 
-def _array(request: Request, array_id: int) -> JobArray:
-    """The array, if the request's principal may read or act on its project."""
+def _array(request: Request, array_id: int, changing: bool = False) -> JobArray:
+    """The array, if the request's principal may read it (or change it: access.change)."""
     array = state_of(request).store.get_array(array_id)
     if array is None:
         raise NotFound(f"array A{array_id} not found")
-    access.project(principal_of(request), array.project)
+    if changing:
+        access.change(principal_of(request), array)
+    else:
+        access.project(principal_of(request), array.project)
     return array
 
 
@@ -83,7 +88,7 @@ async def get_array(request: Request, array_id: int) -> Response:
 @route(router, routes.CANCEL_ARRAY)
 async def cancel_array(request: Request, array_id: int) -> Response:
     state = state_of(request)
-    array = _array(request, array_id)
+    array = _array(request, array_id, changing=True)
     cancelled = arrays.cancel_array(state.ctx, array)
     body = array_document(array, arrays.members_of(state.store, array))
     body["cancelled"] = [job.id for job in cancelled]
@@ -93,7 +98,7 @@ async def cancel_array(request: Request, array_id: int) -> Response:
 @route(router, routes.DELETE_ARRAY)
 async def delete_array(request: Request, array_id: int) -> Response:
     state = state_of(request)
-    deleted = arrays.delete_array(state.store, _array(request, array_id))
+    deleted = arrays.delete_array(state.store, _array(request, array_id, changing=True))
     for job in deleted:
         state.logs.remove(job.id)
     return json_response({"deleted": f"A{array_id}", "jobs": [job.id for job in deleted]})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from jobd.api.arrays import JobArray
 from jobd.api.manifests import Document, ManifestError, parse_resource
-from jobd.api.models import ADMISSION, Job, Project, Resource
+from jobd.api.models import ADMISSION, Job, Phase, Project, Resource
 from jobd.api.selectors import parse_selector
 from jobd.broker.auth import access
 from jobd.broker.auth.access import Forbidden, principal_of
@@ -23,9 +23,11 @@ from jobd.broker.http.responses import doc, encode_json, json_response, validati
 from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.controllers.errors import AdmissionError, TransitionError
+from jobd.controllers.explain import Cluster, Queue, explain
 from jobd.controllers.verbs import admission, arrays, preempt
 from jobd.controllers.verbs.cancel import cancel
 from jobd.controllers.verbs.resume import resume_job
+from jobd.store.base import Store
 from jobd.wire import routes
 from jobd.wire.models import (
     ApplyDocuments,
@@ -123,6 +125,11 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
     if any(p.metadata.name is None for p in projects):
         raise AdmissionError("metadata.name: required to apply a Project")
     _may_apply(who, projects, [*jobs, *job_arrays])
+    _may_change_live(state, who, jobs)
+    made: list[Job | JobArray] = [*jobs, *job_arrays]
+    for resource in made:
+        access.stamp_owner(who, resource)
+    _refuse_root(state, made, *projects)
     clock = state.ctx.clock
     if projects or job_arrays:  # refuse before writing anything: a bad job must not
         admission.apply_jobs(state.store, jobs, clock, dry_run=True)  # leave the others
@@ -150,6 +157,17 @@ def _may_apply(who: Principal, projects: list[Project], jobs: list[Job | JobArra
         access.project(who, project)
 
 
+def _may_change_live(state: BrokerState, who: Principal, jobs: list[Job]) -> None:
+    """A person's apply over a stored job changes it: theirs only, unless a project admin."""
+    if not who.person:
+        return
+    for job in jobs:
+        name = job.metadata.name
+        live = state.store.get_job_by_name(job.project, name) if name else None
+        if live is not None:
+            access.change(who, live)
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """No cyclic garbage collection while an apply runs.
@@ -173,7 +191,18 @@ def _collector_paused() -> Iterator[None]:
 async def create_job(state: BrokerState, _path: PathArgs, job: Job, who: Principal) -> str:
     if not who.admin:
         access.project(who, job.project)
+    access.stamp_owner(who, job)
+    _refuse_root(state, [job])
     return doc(await state.creates.create(job))
+
+
+def _refuse_root(state: BrokerState, made: Sequence[Job | JobArray], *given: Project) -> None:
+    """A job of root only in a project that allows it (admission.refuse_root_owner);
+    `given`: projects of the same apply, which count before the stored ones."""
+    batch = {p.name: p for p in given}
+    for resource in made:
+        project = batch.get(resource.project) or state.ctx.view.projects.get(resource.project)
+        admission.refuse_root_owner(resource, project, state.config.trusted_owner)
 
 
 CREATE_JOB = FastRoute(routes.CREATE_JOB, create_job)
@@ -213,14 +242,22 @@ async def get_job(request: Request, job_id: int) -> Response:
 
 
 def _job(request: Request, job_id: int) -> Job:
-    """The job, if the request's principal may read or act on it (403 naming why)."""
+    """The job, if the request's principal may read it (403 naming why)."""
     return access.job(principal_of(request), job_or_404(state_of(request), job_id))
+
+
+def _changed(request: Request, job_id: int) -> Job:
+    """The job, if the request's principal may change it: a person's own, or as an admin
+    of its project (403 naming why, before anything is changed)."""
+    job = job_or_404(state_of(request), job_id)
+    access.change(principal_of(request), job)
+    return job
 
 
 @route(router, routes.DELETE_JOB)
 async def delete_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    job = _job(request, job_id)
+    job = _changed(request, job_id)
     if not job.status.phase.terminal:
         raise TransitionError(
             f"job {job_id} is {job.status.phase}; cancel it first, then delete it"
@@ -233,13 +270,13 @@ async def delete_job(request: Request, job_id: int) -> Response:
 @route(router, routes.CANCEL_JOB)
 async def cancel_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    return json_response(doc(cancel(state.ctx, _job(request, job_id))))
+    return json_response(doc(cancel(state.ctx, _changed(request, job_id))))
 
 
 @route(router, routes.PREEMPT_JOB)
 async def preempt_job(request: Request, job_id: int) -> Response:
     state = state_of(request)
-    job = _job(request, job_id)
+    job = _changed(request, job_id)
     return json_response(doc(preempt.request_preemption(state.ctx, job, "manual")))
 
 
@@ -250,9 +287,9 @@ async def preempt_blockers(
     state, who = state_of(request), principal_of(request)
     dry_run = query.dry_run
     candidate = _job(request, job_id)
-    if not who.admin:  # a user preempts only its own projects' jobs, for its own
+    if not who.admin:  # a user preempts only the jobs it may change, for its own
         for victim in preempt.preempt_blockers(state.ctx, candidate, dry_run=True).victims:
-            access.job(who, victim)
+            access.change(who, victim)
     plan = preempt.preempt_blockers(state.ctx, candidate, dry_run)
     return json_response(
         {
@@ -264,11 +301,56 @@ async def preempt_blockers(
     )
 
 
+@route(router, routes.EXPLAIN_JOB)
+async def explain_job(request: Request, job_id: int) -> Response:
+    state, who = state_of(request), principal_of(request)
+    job = _job(request, job_id)
+    queue = await state.ctx.runner.run(_queue_of, state.store, job)  # off the loop
+    view = state.ctx.view  # read on the loop, where the view is kept
+    cluster = Cluster(
+        list(view.workers.values()),
+        state.ctx.leases.heard,
+        list(view.bound.values()),
+        list(view.nominated.values()),
+    )
+    if job.metadata.array is not None:
+        queue.array_bound = view.array_bound.get(job.metadata.array.id, 0)
+    queue.now = state.ctx.clock.now()
+    answer = explain(job, cluster, queue)
+    for victim in (answer.get("preemption") or {}).get("victims", []):
+        if not _may_read(who, victim["name"]):
+            victim["name"] = None  # another project's job: its id and priority only
+    return json_response(answer)
+
+
+def _queue_of(store: Store, job: Job) -> Queue:
+    """What `job explain` reads of the store: the queue ahead of the job, its parents."""
+    queue, status = Queue(), job.status
+    if status.phase != Phase.PENDING:
+        return queue
+    if status.dependencies_met and status.retry_at is None:
+        queue.ahead, queue.ahead_higher = store.count_queued_ahead(
+            status.effective.priority, job.id
+        )
+    found = {p.id: p for p in store.get_jobs(status.parents)}
+    queue.parents = [(i, found.get(i)) for i in status.parents]
+    return queue
+
+
+def _may_read(who: Principal, ref: str) -> bool:
+    """Whether `who` may read a job of this `project/name` (as reading the job)."""
+    try:
+        access.project(who, ref.partition("/")[0])
+    except Forbidden:
+        return False
+    return True
+
+
 @route(router, routes.RESUME_JOB)
 async def resume(request: Request, job_id: int, query: Annotated[ResumeQuery, Query()]) -> Response:
     state = state_of(request)
     options = {"from_scratch": query.from_scratch, "force": query.force}
-    resumed = resume_job(state.ctx, _job(request, job_id), **options)
+    resumed = resume_job(state.ctx, _changed(request, job_id), **options)
     return json_response(doc(resumed), status_code=201)
 
 

@@ -9,6 +9,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from jobd.api.models import ObjectMeta, Project
 from jobd.api.selectors import parse_selector
+from jobd.api.vocabulary import TERMINAL_PHASES
 from jobd.broker.auth import access
 from jobd.broker.auth.access import principal_of
 from jobd.broker.auth.tokens import Principal
@@ -18,9 +19,10 @@ from jobd.broker.http.routing import route
 from jobd.broker.metrics.registry import exposition
 from jobd.broker.state import BrokerState, job_or_404, state_of
 from jobd.broker.streams.feed import FeedEntry, Filter, jobs_filter
+from jobd.controllers.fairshare import standings
 from jobd.store.base import EventRecord, NotFound
 from jobd.wire import routes
-from jobd.wire.models import EventsQuery, Health, WatchQuery
+from jobd.wire.models import EventsQuery, Health, UsageReport, WatchQuery, WhoAmI
 
 public = APIRouter(tags=["system"])
 router = APIRouter(tags=["system"])
@@ -79,10 +81,13 @@ async def run_watch(
     reveal = access.reveals(who, worker)  # every change passed is of a job bound there
     seen = access.projects(who) if who is not None and who.role == "user" else None
     jobs = _jobs_filter(query)
+    skip_own_reports = query.skip_own_reports
 
     def accept(entry: FeedEntry) -> bool:
         if kind is not None and entry.kind != kind:
             return False
+        if skip_own_reports and _own_report(entry):
+            return False  # the agent never acts on one, nor wakes for it
         if seen is not None and entry.kind != "Worker" and entry.project not in seen:
             return False
         if jobs is not None and not jobs(entry):
@@ -104,6 +109,20 @@ async def run_watch(
         for c in changes
     ]
     return {"revision": revision, "changes": items}
+
+
+def _own_report(entry: FeedEntry) -> bool:
+    """Whether a change is what its worker's own report made: a job with no signal that
+    runs (`started`, `progress`) or ended after it started (`complete`). A bind, a stop
+    asked, the end of a job never started (cancelled while Scheduled) are not. An end the
+    broker decides of a started job (its worker lost, its process vanished) is left out
+    too: its agent runs it no more, or hears of it in its next heartbeat's `stop`."""
+    if entry.kind != "Job" or entry.signal is not None or entry.op == "DELETED":
+        return False
+    return entry.phase == "Running" or (entry.started and entry.phase in _ENDED)
+
+
+_ENDED = frozenset(phase.value for phase in TERMINAL_PHASES)
 
 
 def _jobs_filter(query: WatchQuery) -> Filter | None:
@@ -145,6 +164,21 @@ async def list_projects(request: Request) -> Response:
     return json_response({"items": [doc(p) for p in found if seen is None or p.name in seen]})
 
 
+@route(router, routes.USAGE, response_model=UsageReport)
+async def usage(request: Request) -> Response:
+    """Fair share's standings (controllers/fairshare.py), of the projects one may see."""
+    seen = access.projects(principal_of(request))
+    ctx = state_of(request).ctx
+    view = ctx.view
+    found = standings(
+        ctx.usage, view.bound.values(), view.projects, ctx.settings.billing, ctx.clock.now()
+    )
+    if seen is not None:
+        found["projects"] = [r for r in found["projects"] if r["project"] in seen]
+        found["users"] = [r for r in found["users"] if r["project"] in seen]
+    return json_response(found)
+
+
 @route(router, routes.GET_PROJECT)
 async def get_project(request: Request, name: str) -> Response:
     access.project(principal_of(request), name)
@@ -157,6 +191,27 @@ async def get_project(request: Request, name: str) -> Response:
     if project is None:
         raise NotFound(f"project {name} not found")
     return json_response(doc(project))
+
+
+@route(router, routes.WHOAMI, response_model=WhoAmI)
+async def whoami(request: Request) -> Response:
+    """Who the broker knows the caller as, and what it reaches (`job whoami`)."""
+    who = principal_of(request)
+    seen = access.projects(who)
+    return json_response(
+        {
+            "user": who.user,
+            "uid": who.uid,
+            "groups": list(who.groups),
+            "role": who.role,
+            "admin": who.admin,
+            "via": who.via,
+            "label": who.label,
+            "projects": None if seen is None else sorted(seen),
+            "admin_of": sorted(who.admin_of),
+            "worker": who.worker,
+        }
+    )
 
 
 __all__ = ["FAST", "public", "router", "run_watch"]

@@ -49,7 +49,13 @@ async def register(state: BrokerState, path: PathArgs, body: Registration, who: 
     access.as_worker(who, path["name"])
     ctx = state.ctx
     worker = worker_lease.register_worker(
-        ctx, path["name"], body.spec, body.hostname, body.runner, body.instance
+        ctx,
+        path["name"],
+        body.spec,
+        body.hostname,
+        body.runner,
+        body.instance,
+        owners=(body.runs_as, body.users),
     )
     return encode_json({"worker": doc(worker), "revision": state.feed.revision})
 
@@ -72,6 +78,7 @@ async def heartbeat(state: BrokerState, path: PathArgs, body: Heartbeat, who: Pr
         body.gpu_memory_foreign,
         body.disk_full,
         (body.instance, body.epoch),
+        body.users,
     )
     if ctx.runner.off_loop and renewal.needs_store:
         worker, stop = await ctx.runner.run(worker_lease.settle, ctx, renewal)
@@ -143,6 +150,7 @@ async def drain_worker(
 
 def _started(state: BrokerState, job: Job, body: Started) -> Job:
     job, _ = transitions.record_checkpoint_dir(job, body.checkpoint_dir)
+    job, _ = transitions.record_cpuset(job, body.cpuset)
     return reports.report_started(state.ctx, job, body.worker, body.attempt)
 
 

@@ -45,6 +45,8 @@ class FeedEntry(NamedTuple):
     masked: str  # `text` as all but the job's worker read it: `text` itself, mostly
     name: str | None = None  # a job's name; None for anything else
     phase: str | None = None  # a job's phase
+    signal: str | None = None  # a job's status.signal
+    started: bool = False  # a job's status.started_at is set
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
@@ -63,6 +65,8 @@ class FeedEntry(NamedTuple):
             masked,
             job.metadata.name,
             job.status.phase.value,
+            job.status.signal,
+            job.status.started_at is not None,
         )
 
     def labels(self) -> dict[str, str] | None:

@@ -88,6 +88,14 @@ class Sessions:
         self._codes = {k: c for k, c in self._codes.items() if c.expires > now}
         while len(self._codes) >= _MAX_CODES:
             del self._codes[next(iter(self._codes))]
+        if who.via != "token" or who.person:
+            # A session stands for a token; a person's identity (the socket's uid, a
+            # worker's word, a user token's user) is not one a cookie can carry yet.
+            raise Forbidden(
+                "the dashboard signs in with a token of no user (an admin token, or a user "
+                "token of projects): `job ui` over a Unix socket or as a user's token is not "
+                "supported yet"
+            )
         found = self.tokens.by_label(who.label)
         if found is None:  # revoked since its request was let in
             raise Forbidden(f"token {who.label!r} has been revoked")

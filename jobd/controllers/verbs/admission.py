@@ -11,7 +11,7 @@ scheduler binds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,9 +30,11 @@ from jobd.api.models import (
     set_condition,
 )
 from jobd.api.secrets import MASK, masked_keys, patterns_of, secret_keys
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.controllers.placement import UNSCHEDULABLE, Shape, placement_message, shapes_of
+from jobd.controllers.transitions import PARENTS_WAITED, ROOM_TAKEN, waits
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "prepare_new_job",
     "refuse_masks",
     "refuse_relative_cwd",
+    "refuse_root_owner",
     "resolve_effective",
     "resolve_parents",
 ]
@@ -175,15 +178,19 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     assign(job.status.effective, **_effective_values(job, project))
     refuse_masks(job)
     refuse_relative_cwd(job)
+    now = clock.now()
     assign(
         job.status,
         parents=parents,
         dependencies_met=not parents,
-        queued_at=clock.now(),
+        queued_at=now,
         observed_generation=1,
     )
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
+        waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, PARENTS_WAITED, now)
+    else:  # bound by the scheduler's next pass if a worker has room
+        waits(job.status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
     return job
 
 
@@ -205,6 +212,25 @@ def refuse_masks(job: Job) -> None:
                 )
 
 
+ROOT = "root"
+
+
+def refuse_root_owner(
+    resource: Job | JobArray, project: Project | None, trusted: str | None = None
+) -> None:
+    """AdmissionError for a job (or array) of root whose project does not set
+    `allow_root`: a root worker would run it as root (worker/owners.py). `trusted`: the
+    one user `jobd dev` serves, whose own jobs run as that user anyway, root or not."""
+    owner = resource.metadata.owner
+    if owner != ROOT or owner == trusted or (project is not None and project.spec.allow_root):
+        return
+    raise AdmissionError(
+        f"metadata.owner: jobs of root may not run in project {resource.project!r}, which "
+        "does not set spec.allow_root: submit as another user, or set allow_root: true "
+        "on the project"
+    )
+
+
 def refuse_relative_cwd(job: Job) -> None:
     """AdmissionError for a relative `spec.cwd`: relative to what, the worker cannot know
     (`job` makes one absolute where it runs; a worker resolved `../..` in its own)."""
@@ -222,12 +248,14 @@ def create_jobs(
     clock: Clock,
     projects: Mapping[str, Project] | None = None,
     workers: Iterable[Worker] = (),
+    shapes: Collection[Shape] | None = None,
 ) -> list[Job]:
     """Admit and insert jobs in one transaction; all or nothing.
 
     A job may depend on one that comes earlier in the same batch (by name); those links
-    are made once the store has given the batch its ids. Given the registered `workers`,
-    a job none of them could run is said Unschedulable at once (placement.py).
+    are made once the store has given the batch its ids. Given the registered `workers`
+    (or their `shapes`, which the broker's view keeps), a job none of them could run is
+    said Unschedulable at once (placement.py).
     """
     batch = _positions(jobs)
     if projects is None:  # the broker passes its view's; others read the store
@@ -239,7 +267,7 @@ def create_jobs(
         prepared.append(prepare_new_job(job, projects.get(job.project), clock, stored + marker))
         if local:
             local_links[i] = local
-    judge_placement(prepared, shapes_of(workers), clock)
+    judge_placement(prepared, shapes_of(workers) if shapes is None else shapes, clock)
 
     def link(created: list[Job]) -> None:
         for i, positions in local_links.items():
@@ -249,10 +277,10 @@ def create_jobs(
     return store.create_jobs(prepared, events_for=created_events, on_ids=link)
 
 
-def judge_placement(jobs: list[Job], shapes: set[Shape], clock: Clock) -> None:
+def judge_placement(jobs: list[Job], shapes: Collection[Shape], clock: Clock) -> None:
     rooted = any(s.mount_roots for s in shapes)
     for job in jobs:
-        message = placement_message(job.spec, shapes, rooted)
+        message = placement_message(job.spec, shapes, rooted, job.metadata.owner)
         if message is not None:
             set_condition(job.status, "Scheduled", False, UNSCHEDULABLE, message, now=clock.now())
 

@@ -17,10 +17,12 @@ from jobd.api.arrays import ARRAY_LABEL, JobArray, JobArraySpec, member_name
 from jobd.api.models import ArrayRef, Job, JobSpec, ObjectMeta, Project, Worker
 from jobd.api.secrets import DEFAULT_SECRET_ENV_KEYS, mask_env
 from jobd.api.vocabulary import Phase
+from jobd.api.wait_reasons import WaitReason
 from jobd.controllers.clock import Clock
 from jobd.controllers.context import Context
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.placement import shapes_of
+from jobd.controllers.transitions import array_capped, waits
 from jobd.controllers.verbs.admission import (
     ApplyResult,
     created_events,
@@ -54,7 +56,9 @@ def create_array(
     """Admit and insert the array and its members; all or nothing."""
     template, parents = _checked(store, array)
     project = (projects or {}).get(array.project) or store.get_project(array.project)
-    meta = ObjectMeta(project=array.project, labels=dict(array.metadata.labels))
+    meta = ObjectMeta(
+        project=array.project, labels=dict(array.metadata.labels), owner=array.metadata.owner
+    )
     members = array.spec.array.members()
     parallelism = array.spec.array.parallelism
     jobs = []
@@ -69,14 +73,23 @@ def create_array(
     def name_all(array_id: int) -> None:
         name = array.metadata.name or f"{_GENERATED}-{array_id}"
         array.metadata.name = name
-        for job, member in zip(jobs, members, strict=True):
+        for position, (job, member) in enumerate(zip(jobs, members, strict=True)):
             job.metadata.name = member_name(name, member.index)
             job.metadata.labels[ARRAY_LABEL] = name
             job.metadata.array = ArrayRef(
                 id=array_id, name=name, index=member.index, parallelism=parallelism
             )
+            if parallelism is not None and position >= parallelism:
+                _capped(job, parallelism, clock)
 
     return store.create_array(array, jobs, name_all, events_for=created_events)
+
+
+def _capped(job: Job, parallelism: int, clock: Clock) -> None:
+    """A member past its array's cap waits for it (unless it has a weightier reason)."""
+    held = next((c for c in job.status.conditions if c.type == "Scheduled"), None)
+    if held is None or held.reason == WaitReason.WAITING_FOR_CAPACITY:
+        waits(job.status, WaitReason.ARRAY_PARALLELISM, array_capped(parallelism), clock.now())
 
 
 def _assign_server_fields(array: JobArray) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from jobd.api.models import Job
 from jobd.controllers import transitions
-from jobd.controllers.capacity import capacity_of, schedulable
+from jobd.controllers.capacity import Capacity, capacity_of, schedulable
 from jobd.controllers.context import Context
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.transitions import PreemptReason, Verb
 from jobd.controllers.victims import Plan, choose_victims, may_yield_to
 
-__all__ = ["Plan", "nominate", "preempt_blockers", "request_preemption"]
+__all__ = ["Plan", "blockers_plan", "nominate", "preempt_blockers", "request_preemption"]
 
 
 def request_preemption(
@@ -37,6 +37,18 @@ def nominate(ctx: Context, job: Job, worker: str) -> None:
 
 def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
     """`job preempt-blockers`: free room for a queued job now, thresholds aside."""
+    bound = list(ctx.view.bound.values())
+    caps = capacity_of(schedulable(ctx.view.workers.values(), ctx.leases.heard), bound)
+    plan = blockers_plan(candidate, caps, bound)
+    if not dry_run:
+        plan.victims = [request_preemption(ctx, v, "blockers", candidate) for v in plan.victims]
+        nominate(ctx, ctx.store.get_job(candidate.id) or candidate, plan.worker)
+    return plan
+
+
+def blockers_plan(candidate: Job, caps: dict[str, Capacity], bound: list[Job]) -> Plan:
+    """The victims whose preemption lets `candidate` run (`--dry-run`'s answer, and `job
+    explain`'s); TransitionError saying why there are none. Pure: reads nothing."""
     transitions.allowed(Verb.NOMINATE, candidate)
     if not candidate.status.dependencies_met:
         raise TransitionError(
@@ -48,8 +60,6 @@ def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
             f"job {candidate.id} waits out its retry backoff, not for capacity; "
             "preempting would not let it run"
         )
-    bound = list(ctx.view.bound.values())
-    caps = capacity_of(schedulable(ctx.view.workers.values(), ctx.leases.heard), bound)
     if not caps:
         raise TransitionError("no worker is Ready, so no preemption can make room")
     prio = candidate.status.effective.priority
@@ -62,7 +72,4 @@ def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
             f"no set of preemptible running jobs with priority below {prio} on one worker "
             f"would make room for job {candidate.id}"
         )
-    if not dry_run:
-        plan.victims = [request_preemption(ctx, v, "blockers", candidate) for v in plan.victims]
-        nominate(ctx, ctx.store.get_job(candidate.id) or candidate, plan.worker)
     return plan

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from jobd.api.models import BOUND_PHASES, Job
 from jobd.controllers.capacity import capacity_of, give_back, reserve_nominated, schedulable
 from jobd.controllers.context import Context
+from jobd.controllers.fairqueue import fair_inputs
 from jobd.controllers.scheduler import Room, bind_into
 
 __all__ = ["Refill", "refill", "room_of"]
@@ -54,7 +55,8 @@ def room_of(ctx: Context, worker: str) -> Refill | None:
     reserve_nominated(view, caps)
     if caps[worker].reserved:
         return None
-    return Refill(worker, Room(caps, dict(view.array_bound)), {job.id: job for job in bound})
+    room = Room(caps, dict(view.array_bound), fair_inputs(ctx))
+    return Refill(worker, room, {job.id: job for job in bound})
 
 
 def refill(ctx: Context, plan: Refill, written: Iterable[Job]) -> None:

@@ -80,7 +80,10 @@ def resume_job(ctx: Context, job: Job, *, from_scratch: bool = False, force: boo
         raise TransitionError("--from-scratch and --force exclude each other: choose one")
     spec = _resumed_spec(job, from_scratch, force)
     labels = dict(job.metadata.labels) | {RESUMES_LABEL: str(job.id)}
-    meta = ObjectMeta(name=_free_name(store, job), project=job.project, labels=labels)
+    # The same owner: the new job runs as the one whose checkpoint it continues.
+    meta = ObjectMeta(
+        name=_free_name(store, job), project=job.project, labels=labels, owner=job.metadata.owner
+    )
     created = create_jobs(store, [Job(metadata=meta, spec=spec)], ctx.clock)[0]
     marked, events = transitions.mark_resumed(job, created.id)
     store.update_job(marked, events)

@@ -39,13 +39,15 @@ def register_worker(
     hostname: str,
     runner: str,
     instance: str | None = None,
+    owners: tuple[str | None, list[str] | None] = (None, None),
 ) -> Worker:
     """Create or refresh a worker; it is Ready with a fresh lease, held by `instance`.
 
     The worker says what it has (slots, GPUs, lease); whether it is cordoned is the
     users' to say (`job cordon`), so a registration keeps what is stored. Another
     instance than the holder is refused while the holder's lease is live (lease_holder.py);
-    each registration taken bumps the fencing epoch.
+    each registration taken bumps the fencing epoch. `owners`: whom it runs jobs as, and
+    the owners placeable there (None: any).
     """
     live = ctx.store.get_worker(name)
     lease_holder.refuse_other_instance(ctx, live, instance)
@@ -56,6 +58,7 @@ def register_worker(
     worker_phases.move(worker, WorkerVerb.REGISTER)
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
+    worker.status.runs_as, worker.status.users = owners
     worker.status.gpu_memory_foreign = {}  # the new agent measures anew, if it can
     ctx.leases.heard_from(name, worker.status.last_renewal)
     events = (
@@ -102,6 +105,7 @@ class Renewal:
     changed: bool
     events: list[EventRecord]
     bound: list[Job]  # the view's jobs bound to the worker, read on the loop
+    users: list[str] | None = None  # the owners placeable there, when they changed
 
     @property
     def needs_store(self) -> bool:
@@ -117,6 +121,7 @@ def heartbeat(
     gpu_memory_foreign: dict[int, int] | None = None,
     disk_full: str | None = None,
     sender: tuple[str | None, int | None] = (None, None),
+    users: list[str] | None = None,
 ) -> tuple[Worker, list[int]]:
     """Renew the lease and reconcile both ways; returns the jobs the worker must stop.
 
@@ -128,11 +133,12 @@ def heartbeat(
     `gpu_memory_foreign` (NVML's measure, where the worker has it) is written when it
     changes: placement counts it as taken (capacity.py). `disk_full` (why the worker's disk
     is full, or None) sets its DiskFull condition (worker_disk.py). `sender` (instance,
-    epoch) is refused (LeaseHeld) unless it holds the lease.
+    epoch) is refused (LeaseHeld) unless it holds the lease. `users` (the owners whose
+    jobs may run there, when they changed; None: unchanged) is written when it differs.
 
     Inline, in one go; the broker off the loop calls `renew` and `settle` apart.
     """
-    renewal = renew(ctx, name, running, attempts, gpu_memory_foreign, disk_full, sender)
+    renewal = renew(ctx, name, running, attempts, gpu_memory_foreign, disk_full, sender, users)
     return settle(ctx, renewal)
 
 
@@ -144,6 +150,7 @@ def renew(
     gpu_memory_foreign: dict[int, int] | None = None,
     disk_full: str | None = None,
     sender: tuple[str | None, int | None] = (None, None),
+    users: list[str] | None = None,
 ) -> Renewal:
     """The loop's part of a heartbeat: the sender, the lease, and what is to be written."""
     live = ctx.view.workers.get(name)
@@ -153,7 +160,11 @@ def renew(
     now = ctx.clock.now()
     if ctx.leases.heard_from(name, now):
         ctx.enqueue("scheduler", QUEUE_KEY)
-    worker, changed, disk_changed = _renewed(live, running, gpu_memory_foreign, disk_full, now)
+    worker, changed, disk_changed = _renewed(
+        live, running, gpu_memory_foreign, disk_full, now, users
+    )
+    if users is not None and users != live.status.users:
+        ctx.enqueue("scheduler", QUEUE_KEY)  # an owner new here may now be placed here
     if disk_changed:
         ctx.enqueue("scheduler", QUEUE_KEY)  # room here again, or none: place anew
     came_back = live.status.phase == WorkerPhase.LOST
@@ -169,6 +180,7 @@ def renew(
         changed,
         events,
         ctx.view.bound_to(name),
+        users,
     )
 
 
@@ -178,6 +190,7 @@ def _renewed(
     gpu_memory_foreign: dict[int, int] | None,
     disk_full: str | None,
     now: datetime,
+    users: list[str] | None = None,
 ) -> tuple[Worker, bool, bool]:
     """The worker as the heartbeat leaves it; whether to write it; whether its disk changed.
 
@@ -192,6 +205,7 @@ def _renewed(
         and was.phase != WorkerPhase.LOST
         and was.jobs == sorted(running)
         and was.gpu_memory_foreign == foreign
+        and (users is None or users == was.users)
     ):
         status = was.model_copy(update={"last_renewal": now})
         return live.model_copy(update={"status": status}), False, False
@@ -203,11 +217,14 @@ def _renewed(
         or came_back
         or worker.status.jobs != sorted(running)
         or worker.status.gpu_memory_foreign != foreign
+        or (users is not None and users != worker.status.users)
     )
     if changed:
         worker_phases.move(worker, WorkerVerb.RENEW)
         worker.status.jobs = sorted(running)
         worker.status.gpu_memory_foreign = foreign
+        if users is not None:
+            worker.status.users = users
     worker.status.last_renewal = now
     return worker, changed, disk_changed
 
@@ -235,7 +252,7 @@ def _put_again(ctx: Context, renewal: Renewal) -> Worker:
     if stored is None:
         raise LookupError(f"worker {renewal.name} is not registered")
     worker, changed, _ = _renewed(
-        stored, renewal.running, renewal.foreign, renewal.disk_full, renewal.now
+        stored, renewal.running, renewal.foreign, renewal.disk_full, renewal.now, renewal.users
     )
     return ctx.store.put_worker(worker, renewal.events) if changed else worker
 

@@ -23,6 +23,7 @@ from jobd.store.sql.maintenance import PROBE_FREE_BYTES, SQLMaintenance
 from jobd.store.sql.projects import SQLProjects
 from jobd.store.sql.statements import Tx
 from jobd.store.sql.tokens import SQLTokens
+from jobd.store.sql.usage import SQLUsage
 from jobd.store.sql.workers import SQLWorkers
 
 __all__ = [
@@ -45,6 +46,7 @@ class SQLStore(
     SQLChanges,
     SQLEvents,
     SQLMaintenance,
+    SQLUsage,
 ):
     """Store implementation over any SQLAlchemy engine (SQLite file or PostgreSQL)."""
 

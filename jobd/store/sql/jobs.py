@@ -227,19 +227,28 @@ class SQLJobs(SQLCompareAndSwap):
             q = q.limit(limit)
         return [Job.model_validate_json(row.body) for row in self._rows(q)]
 
-    def queue_head(self, limit: int, fits: Fits, after: tuple[int, int] | None = None) -> list[Job]:
+    def queue_head(
+        self,
+        limit: int,
+        fits: Fits,
+        after: tuple[int, int] | None = None,
+        project: str | None = None,
+    ) -> list[Job]:
         """Ready Pending jobs no bigger than `fits` (slots, GPUs, millicpus, memory), in
-        the scheduler's order.
+        the scheduler's order; with `project`, that project's only.
 
         `after` pages by keyset: the (priority, id) of the last job of the page before.
         Statements compiled once: a scheduling pass runs this on every change that frees
         room, and building the query each time cost more than running it.
         """
         params: dict[str, Any] = {"limit": limit, **fits._asdict()}
-        statement = self._hot.queue_first
+        hot = self._hot
+        statement = hot.queue_first if project is None else hot.queue_first_of
         if after is not None:
-            statement = self._hot.queue_after
+            statement = hot.queue_after if project is None else hot.queue_after_of
             params["prio"], params["last_id"] = after
+        if project is not None:
+            params["project"] = project
         try:
             with self.reads.connect() as conn:
                 cursor = conn.connection.cursor()
@@ -258,6 +267,18 @@ class SQLJobs(SQLCompareAndSwap):
     def count_jobs_by_phase(self) -> dict[str, int]:
         q = sa.select(t.jobs.c.phase, sa.func.count()).group_by(t.jobs.c.phase)
         return {row[0]: int(row[1]) for row in self._rows(q)}
+
+    def count_queued_ahead(self, priority: int, job_id: int) -> tuple[int, int]:
+        """Counted off the queue's index (phase, ready, priority, id): no body is read."""
+        jobs = t.jobs.c
+        higher = sa.func.coalesce(sa.func.sum(sa.case((jobs.priority > priority, 1), else_=0)), 0)
+        q = sa.select(sa.func.count(), higher).where(
+            jobs.phase == Phase.PENDING.value,
+            jobs.ready == sa.true(),
+            sa.or_(jobs.priority > priority, sa.and_(jobs.priority == priority, jobs.id < job_id)),
+        )
+        row = self._rows(q)[0]
+        return int(row[0]), int(row[1])
 
     def children_of(self, job_id: int) -> list[int]:
         q = sa.select(t.job_deps.c.child).where(t.job_deps.c.parent == job_id)
@@ -312,6 +333,7 @@ def _job_row(job: Job) -> dict[str, Any]:
         "memory": job.spec.resources.memory_bytes,
         "worker": job.status.worker,
         "nominated_worker": job.status.nominated_worker,
+        "owner": job.metadata.owner,
         "resource_version": job.metadata.resource_version,
         "body": to_json(job),
     }

@@ -63,6 +63,9 @@ _QUEUE_AFTER = _QUEUE_FIRST.where(
         sa.and_(t.jobs.c.priority == sa.bindparam("prio"), t.jobs.c.id > sa.bindparam("last_id")),
     )
 )
+# One project's queue (fair share reads each queued project's head: scheduler.py).
+_QUEUE_FIRST_OF = _QUEUE_FIRST.where(t.jobs.c.project == sa.bindparam("project"))
+_QUEUE_AFTER_OF = _QUEUE_AFTER.where(t.jobs.c.project == sa.bindparam("project"))
 _NEXT = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -134,6 +137,8 @@ class HotStatements:
         self.insert_event = Compiled(t.events.insert(), dialect)
         self.queue_first = Compiled(_QUEUE_FIRST, dialect)
         self.queue_after = Compiled(_QUEUE_AFTER, dialect)
+        self.queue_first_of = Compiled(_QUEUE_FIRST_OF, dialect)
+        self.queue_after_of = Compiled(_QUEUE_AFTER_OF, dialect)
         # The driver raises its own exception, not SQLAlchemy's wrapper of it.
         dbapi = dialect.dbapi
         assert dbapi is not None

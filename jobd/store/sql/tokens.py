@@ -24,6 +24,7 @@ class SQLTokens(SQLEngine):
             "role": record.role,
             "projects": json.dumps(list(record.projects)),
             "worker": record.worker,
+            "user": record.user,
             "created_at": record.created_at,
             "last_used_at": record.last_used_at,
         }
@@ -44,6 +45,7 @@ class SQLTokens(SQLEngine):
                 worker=row.worker,
                 created_at=row.created_at,
                 last_used_at=row.last_used_at,
+                user=row.user,
             )
             for row in rows
         ]

@@ -6,7 +6,14 @@ there, in the place its stage order needs.
 
 from jobd.worker.hooks.base import Hook, LaunchPlan
 from jobd.worker.hooks.ending import ReportCompletion, ReportStopping, RequestStop, Tidy
-from jobd.worker.hooks.prestart import Admission, CheckpointDir, Environment, StartFailed
+from jobd.worker.hooks.limits import ApplyLimits
+from jobd.worker.hooks.prestart import (
+    Admission,
+    CheckpointDir,
+    Environment,
+    RunAsOwner,
+    StartFailed,
+)
 from jobd.worker.hooks.running import FollowOutput, ReportStarted, WatchSentinel
 
 __all__ = ["Hook", "LaunchPlan", "StartFailed", "default_hooks"]
@@ -21,9 +28,11 @@ def default_hooks() -> list[Hook]:
     """
     output = FollowOutput()
     return [
+        RunAsOwner(),
         Admission(),
         CheckpointDir(),
         Environment(),
+        ApplyLimits(),
         ReportStarted(),
         output,
         RequestStop(),

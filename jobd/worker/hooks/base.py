@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobd.worker.execution import Execution
+    from jobd.worker.shim.owner import RunAs
     from jobd.worker.shim.protocol import ExitStatus
 
 __all__ = ["Hook", "LaunchPlan"]
@@ -35,6 +36,8 @@ class LaunchPlan:
     cwd: str
     env: dict[str, str] = field(default_factory=dict)  # the workload's complete environment
     checkpoint_dir: Path | None = None
+    owner: RunAs | None = None  # whom the workload runs as; None: the worker's user
+    limits: dict[str, Any] | None = None  # cores and memory cap, for the shim (hooks/limits.py)
 
 
 class Hook:

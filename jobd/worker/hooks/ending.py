@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from jobd.wire.models import Completion
 from jobd.worker.checkpoints import checkpoint_dir, find_resume_target
 from jobd.worker.diskspace import filled_the_disk
 from jobd.worker.hooks.base import Hook
@@ -85,7 +84,8 @@ class ReportCompletion(Hook):
         if last_progress is not None:  # the newest line before the end, not yet sent
             reports.insert(0, ("progress", last_progress))
         if not ex.record.started_reported and end.started_at is not None:
-            reports.insert(0, ("started", {"checkpoint_dir": f"{ckpt}/"}))
+            started = {"checkpoint_dir": f"{ckpt}/", **({"cpuset": ex.cpuset} if ex.cpuset else {})}
+            reports.insert(0, ("started", started))
         # Queued first, so it rides with `complete` (the broker records it after the
         # report, in the same commit) rather than in a request of its own.
         ex.link.event(
@@ -107,6 +107,9 @@ def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
     filled = ex.filled_disk or (filled_the_disk(ex.state_dir) if end.stop is None else None)
     if filled is not None:  # whatever it then exited with, or its shim could not write
         return {"reason": "OutputDiskFull", "message": filled}
+    if end.memory_exceeded and end.stop is None and end.exit_code != 0:
+        # (One that exited 0 all the same, an OOM-killed child handled, succeeded.)
+        return {"reason": "MemoryLimitExceeded", "message": end.memory_exceeded}
     if end.lost:
         recorded = ex.record.boot_id
         same_boot = recorded == boot_id() if recorded else made_this_boot(ex.state_dir)
@@ -118,9 +121,27 @@ def _failure(ex: Execution, end: ExitStatus) -> dict[str, str]:
     return {}
 
 
+# The fields of a `complete` (wire.models.Completion) and the longest text each may hold:
+# the broker refuses a batch holding a longer one whole.
+_COMPLETION_FIELDS = {
+    "exit_code": None,
+    "signal": None,
+    "checkpoint_latest": None,
+    "reason": 64,
+    "message": 4096,
+}
+
+
 def wire_completion(body: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a `complete` the wire knows (reason and message since issue 11)."""
-    return {k: v for k, v in body.items() if k in Completion.model_fields}
+    """The fields of a `complete` the wire knows (reason and message since issue 11), a
+    text cut to what the wire holds."""
+    return {k: _cut(v, _COMPLETION_FIELDS[k]) for k, v in body.items() if k in _COMPLETION_FIELDS}
+
+
+def _cut(value: Any, longest: int | None) -> Any:
+    if longest is None or not isinstance(value, str) or len(value) <= longest:
+        return value
+    return value[: longest - 1] + "…"
 
 
 class Tidy(Hook):

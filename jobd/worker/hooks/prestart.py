@@ -12,10 +12,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from jobd.api.models import Job
-from jobd.api.secrets import MASK, masked_keys
+from jobd.api.secrets import MASK, patterns_with, secret_keys
 from jobd.worker.checkpoints import ensure_checkpoint_dir
 from jobd.worker.hooks.base import Hook, LaunchPlan
+from jobd.worker.jobview import JobView
+from jobd.worker.owners import checkpoint_dir_for, run_as
 from jobd.worker.settings import workload_env
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ __all__ = [
     "Admission",
     "CheckpointDir",
     "Environment",
+    "RunAsOwner",
     "StartFailed",
     "check_launchable",
     "check_unmasked",
@@ -55,11 +57,13 @@ def check_launchable(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> N
         raise StartFailed(f"the working directory {cwd} {missing} (spec.cwd)")
 
 
-def check_unmasked(job: Job) -> None:
+def check_unmasked(job: JobView) -> None:
     """Raise StartFailed when a secret env value arrived masked: the workload would get
     the mask for its token. Only a read as this worker, by a token that may speak as it,
     carries the real values (broker/auth/access.py); anything else is a misconfiguration."""
-    masked = masked_keys(job)
+    env = job.spec.env
+    patterns = patterns_with(job.status.effective.secret_env_keys)
+    masked = [key for key in secret_keys(env, patterns) if env[key] == MASK]
     if masked:
         raise StartFailed(
             f"spec.env.{masked[0]} reached this worker masked ({MASK!r}): its token may not "
@@ -67,9 +71,21 @@ def check_unmasked(job: Job) -> None:
         )
 
 
-def _job(ex: Execution) -> Job:
+def _job(ex: Execution) -> JobView:
     assert ex.job is not None, "prestart runs only for an attempt started here"
     return ex.job
+
+
+class RunAsOwner(Hook):
+    """Whom the workload runs as: its owner, on a root worker (worker/owners.py); first,
+    so that a job of an owner this host does not know fails `OwnerUnknown` before
+    anything is made for it, and a job naming no cwd starts in its owner's home."""
+
+    async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
+        job = _job(ex)
+        plan.owner = run_as(job.metadata.owner, ex.settings.users)
+        if plan.owner is not None and not job.spec.cwd:
+            plan.cwd = plan.owner.home
 
 
 class Admission(Hook):
@@ -86,6 +102,8 @@ class CheckpointDir(Hook):
 
     async def prestart(self, ex: Execution, plan: LaunchPlan) -> None:
         plan.checkpoint_dir = ensure_checkpoint_dir(ex.settings.checkpoint_root, _job(ex).id)
+        if plan.owner is not None:  # the owner's, 0700: no other user's job reads it
+            checkpoint_dir_for(plan.checkpoint_dir, plan.owner)
 
 
 class Environment(Hook):

@@ -51,7 +51,10 @@ class ReportStarted(Hook):
             await self._now.wait()
         if not ex.over:
             ckpt = checkpoint_dir(ex.settings.checkpoint_root, ex.job_id)
-            await ex.link.report(ex.job_id, "started", ex.attempt, checkpoint_dir=f"{ckpt}/")
+            pinned = {"cpuset": ex.cpuset} if ex.cpuset else {}
+            await ex.link.report(
+                ex.job_id, "started", ex.attempt, checkpoint_dir=f"{ckpt}/", **pinned
+            )
             ex.record.started_reported = True
         self.reported.set()
 

@@ -6,6 +6,7 @@ statedir    a state directory's files, written whole, and its lock (standard lib
 procfs      what names one process for good, read from /proc (standard library)
 signals     signals as wake-ups, and reaching every process a job made (standard library)
 lifecycle   one job's life inside a shim: spawn, stop with grace, reap, status.json
+owner       a job of an owner started as that owner (a root worker's), by fork and exec
 process     the shim process: set-up and the one serve loop, `python -m jobd.worker.shim.process`
 pool        the pool process, forking shims that serve job after job (`-m jobd.worker.shim.pool`)
 containment how a job's processes are held together (a process group, a systemd scope)

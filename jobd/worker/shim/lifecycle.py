@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from jobd.worker.shim.limits import Enforcer, Limits
 from jobd.worker.shim.log import log_event, serving
+from jobd.worker.shim.owner import spawn_owned
 from jobd.worker.shim.procfs import ProcessIdentity
 from jobd.worker.shim.protocol import (
     RECORD_FILE,
@@ -113,6 +115,13 @@ def _spawn(spec: LaunchSpec, state_dir: Path) -> int:
     """
     out, err = open_append(state_dir / STDOUT_FILE), open_append(state_dir / STDERR_FILE)
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    if spec.owner is not None:  # a root worker's job of an owner: as the owner
+        try:
+            stdio = [null, out, err]
+            return spawn_owned(spec.owner, spec.argv, spec.cwd, spec.env, stdio, str(state_dir))
+        finally:
+            for fd in (null, out, err):
+                os.close(fd)
     os.environ["PATH"] = spec.env.get("PATH", os.defpath)
     try:
         os.chdir(spec.cwd)
@@ -165,19 +174,23 @@ class _JobRun:
         self.stop: StopRecord | None = None
         self._kill_deadline: float | None = None  # monotonic
         self._last_request: StopRequest | None = None
+        self.limits = Enforcer(None, state_dir.name)  # the job's cores and memory
 
     def run(self, spec: dict[str, Any] | None) -> ExitStatus:
         """The job's whole life; spec None: read it from spec.json."""
         try:
             self.spec = LaunchSpec.from_dict(spec or self._spec_file())
+            self.limits = Enforcer(Limits.from_dict(self.spec.limits), self.state_dir.name)
         except ValueError as exc:
             return self._finished(error=str(exc))
         self._take_stop_request(self.wakeups.take())
         if self.stop is not None:  # not started at all: the job ends stopped, never run
             return self._finished(error="stopped before the workload started")
         try:
-            self.pid = _spawn(self.spec, self.state_dir)
+            with self.limits.spawning():  # what the workload inherits from its start
+                self.pid = _spawn(self.spec, self.state_dir)
         except (OSError, ValueError, TypeError) as exc:  # a NUL byte raises ValueError
+            self.limits.remove_cgroup()
             return self._spawn_failed(exc)
         self.started_at = utc_now()
         if self.on_started is not None:
@@ -213,12 +226,15 @@ class _JobRun:
         while not self._workload_exited():
             self._take_stop_request(signals)
             self._kill_if_due()
+            assert self.pid is not None
+            self.limits.watch(self.pid)
             signals = self.wakeups.wait(self._timeout())
 
     def _timeout(self) -> float:
+        poll = min(STOP_FILE_POLL_S, self.limits.interval or STOP_FILE_POLL_S)
         if self._kill_deadline is None or self.stop is None or self.stop.sigkill_at:
-            return STOP_FILE_POLL_S
-        return min(STOP_FILE_POLL_S, self._kill_deadline - time.monotonic())
+            return poll
+        return min(poll, self._kill_deadline - time.monotonic())
 
     def _workload_exited(self) -> bool:
         """Reap adopted orphans; the workload itself is left a zombie (see _end_job)."""
@@ -313,4 +329,5 @@ class _JobRun:
     def _finished(self, returncode: int | None = None, error: str | None = None) -> ExitStatus:
         started = self.started_at
         workload = None if started is None or self.pid is None else (started, self.pid)
-        return ExitStatus.of(returncode, error, workload, self.stop, self.spec)
+        over = self.limits.release() if workload is not None else None
+        return ExitStatus.of(returncode, error, workload, self.stop, self.spec, over)

@@ -139,10 +139,15 @@ class LaunchSpec:
     grace_s: float  # of a stop that names none (a SIGTERM to the shim, say)
     job_id: int | None
     attempt: int | None
+    # Cores and memory, as jobd.worker.shim.limits.Limits reads them; None: no limits.
+    limits: dict[str, Any] | None = None
+    # The Unix user the workload runs as (jobd.worker.shim.owner), set by a root agent for
+    # a job of an owner; None: as the shim's own user.
+    owner: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Not asdict(): that deep-copies the environment, ~1 ms a job.
-        return {
+        data = {
             "version": PROTOCOL_VERSION,
             "argv": self.argv,
             "cwd": self.cwd,
@@ -151,6 +156,11 @@ class LaunchSpec:
             "job_id": self.job_id,
             "attempt": self.attempt,
         }
+        if self.limits is not None:  # only then: a job naming none costs nothing more
+            data["limits"] = self.limits
+        if self.owner is not None:  # only then: a job of no owner sends what it did
+            data["owner"] = self.owner
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LaunchSpec:
@@ -164,7 +174,13 @@ class LaunchSpec:
         if not isinstance(cwd, str) or grace is None:
             raise ValueError("spec: cwd must be a string and grace_s a number >= 0")
         job_id, attempt = as_int(data.get("job_id")), as_int(data.get("attempt"))
-        return cls(argv, cwd, env, grace, job_id, attempt)
+        limits = data.get("limits")
+        if limits is not None and not isinstance(limits, dict):
+            raise ValueError("spec: limits must be an object")
+        owner = data.get("owner")
+        if owner is not None and not (isinstance(owner, str) and owner):
+            raise ValueError("spec: owner must be a user name")
+        return cls(argv, cwd, env, grace, job_id, attempt, limits, owner)
 
 
 @dataclass(frozen=True)
@@ -236,6 +252,8 @@ class ExitStatus:
     job_id: int | None = None
     attempt: int | None = None
     lost: bool = False  # the shim ended without recording the job's end (never written)
+    # Why the job was ended for its memory (with the peak); None: it was not.
+    memory_exceeded: str | None = None
 
     @classmethod
     def of(
@@ -245,6 +263,7 @@ class ExitStatus:
         workload: tuple[str, int] | None,
         stop: StopRecord | None,
         spec: LaunchSpec | None,
+        memory_exceeded: str | None = None,
     ) -> ExitStatus:
         """The end of a run: returncode as waitstatus_to_exitcode gives it (None: the
         workload never ran), workload its start time and pid if it started."""
@@ -260,6 +279,7 @@ class ExitStatus:
             error=error,
             job_id=None if spec is None else spec.job_id,
             attempt=None if spec is None else spec.attempt,
+            memory_exceeded=memory_exceeded,
         )
 
     @classmethod
@@ -280,6 +300,7 @@ class ExitStatus:
             "error": self.error,
             "job_id": self.job_id,
             "attempt": self.attempt,
+            "memory_exceeded": self.memory_exceeded,
         }
 
     @classmethod
@@ -295,6 +316,7 @@ class ExitStatus:
             error=as_str(data.get("error")),
             job_id=as_int(data.get("job_id")),
             attempt=as_int(data.get("attempt")),
+            memory_exceeded=as_str(data.get("memory_exceeded")),
         )
 
 

@@ -1,0 +1,89 @@
+"""The broker's Unix socket: 0666 in a 0755 directory it makes, never taken from a live
+broker, a dead one's file replaced, removed at stop, and the
+caller's credentials read from the kernel per connection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobd.broker.http.connections import Peer, peer_of
+from jobd.daemon.listening import ListenError, bind_unix_listener, unlink_socket
+
+
+@pytest.fixture
+def where() -> Iterator[Path]:
+    made = Path(tempfile.mkdtemp(prefix="jobd-sock-"))  # short: sun_path holds 107 bytes
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def test_the_socket_is_open_to_every_local_user(where: Path) -> None:
+    old = os.umask(0o077)  # as the daemons run
+    try:
+        sock = bind_unix_listener(where / "run" / "jobd.sock")
+    finally:
+        os.umask(old)
+    with sock:
+        assert stat.S_IMODE((where / "run").stat().st_mode) == 0o755
+        assert stat.S_IMODE((where / "run" / "jobd.sock").stat().st_mode) == 0o666
+
+
+def test_a_private_directory_stays_private(where: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        with bind_unix_listener(where / "data" / "jobd.sock", public_dir=False):
+            assert stat.S_IMODE((where / "data").stat().st_mode) == 0o700
+    finally:
+        os.umask(old)
+
+
+def test_a_live_brokers_socket_is_refused_and_a_dead_ones_replaced(where: Path) -> None:
+    path = where / "jobd.sock"
+    first = bind_unix_listener(path)
+    first.listen()
+    with pytest.raises(ListenError, match="is in use"):
+        bind_unix_listener(path)
+    first.close()  # died without removing its file
+    assert path.exists()
+    second = bind_unix_listener(path)
+    unlink_socket(second, path)
+    assert not path.exists()
+    second.close()
+
+
+def test_what_is_no_socket_or_too_long_is_refused(where: Path) -> None:
+    (where / "file").write_text("")
+    with pytest.raises(ListenError, match="no socket"):
+        bind_unix_listener(where / "file")
+    with pytest.raises(ListenError, match="at most 107 bytes"):
+        bind_unix_listener(where / ("x" * 120))
+
+
+def test_the_peer_is_known_from_the_kernel(where: Path) -> None:
+    path = where / "jobd.sock"
+    found: list[Peer | None] = []
+
+    class Recording(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            found.append(peer_of(transport))
+            transport.close()
+
+    async def connect_once() -> None:
+        sock = bind_unix_listener(path)
+        server = await asyncio.get_running_loop().create_server(Recording, sock=sock)
+        async with server:
+            _, writer = await asyncio.open_unix_connection(str(path))
+            while not found:
+                await asyncio.sleep(0.01)
+            writer.close()
+
+    asyncio.run(connect_once())
+    assert found == [Peer(os.getpid(), os.getuid(), os.getgid())]
