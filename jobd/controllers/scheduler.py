@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import suppress
+from typing import NamedTuple
 
 from jobd.api.models import BOUND_PHASES, Job, Phase
 from jobd.api.wait_reasons import WaitReason
@@ -25,7 +26,7 @@ from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.rooms import RoomIndex
 from jobd.store.base import Change, Conflict, Fits
 
-__all__ = ["QUEUE_KEY", "SchedulerController"]
+__all__ = ["QUEUE_KEY", "Room", "SchedulerController", "bind_into", "free_room"]
 
 QUEUE_KEY = "queue"
 # How many queued jobs one pass may look at beyond those it binds (like Slurm's
@@ -65,21 +66,30 @@ class SchedulerController:
         return [QUEUE_KEY]
 
     async def reconcile(self, key: str) -> Result:
-        # Capacity is counted on the loop, from the view; the queue is read and bound on
-        # the store's thread off the loop (store/runner.py), which never sees the view.
-        view = self.ctx.view
-        workers = schedulable(view.workers.values(), self.ctx.leases.heard)
-        caps = capacity_of(workers, view.bound.values())
         # Most passes under load end here, on memory alone: no room anywhere.
-        if not any(c.has_room() for c in caps.values()):
+        room = free_room(self.ctx)
+        if room is None:
             return DONE
-        reserve_nominated(view, caps)
-        # Copied here, on the loop: the store's thread binds against the copy.
-        arrays = dict(view.array_bound)
-        fair = fair_inputs(self.ctx)  # None: plain priority-then-id order, no limits
-        if await self.ctx.runner.run(self._bind_queued, caps, arrays, fair):
+        # Capacity is counted on the loop, from the view, once the store work before this
+        # pass has been heard (a report's commit may have bound into room the view showed
+        # free); the queue is read and bound on the store's thread off the loop
+        # (store/runner.py), which never sees the view: it binds against copies.
+        if await self.ctx.runner.run_prepared(lambda: self._room(room), self._bind_room):
             self.ctx.enqueue(self.name, QUEUE_KEY)  # a job changed; the next pass sees why
         return DONE
+
+    def _room(self, read: Room) -> Room | None:
+        """`read` inline, where nothing ran since it was read (capacity_of walks every
+        worker: once a pass); off the loop, read again after the units before this one."""
+        room = free_room(self.ctx) if self.ctx.runner.off_loop else read
+        if room is not None:
+            reserve_nominated(self.ctx.view, room.caps)
+        return room
+
+    def _bind_room(self, room: Room | None) -> bool:
+        if room is None:
+            return False
+        return self._bind_queued(room.caps, room.arrays, room.fair)
 
     def _bind_queued(
         self, caps: dict[str, Capacity], arrays: dict[int, int], fair: FairInputs | None = None
@@ -180,6 +190,36 @@ class SchedulerController:
         except Conflict:
             return False
         return True
+
+
+class Room(NamedTuple):
+    """Free capacity to bind into, read on the loop: each worker's, how many members of
+    each array with a parallelism cap are bound, and the fair-share inputs (None: plain
+    priority-then-id order). Copies: the store's thread may bind against them."""
+
+    caps: dict[str, Capacity]
+    arrays: dict[int, int]
+    fair: FairInputs | None
+
+
+def free_room(ctx: Context) -> Room | None:
+    """The room the view shows on the schedulable workers; None when no worker has a free
+    slot or GPU. Held capacity is not yet taken out (reserve_nominated)."""
+    view = ctx.view
+    caps = capacity_of(schedulable(view.workers.values(), ctx.leases.heard), view.bound.values())
+    if not any(c.has_room() for c in caps.values()):
+        return None
+    return Room(caps, dict(view.array_bound), fair_inputs(ctx))
+
+
+def bind_into(ctx: Context, room: Room) -> bool:
+    """Bind ready queued jobs into `room` as a pass would (fair share and quotas when
+    set, else priority then id); True when a bind lost a race. Inside the caller's
+    transaction (a worker's reports: verbs/refill.py), so no batch of its own."""
+    scheduler = SchedulerController(ctx)
+    if room.fair is not None:
+        return scheduler._bind_fair(room.fair, room.caps, room.arrays)
+    return scheduler._bind_pages(room.caps, room.arrays)
 
 
 def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:

@@ -15,6 +15,11 @@ copies in (a lookup by key of a bound job is the one read allowed: one dict acce
 Listeners are the store's to run on the loop (sql/delivery.py): each commit of a unit
 is heard on the loop, in commit order, before the caller resumes, so it resumes with
 the view current with every commit the unit made, as it would inline.
+
+A unit that decides from what the loop holds (a pass binding jobs into the free room the
+view shows) reads it in `prepare`, run on the loop once the units before it have ended:
+their commits have been heard by then, so two units that bind never both count the same
+free slot (`run_prepared`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import anyio.to_thread
 __all__ = ["HasHome", "StoreRunner"]
 
 T = TypeVar("T")
+P = TypeVar("P")
 Ts = TypeVarTuple("Ts")
 
 
@@ -42,7 +48,9 @@ class StoreRunner:
     def __init__(self, store: HasHome, off_loop: bool) -> None:
         self.store = store
         self.off_loop = off_loop
-        self._limiter: anyio.CapacityLimiter | None = None
+        # The turn of units (one at a time, in order), and the thread they run on.
+        self._limiter: anyio.Lock | None = None
+        self._thread: anyio.CapacityLimiter | None = None
 
     async def run(self, unit: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         """`unit(*args)`, inline or on the store's thread; its commits heard on the loop.
@@ -52,10 +60,26 @@ class StoreRunner:
         """
         if not self.off_loop:
             return unit(*args)
+        async with self._turn():
+            return await anyio.to_thread.run_sync(unit, *args, limiter=self._thread)
+
+    async def run_prepared(self, prepare: Callable[[], P], unit: Callable[[P], T]) -> T:
+        """`unit(prepare())`: `prepare` reads the loop's structures on the loop, when the
+        units before this one have ended and their commits have been heard."""
+        if not self.off_loop:
+            return unit(prepare())
+        async with self._turn():
+            prepared = prepare()
+            return await anyio.to_thread.run_sync(unit, prepared, limiter=self._thread)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
         if self._limiter is None:  # made on the loop, at its first use
             self.store.listen_on_this_thread()
-            self._limiter = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(unit, *args, limiter=self._limiter)
+            self._limiter = anyio.Lock()
+            self._thread = anyio.CapacityLimiter(1)
+        async with self._limiter:
+            yield
 
     @contextlib.asynccontextmanager
     async def quiet(self) -> AsyncIterator[None]:

@@ -530,6 +530,36 @@ def test_a_batch_commits_once_and_a_refused_write_inside_changes_nothing(
     assert store.get_job(b.id) == b
 
 
+def test_a_job_written_twice_in_a_batch_refuses_a_swap_from_before_the_batch(
+    store: SQLStore,
+) -> None:
+    """Inside a batch a job's newest version is the batch's own (its row is written once,
+    at the commit): a swap from the version before it is stale, as it is outside; the
+    feed keeps every version, and the counters go on from where the batch left them."""
+    (a,) = store.create_jobs([make_job("a")])
+    with store.batch():
+        running = a.evolve()
+        running.status.phase = Phase.RUNNING
+        running = store.update_job(running, [EventRecord("started", job=a.id)])
+        late = a.evolve()  # a writer that read the job before the batch's write
+        late.status.phase = Phase.CANCELLED
+        with pytest.raises(Conflict):
+            store.update_job(late)
+        done = running.evolve()
+        done.status.phase = Phase.SUCCEEDED
+        done = store.update_job(done, [EventRecord("finished", job=a.id)])
+    assert store.get_job(a.id) == done
+    revisions = [c.revision for c in store.changes_since(a.metadata.resource_version or 0)]
+    assert revisions[-2:] == [running.metadata.resource_version, done.metadata.resource_version]
+    after = done.evolve()
+    after.status.message = "after the batch"
+    after = store.update_job(after, [EventRecord("noted", job=a.id)])
+    assert (after.metadata.resource_version or 0) > (done.metadata.resource_version or 0)
+    assert store.revision() == after.metadata.resource_version
+    seqs = [e.seq for e in store.list_events(job=a.id)]
+    assert seqs == sorted(set(seqs)) and len(seqs) == 3
+
+
 def test_a_batch_that_fails_rolls_back_whole(store: SQLStore) -> None:
     (a,) = store.create_jobs([make_job("a")])
     before = store.revision()

@@ -18,7 +18,7 @@ from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
-from jobd.controllers.verbs import drain, lease_holder, reports, worker_lease
+from jobd.controllers.verbs import drain, lease_holder, refill, reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import (
@@ -227,10 +227,20 @@ async def report_batch(
 
     A busy worker sends what piled up while its previous request was in flight: a
     job's `started` and `complete` reports often travel together, with its events. All
-    of a batch is written in one transaction, with one commit.
+    of a batch is written in one transaction, with one commit; so are the binds of
+    queued jobs into the room its reports freed on the worker (verbs/refill.py).
     """
     access.as_worker(who, path["name"])
-    answer = await state.ctx.runner.run(run_report_batch, state, path["name"], body, who)
+    name = path["name"]
+    ends = any(item.verb == "complete" for item in body.reports)
+
+    def prepare() -> refill.Refill | None:
+        return refill.room_of(state.ctx, name) if ends else None
+
+    def unit(plan: refill.Refill | None) -> dict[str, Any]:
+        return run_report_batch(state, name, body, who, plan)
+
+    answer = await state.ctx.runner.run_prepared(prepare, unit)
     return encode_json(answer)
 
 
@@ -239,7 +249,11 @@ declare(router, REPORT_BATCH)
 
 
 def run_report_batch(
-    state: BrokerState, name: str, body: ReportBatch, who: Principal | None = None
+    state: BrokerState,
+    name: str,
+    body: ReportBatch,
+    who: Principal | None = None,
+    plan: refill.Refill | None = None,
 ) -> dict[str, Any]:
     _check_sender(state, name, body.instance, body.epoch)  # refuses the whole batch
     results: list[dict[str, Any]] = []
@@ -260,6 +274,8 @@ def run_report_batch(
         events = _records(state, name, body.events, who)
         if events:
             state.store.append_events(events)
+        if plan is not None:
+            refill.refill(state.ctx, plan, written.values())
     return {"results": results, "events": len(events)}
 
 

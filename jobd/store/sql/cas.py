@@ -31,6 +31,7 @@ class SQLCompareAndSwap(SQLEngine):
         self, tx: Tx, kind: Kind, key: sa.Column[Any], value: object, obj: Job | Project
     ) -> None:
         """Compare-and-swap delete; the change feed hears the last version."""
+        tx.flush()  # a job's newest version, if this transaction holds one unwritten
         rev = tx.next_revision()
         table = key.table
         result = tx.conn.execute(

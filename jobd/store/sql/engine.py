@@ -247,6 +247,7 @@ class SQLEngine:
             with self._writing(durable) as conn:
                 tx = Tx(conn, self._hot)
                 yield tx
+                tx.flush()
             # Committed: now, and only now, may anyone hear of it, in commit order.
             self._delivery.committed(tx.changes, tx.events)
         self._delivery.deliver()

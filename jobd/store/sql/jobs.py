@@ -137,7 +137,7 @@ class SQLJobs(SQLCompareAndSwap):
             job = job.model_copy(update={"metadata": meta})
             row = _job_row(job)
             row["b_id"], row["expected_rv"] = row.pop("id"), expected
-            if tx.run(tx.hot.update_job, row).rowcount != 1:
+            if not tx.swap_job(row):
                 raise self._stale("job", job.metadata.id, self.get_job(job.id) is not None)
             tx.record("Job", "MODIFIED", job, rev, row["body"])
             tx.add_events(events)
@@ -162,6 +162,7 @@ class SQLJobs(SQLCompareAndSwap):
         with self._tx(durable=True) as tx:
             self._delete(tx, "Job", t.jobs.c.id, job.id, mask_job(job))
             tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
+            tx.flush()  # the job's events this transaction added go too
             tx.conn.execute(sa.delete(t.events).where(t.events.c.job == job.id))
             tx.scrub_history(job)
             tx.add_events(events)

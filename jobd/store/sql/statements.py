@@ -2,8 +2,12 @@
 
 `Tx` is one open transaction: it reserves revisions and ids, appends to the change
 feed and the events table, and keeps what it wrote for the listeners to hear after the
-commit (engine.py). `HotStatements` are the writes a job makes a dozen times in its
-life, compiled once per dialect and run on the driver's own cursor.
+commit (engine.py). A transaction of many writes (a worker's batch of reports, a
+scheduling pass) pays for its counters and its appends once, not once a write: a
+counter is taken from the store at its first reservation and counted on in memory (the
+row stays locked by the transaction), and the change feed's and events' rows are
+written together when it ends (`flush`). `HotStatements` are the writes a job makes a
+dozen times in its life, compiled once per dialect and run on the driver's own cursor.
 """
 
 from __future__ import annotations
@@ -68,6 +72,11 @@ _NEXT = (
     .values(value=t.meta.c.value + sa.bindparam("n"))
     .returning(t.meta.c.value)
 )
+_SET_COUNTER = (
+    sa.update(t.meta)
+    .where(t.meta.c.key == sa.bindparam("counter"))
+    .values(value=sa.bindparam("b_value"))
+)
 
 
 class Compiled:
@@ -120,6 +129,7 @@ class HotStatements:
 
     def __init__(self, dialect: sa.Dialect) -> None:
         self.reserve = Compiled(_NEXT, dialect)
+        self.set_counter = Compiled(_SET_COUNTER, dialect)
         job_columns = [c.name for c in t.jobs.columns if c.name != "id"]
         self.update_job = Compiled(_UPDATE_JOB, dialect, job_columns)
         self.insert_job = Compiled(t.jobs.insert(), dialect)
@@ -144,6 +154,14 @@ class Tx:
         self._cursor: Any = None
         self.changes: list[Change] = []
         self.events: list[EventRecord] = []
+        # counter -> [the last value taken, the value its row holds in this transaction]
+        self._counters: dict[str, list[int]] = {}
+        # Rows of the change feed and of the events not yet written (flush).
+        self._change_rows: list[dict[str, Any]] = []
+        self._event_rows: list[dict[str, Any]] = []
+        # job id -> [the resource_version its row holds, the newest this transaction wrote]
+        self._jobs: dict[int, list[int]] = {}
+        self._job_rows: dict[int, dict[str, Any]] = {}  # a job's newest row, not yet written
 
     def run(self, statement: Compiled, row: dict[str, Any]) -> Any:
         """Execute on the transaction's own driver connection; returns the cursor."""
@@ -161,9 +179,65 @@ class Tx:
         self._cursor.executemany(statement.sql, statement.params_many(rows))
 
     def reserve(self, counter: str, n: int) -> int:
-        """Take n consecutive values of a counter; returns the first."""
-        value = self.run(self.hot.reserve, {"counter": counter, "n": n}).fetchone()[0]
-        return int(value) - n + 1
+        """Take n consecutive values of a counter; returns the first.
+
+        The first reservation of a counter in this transaction takes its row's lock (an
+        UPDATE), so no other writer reserves from it until the commit; the later ones
+        are counted here, and `flush` writes where the counter ended.
+        """
+        held = self._counters.get(counter)
+        if held is None:
+            value = self.run(self.hot.reserve, {"counter": counter, "n": n}).fetchone()[0]
+            self._counters[counter] = held = [int(value), int(value)]
+        else:
+            held[0] += n
+        return held[0] - n + 1
+
+    def swap_job(self, row: dict[str, Any]) -> bool:
+        """Compare-and-swap a job's row (`b_id`, `expected_rv`); False when it moved on.
+
+        A job this transaction already wrote is locked by it, and its newest version is
+        the one written here: a swap from that version takes without asking the store,
+        and only the last version reaches the row, at `flush` (a worker's `started` and
+        `complete` of one job in one batch cost one UPDATE). A swap from any other
+        version of such a job is stale.
+        """
+        job_id, expected = row["b_id"], row["expected_rv"]
+        held = self._jobs.get(job_id)
+        if held is not None:
+            if held[1] != expected:
+                return False
+            self._job_rows[job_id] = row | {"expected_rv": held[0]}
+            held[1] = row["resource_version"]
+            return True
+        if self.run(self.hot.update_job, row).rowcount != 1:
+            return False
+        self._jobs[job_id] = [row["resource_version"], row["resource_version"]]
+        return True
+
+    def flush(self) -> None:
+        """Write what this transaction holds back: the change feed's rows, the events'
+        rows, the counters' ends. Before the commit, and before any statement that reads
+        or deletes those rows."""
+        if self._job_rows:
+            rows = list(self._job_rows.values())
+            self._job_rows = {}
+            self.run_many(self.hot.update_job, rows)
+            if self._cursor.rowcount not in (len(rows), -1):  # locked here: cannot have moved
+                raise RuntimeError("a job this transaction holds changed under it")
+            for row in rows:
+                held = self._jobs[row["b_id"]]
+                held[0] = held[1]
+        if self._change_rows:
+            self.run_many(self.hot.insert_change, self._change_rows)
+            self._change_rows = []
+        if self._event_rows:
+            self.run_many(self.hot.insert_event, self._event_rows)
+            self._event_rows = []
+        for counter, held in self._counters.items():
+            if held[0] != held[1]:
+                self.run(self.hot.set_counter, {"counter": counter, "b_value": held[0]})
+                held[1] = held[0]
 
     def next_revision(self) -> int:
         return self.reserve("revision", 1)
@@ -185,7 +259,7 @@ class Tx:
             row = {"revision": rev, "kind": kind, "op": op, "key": key, "body": text}
             rows.append(row | {"secret": secret})
             self.changes.append(Change(rev, kind, op, key, obj, text))
-        self.run_many(self.hot.insert_change, rows)
+        self._change_rows.extend(rows)
 
     def scrub_history(self, job: Job) -> None:
         """Mask the secret values of the earlier versions of `job` the change feed keeps.
@@ -193,6 +267,7 @@ class Tx:
         Those rows are flagged `secret` when written; the partial index on the flag finds
         them without a scan. Each is masked by its own patterns and the job's now.
         """
+        self.flush()
         found = self.conn.execute(_SECRET_CHANGES, {"key": str(job.id)}).all()
         for revision, body in found:
             old = Job.model_validate_json(body)
@@ -218,7 +293,7 @@ class Tx:
                     "body": ev.fields_json(),
                 }
             )
-        self.run_many(self.hot.insert_event, rows)
+        self._event_rows.extend(rows)
         self.events.extend(records)
 
 
