@@ -284,13 +284,16 @@ def _worker_or_reason(status: Document) -> str:
 
 def wait_reason(status: Document) -> str | None:
     """A queued job's reason (api/wait_reasons.py): its `Scheduled=False` condition's,
-    else what its status shows (a job stored before reasons were written)."""
+    else what its status shows: a ready job that says none waits for room (admission
+    writes no condition for it; nor did a job stored before reasons were written)."""
     for cond in status.get("conditions") or []:
         if cond.get("type") == "Scheduled" and cond.get("status") == "False":
             return str(cond.get("reason") or "") or None
     if status.get("retry_at"):
         return "RetryBackoff"
-    return "WaitingForDependencies" if status.get("dependencies_met") is False else None
+    if status.get("dependencies_met") is False:
+        return "WaitingForDependencies"
+    return "WaitingForCapacity"
 
 
 def watch_line(op: str, job: Document, now: datetime | None = None) -> str:

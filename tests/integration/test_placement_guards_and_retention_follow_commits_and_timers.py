@@ -78,7 +78,7 @@ async def test_unschedulable_is_said_then_cleared_when_a_big_enough_worker_joins
     await placement.run()
     message = "no worker has 4 GPUs; the largest has 2"
     assert _scheduled(reread(ctx, big)) == ("False", "Unschedulable", message)
-    assert _scheduled(reread(ctx, fits)) == WAITS
+    assert _scheduled(reread(ctx, fits)) is None  # admitted ready: waits for room, unsaid
     assert [e.job for e in ctx.store.list_events(event="job_unschedulable")] == [big.id]
 
     register_worker(ctx, "large", WorkerSpec(slots=8, gpus=[0, 1, 2, 3]), "host", "procgroup")
@@ -93,7 +93,7 @@ async def test_a_job_queued_before_any_worker_is_judged_when_the_first_registers
     placement = Driven(ctx, PlacementController(ctx))
     big = _submit(ctx, "big", resources=Resources(gpus=3))
     await placement.run()
-    assert _scheduled(reread(ctx, big)) == WAITS, "no worker yet: nothing is said"
+    assert _scheduled(reread(ctx, big)) is None, "no worker yet: nothing is said"
     register_worker(ctx, "w", WorkerSpec(slots=1), "host", "procgroup")
     await placement.run()
     assert _scheduled(reread(ctx, big)) == (

@@ -470,6 +470,6 @@ def test_a_pending_jobs_worker_cell_says_why_it_waits_as_squeue_does() -> None:
             "(ArrayParallelism)",
             "(WaitingForDependencies)",
             "(RetryBackoff)",
-            "-",
+            "(WaitingForCapacity)",  # admitted ready: no condition yet, it waits for room
             "w",
         ]

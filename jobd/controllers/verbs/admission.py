@@ -34,7 +34,7 @@ from jobd.api.wait_reasons import WaitReason
 from jobd.controllers.clock import Clock
 from jobd.controllers.errors import AdmissionError, MissingParent, TransitionError
 from jobd.controllers.placement import UNSCHEDULABLE, Shape, placement_message, shapes_of
-from jobd.controllers.transitions import PARENTS_WAITED, ROOM_TAKEN, waits
+from jobd.controllers.transitions import PARENTS_WAITED, waits
 from jobd.store.base import Conflict, EventRecord, Store
 
 __all__ = [
@@ -189,8 +189,10 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     if parents:
         set_condition(job.status, "DependenciesMet", False, "Waiting", "waiting for parents")
         waits(job.status, WaitReason.WAITING_FOR_DEPENDENCIES, PARENTS_WAITED, now)
-    else:  # bound by the scheduler's next pass if a worker has room
-        waits(job.status, WaitReason.WAITING_FOR_CAPACITY, ROOM_TAKEN, now)
+    # Else no condition yet: a ready Pending job that says no reason waits for room
+    # (WaitingForCapacity, api/wait_reasons.py), bound by the scheduler's next pass if a
+    # worker has it. Most jobs are bound at once; writing the condition into every
+    # admitted job's document cost apply 8 % of its CPU (docs/performance.md).
     return job
 
 
