@@ -25,6 +25,31 @@ from tests.events_doc import events_doc
 # and `job` looks there when no server is given: parallel tests would meet on it. No
 # socket unless a test names one (the socket tests pass their own paths).
 os.environ.setdefault("JOBD_SOCKET", "none")
+# Many tests start jobd with no JOBD_* variable at all (a user's clean environment), so
+# that is not enough: as root, the run also holds the default path with a plain file,
+# which no broker or worker can bind and no `job` takes for a broker's socket.
+ROOT_SOCKET = Path("/run/jobd/jobd.sock")
+_HELD: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.geteuid() != 0 or ROOT_SOCKET.exists():
+        return  # an xdist worker (the controller holds it), not root, or a real broker's
+    if not ROOT_SOCKET.parent.exists():
+        ROOT_SOCKET.parent.mkdir(mode=0o755)
+        _HELD.append(ROOT_SOCKET.parent)
+    ROOT_SOCKET.write_text("held by jobd's test run: no test may bind the default socket\n")
+    _HELD.insert(0, ROOT_SOCKET)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _HELD:
+        if path.is_dir():
+            path.rmdir()
+        elif path.is_file():
+            path.unlink()
+    _HELD.clear()
+
 
 PG_URL_ENV = "JOBD_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
