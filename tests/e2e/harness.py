@@ -221,3 +221,72 @@ def manifest(name: str, command: list[str], **spec: Any) -> str:
         "spec": {"command": command, **spec},
     }
     return json.dumps(doc)
+
+
+class Lab:
+    """A real `jobd broker` and real `jobd worker`s, each its own process on this host,
+    with the API and the `job` command against them: the set-up of the end-to-end tests
+    that need more than `jobd dev`'s one worker. Each test file adds its own workers
+    (`start`) and helpers; `close` stops them all and ends what their jobs left."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
+        self.env = base | {
+            "JOBD_DATA_DIR": str(root / "data"),
+            "JOBD_LOG_DIR": str(root / "logs"),
+            "JOBD_URL": self.url,
+            "JOBD_CONFIG": str(root / "no-config.yaml"),  # no user's contexts steer `job`
+            "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
+            "PYTHONPATH": str(REPO),
+        }
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}  # by log name
+        self.start("broker", "broker", "--port", str(port))
+        self.wait_until(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
+
+    def start(self, log: str, *args: str) -> None:
+        """`jobd ARGS...`, its output in `<root>/<log>.log`."""
+        out = (self.root / f"{log}.log").open("wb")
+        self.processes[log] = subprocess.Popen(
+            [str(BIN / "jobd"), *args], env=self.env, cwd=self.root, stdout=out, stderr=out
+        )
+
+    def wait_until(self, ready: Any, timeout: float = 30) -> None:
+        """Until `ready()` holds; a process that ended meanwhile fails with its log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for log, process in self.processes.items():
+                assert process.poll() is None, (self.root / f"{log}.log").read_text()
+            try:
+                if ready():
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the lab did not start"
+            time.sleep(0.05)
+
+    def wait_workers(self, count: int) -> None:
+        self.wait_until(lambda: len(self.api("GET", "/workers")["items"]) == count)
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """The broker's answer as the admin token asks, which must be a success."""
+        token = (self.root / "data" / "admin.token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        answer = httpx.request(method, f"{self.url}{path}", headers=headers, json=body, timeout=10)
+        assert answer.status_code < 300, answer.text
+        return answer.json()
+
+    def job(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "job"), *args], env=self.env, cwd=self.root, input=input,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        for process in reversed(self.processes.values()):
+            if process.poll() is None:
+                process.terminate()
+                process.wait(10)
+        end_all_jobs(self.root)

@@ -28,10 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.e2e.harness import BIN, REPO, _free_port, end_all_jobs
+from tests.e2e import harness
+from tests.e2e.harness import BIN
 from tests.local_users import LocalUser, local_users, need_root, reachable_dir
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
@@ -73,65 +73,24 @@ print("uid", os.getuid())
 """
 
 
-class Lab:
+class Lab(harness.Lab):
     """One broker and two root workers on this host."""
 
     def __init__(self, root: Path, alice: str) -> None:
-        self.root = root
         # Owners reach their output files through the workers' state directories, whose
         # parent an operator makes traversable (docs/security.md); jobd opens the rest.
         (root / "states").mkdir()
         (root / "states").chmod(0o711)
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
-        self.env = base | {
-            "JOBD_DATA_DIR": str(root / "data"),
-            "JOBD_LOG_DIR": str(root / "logs"),
-            "JOBD_URL": self.url,
-            "JOBD_CONFIG": str(root / "no-config.yaml"),
-            "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
-            "PYTHONPATH": str(REPO),
-        }
-        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self._start("broker", "broker", "--port", str(port))
-        self._wait(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
-        self._start(
+        super().__init__(root)
+        self.start(
             "narrow", "worker", "--name", "narrow", "--gpus", "none", "--slots", "4",
             "--state-dir", str(root / "states" / "narrow"), "--allow-user", alice,
         )  # fmt: skip
-        self._start(
+        self.start(
             "wide", "worker", "--name", "wide", "--gpus", "none", "--slots", "2",
             "--state-dir", str(root / "states" / "wide"),
         )  # fmt: skip
-        self._wait(lambda: len(self.api("GET", "/workers")["items"]) == 2)
-
-    def _start(self, log: str, *args: str) -> None:
-        out = (self.root / f"{log}.log").open("wb")
-        process = subprocess.Popen(
-            [str(BIN / "jobd"), *args], env=self.env, cwd=self.root, stdout=out, stderr=out
-        )
-        self.processes.append((log, process))
-
-    def _wait(self, ready: Any, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            for log, process in self.processes:
-                assert process.poll() is None, (self.root / f"{log}.log").read_text()
-            try:
-                if ready():
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the lab did not start"
-            time.sleep(0.05)
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        token = (self.root / "data" / "admin.token").read_text().strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        answer = httpx.request(method, f"{self.url}{path}", headers=headers, json=body, timeout=10)
-        assert answer.status_code < 300, answer.text
-        return answer.json()
+        self.wait_workers(2)
 
     def submit(self, owner: str, code: str, *args: str, cwd: str | None = "/") -> int:
         """A job of `owner`, submitted as an admin may: on the owner's behalf."""
@@ -164,13 +123,6 @@ class Lab:
             text=True, timeout=30, check=True,
         ).stdout  # fmt: skip
         return dict(line.split(" ", 1) for line in said.splitlines() if " " in line)
-
-    def close(self) -> None:
-        for _, process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                process.wait(10)
-        end_all_jobs(self.root)
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.e2e.harness import BIN, REPO, _free_port, end_all_jobs, process_alive
+from tests.e2e import harness
+from tests.e2e.harness import BIN, process_alive
 
 WORKERS = ("capped", "watched")
 # Prints what it was given, then sleeps; its argv carries a marker to find its process by.
@@ -44,30 +44,16 @@ HOG = (
 )
 
 
-class Lab:
+class Lab(harness.Lab):
     def __init__(self, root: Path) -> None:
-        self.root = root
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
-        self.env = base | {
-            "JOBD_DATA_DIR": str(root / "data"),
-            "JOBD_LOG_DIR": str(root / "logs"),
-            "JOBD_URL": self.url,
-            "JOBD_CONFIG": str(root / "no-config.yaml"),
-            "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
-            "PYTHONPATH": str(REPO),
-        }
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self._start("broker", "broker", "--port", str(port))
-        self._wait(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
+        super().__init__(root)
         for name in WORKERS:
             self.start_worker(name)
-        self._wait(lambda: len(self.api("GET", "/workers")["items"]) == 2)
+        self.wait_workers(2)
 
     def start_worker(self, name: str) -> None:
         how = "rss" if name == "watched" else "auto"
-        self._start(
+        self.start(
             name, "worker", "--name", f"{name}-{os.getpid()}", "--gpus", "none",
             "--slots", "4", "--cpus", "4", "--memory", "4GiB",
             "--memory-enforcement", how,
@@ -82,38 +68,6 @@ class Lab:
 
     def worker(self, name: str) -> str:
         return f"{name}-{os.getpid()}"
-
-    def _start(self, log: str, *args: str) -> None:
-        out = (self.root / f"{log}.log").open("wb")
-        self.processes[log] = subprocess.Popen(
-            [str(BIN / "jobd"), *args], env=self.env, cwd=self.root, stdout=out, stderr=out
-        )
-
-    def _wait(self, ready: Any, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            for log, p in self.processes.items():
-                assert p.poll() is None, (self.root / f"{log}.log").read_text()
-            try:
-                if ready():
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the lab did not start"
-            time.sleep(0.05)
-
-    def api(self, method: str, path: str) -> Any:
-        token = (self.root / "data" / "admin.token").read_text().strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        answer = httpx.request(method, f"{self.url}{path}", headers=headers, timeout=10)
-        answer.raise_for_status()
-        return answer.json()
-
-    def job(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "job"), *args], env=self.env, cwd=self.root,
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
 
     def submit(self, worker: str, code: str, *args: str) -> int:
         said = self.job(
@@ -133,13 +87,6 @@ class Lab:
 
     def agent_rss(self, worker: str) -> int:
         return _vm_rss(self.processes[worker].pid)
-
-    def close(self) -> None:
-        for process in reversed(self.processes.values()):
-            if process.poll() is None:
-                process.terminate()
-                process.wait(10)
-        end_all_jobs(self.root)
 
 
 def _vm_rss(pid: int) -> int:

@@ -14,92 +14,42 @@ root of a worker keeps the job from it, and the condition names the roots that e
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.e2e.harness import BIN, REPO, _free_port, end_all_jobs, manifest
+from tests.e2e import harness
+from tests.e2e.harness import manifest
 
 GIB = 1 << 30
 SLEEPS = "import time; time.sleep(120)"
 
 
-class Lab:
+class Lab(harness.Lab):
     """One broker, two workers, and the `job` command against them."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
         for sub in ("shared", "small-only", "elsewhere"):
             (root / sub).mkdir()
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
-        self.env = base | {
-            "JOBD_DATA_DIR": str(root / "data"),
-            "JOBD_LOG_DIR": str(root / "logs"),
-            "JOBD_URL": self.url,
-            "JOBD_CONFIG": str(root / "no-config.yaml"),
-            "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
-            "PYTHONPATH": str(REPO),
-        }
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self._start("broker", "broker", "--port", str(port))
-        self._wait(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
+        super().__init__(root)
         shared, only = str(root / "shared"), str(root / "small-only")
-        self._start(
+        self.start(
             "small", "worker", "--name", "small", "--gpus", "none", "--slots", "4",
             "--state-dir", str(root / "data" / "worker" / "small"),
             "--cpus", "2", "--memory", "4GiB", "--label", "site=lab1",
             "--mount-root", shared, "--mount-root", only,
         )  # fmt: skip
-        self._start(
+        self.start(
             "big", "worker", "--name", "big", "--gpus", "none", "--slots", "4",
             "--state-dir", str(root / "data" / "worker" / "big"),
             "--cpus", "8", "--memory", "16GiB", "--label", "site=lab2", "--label", "gpu=a100",
             "--mount-root", shared,
         )  # fmt: skip
-        self._wait(lambda: len(self.api("GET", "/workers")["items"]) == 2)
-
-    def _start(self, log: str, *args: str) -> None:
-        out = (self.root / f"{log}.log").open("wb")
-        self.processes.append(
-            subprocess.Popen(
-                [str(BIN / "jobd"), *args], env=self.env, cwd=self.root, stdout=out, stderr=out
-            )
-        )
-
-    def _wait(self, ready: Any, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            for p, log in zip(self.processes, ("broker", "small", "big"), strict=False):
-                assert p.poll() is None, (self.root / f"{log}.log").read_text()
-            try:
-                if ready():
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the lab did not start"
-            time.sleep(0.05)
-
-    def api(self, method: str, path: str) -> Any:
-        token = (self.root / "data" / "admin.token").read_text().strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        answer = httpx.request(method, f"{self.url}{path}", headers=headers, timeout=10)
-        answer.raise_for_status()
-        return answer.json()
-
-    def job(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "job"), *args], env=self.env, cwd=self.root, input=input,
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        self.wait_workers(2)
 
     def submit(self, *args: str, cwd: str = "shared") -> int:
         said = self.job("submit", "--cwd", str(self.root / cwd), *args, "--",
@@ -135,13 +85,6 @@ class Lab:
             while self.get(job_id)["status"]["phase"] not in ("Cancelled", "Succeeded", "Failed"):
                 assert time.monotonic() < deadline, f"job {job_id} did not end"
                 time.sleep(0.05)
-
-    def close(self) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                process.wait(10)
-        end_all_jobs(self.root)
 
 
 @pytest.fixture(scope="module")
