@@ -17,7 +17,6 @@ would otherwise carry.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from jobd.api.vocabulary import DEFAULT_PROJECT
@@ -35,6 +34,7 @@ from jobd.wire.answers import (
     WatchPage,
 )
 from jobd.wire.calls import Call
+from jobd.wire.closing import Closing
 from jobd.wire.errors import ApiError, BrokerUnreachable
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def _sender(
     return Client(server, token, timeout=timeout, transport=transport)
 
 
-class JobdClient:
+class JobdClient(Closing):
     """A synchronous client of one broker; use it as a context manager or call close()."""
 
     def __init__(
@@ -109,17 +109,6 @@ class JobdClient:
 
     def close(self) -> None:
         self._sender.close()
-
-    def __enter__(self) -> JobdClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- resources
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import http.client
 import select
 import socket
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from jobd.discovery import usable_token
+from jobd.wire.closing import Closing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 from jobd.wire.plain_http import (
     HOLD_MARGIN_S,
@@ -42,7 +42,7 @@ __all__ = ["HOLD_MARGIN_S", "PlainClient", "Reply", "plain_http_serves"]
 T = TypeVar("T")
 
 
-class PlainClient:
+class PlainClient(Closing):
     """Sends calls to one http:// broker over a kept-alive connection; use it as a context
     manager or close()."""
 
@@ -126,17 +126,6 @@ class PlainClient:
 
     def close(self) -> None:
         self._connection.close()
-
-    def __enter__(self) -> PlainClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class _Connection(http.client.HTTPConnection):

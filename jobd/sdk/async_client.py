@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal, overload
 
 from jobd.api.arrays import JobArray
@@ -20,6 +19,7 @@ from jobd.sdk.documents import JobRef, Selector
 from jobd.wire import calls
 from jobd.wire import client as wire
 from jobd.wire.answers import ApplyResult, Document
+from jobd.wire.closing import AsyncClosing
 from jobd.wire.informer import JobFilter, Reflector
 
 __all__ = ["AsyncClient"]
@@ -29,7 +29,7 @@ ApplyResults = list[ApplyResult]
 LOG_HOLD_S = WATCH_HOLD_S = 30.0  # seconds the broker may hold a read
 
 
-class AsyncClient:
+class AsyncClient(AsyncClosing):
     """`jobd.Client` for async code; use it as an async context manager, or aclose() it."""
 
     def __init__(
@@ -226,14 +226,3 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         await self._wire.aclose()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal, overload
 
 from jobd.api.arrays import JobArray
@@ -22,6 +21,7 @@ from jobd.sdk.documents import JobRef, Selector
 from jobd.wire import calls
 from jobd.wire import client as wire
 from jobd.wire.answers import ApplyResult, Document
+from jobd.wire.closing import Closing
 from jobd.wire.informer import Informer, JobFilter
 
 __all__ = ["Client"]
@@ -31,7 +31,7 @@ ApplyResults = list[ApplyResult]
 LOG_HOLD_S = 30.0
 
 
-class Client:
+class Client(Closing):
     """A client of one broker; use it as a context manager, or close() it.
 
     `server`, `token`, `token_file` and `context` stand for `job`'s flags: each not given
@@ -228,14 +228,3 @@ class Client:
 
     def close(self) -> None:
         self._wire.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -10,7 +10,6 @@ worker, whose retries and batching sit on top, in `jobd.worker.reporting`).
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -18,6 +17,7 @@ import httpx
 
 from jobd.discovery import usable_token
 from jobd.wire.calls import Call
+from jobd.wire.closing import AsyncClosing, Closing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 from jobd.wire.plain_http import HOLD_MARGIN_S, UNIX_HOST, unix_socket_path
 
@@ -98,7 +98,7 @@ class BaseClient:
         return BrokerUnreachable(self.server, message)
 
 
-class Client(BaseClient):
+class Client(BaseClient, Closing):
     """Sends calls and waits for their answers; use it as a context manager or close()."""
 
     def __init__(
@@ -132,19 +132,8 @@ class Client(BaseClient):
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> Client:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class AsyncClient(BaseClient):
+class AsyncClient(BaseClient, AsyncClosing):
     """Sends calls concurrently; use it as an async context manager or aclose()."""
 
     def __init__(
@@ -180,14 +169,3 @@ class AsyncClient(BaseClient):
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import select
 import time
 from collections.abc import Iterable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
@@ -30,6 +29,7 @@ import anyio.abc
 import h11
 
 from jobd.discovery import usable_token
+from jobd.wire.closing import AsyncClosing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 from jobd.wire.plain_http import HOLD_MARGIN_S, Reply, plain_http_serves, request_body, target
 
@@ -176,7 +176,7 @@ class _Headers:
         return self._values.get(name.lower(), default)
 
 
-class PlainAsyncClient:
+class PlainAsyncClient(AsyncClosing):
     """Sends calls to one http:// broker over a few kept-alive connections; use it as an
     async context manager or aclose()."""
 
@@ -289,17 +289,6 @@ class PlainAsyncClient:
         idle, self._idle = self._idle, []
         for connection in idle:
             await connection.aclose()
-
-    async def __aenter__(self) -> PlainAsyncClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def open_async_client(
