@@ -50,6 +50,7 @@ from jobd.api.vocabulary import (
     MAX_GRACE_S,
     MAX_ID,
     MAX_INT,
+    MAX_NODES,
     NAME_PATTERN,
     SCRUBBED_PHASES,
     TERMINAL_PHASES,
@@ -74,6 +75,7 @@ __all__ = [
     "MAX_ID",
     "MAX_INT",
     "MAX_LEASE_S",
+    "MAX_NODES",
     "MAX_NOTIFY_TARGETS",
     "MAX_URL_LENGTH",
     "MIN_CPUS",
@@ -96,6 +98,7 @@ __all__ = [
     "JobStatus",
     "LabelExpression",
     "LimitsEnforcement",
+    "Member",
     "NotifyPhase",
     "NotifyTarget",
     "ObjectMeta",
@@ -647,6 +650,19 @@ class JobSpec(Strict):
         ),
     ] = None
     resources: Resources = Field(default_factory=Resources)
+    # > 1: a multi-host job (a gang): this many members, each on a different worker, each
+    # with `resources` (nodes 2, gpus 8: 16 GPUs), placed all at once or not at all, with
+    # one life for the group (docs/concepts.md, "Jobs across several hosts").
+    nodes: Annotated[
+        int,
+        Option(
+            "--nodes",
+            "Run on this many workers at once, one member each with the resources asked "
+            "(a multi-host job), at most {maximum}.",
+            kind="integer",
+            metavar="N",
+        ),
+    ] = Field(default=1, ge=1, le=MAX_NODES)
     # Where it may run (controllers/eligibility.py): workers whose labels hold every
     # pair, and every expression; the one worker named.
     node_selector: Annotated[
@@ -853,6 +869,27 @@ class Attempt(Strict):
     finished_at: datetime | None = None
 
 
+class Member(Strict):
+    """One member (rank) of a multi-host job, as `status.members` lists them: where it
+    runs, and how far it got. Rank 0 is the master (`JOBD_MASTER_ADDR` is its address)."""
+
+    rank: int = Field(ge=0, lt=MAX_NODES)
+    worker: str
+    # The worker's advertised address when the gang was bound (its `status.address`).
+    address: str | None = None
+    phase: Phase = Phase.SCHEDULED
+    gpus: list[int] = Field(default_factory=list)
+    cpuset: CoreSet | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    # It printed the checkpoint sentinel in this run's grace (preemption): the job's
+    # `preemption.checkpoint_complete` holds once every member's does.
+    checkpoint_complete: bool = False
+
+
 class JobStatus(Strict):
     desired_phase: Phase = Phase.RUNNING
     phase: Phase = Phase.PENDING
@@ -894,6 +931,13 @@ class JobStatus(Strict):
     # The cores this run's processes are pinned to, as its worker's `started` says; None:
     # not pinned (a job naming no cpus, or a worker that pins none).
     cpuset: CoreSet | None = None
+    # A multi-host job's members, by rank, from its bind (empty for a job of one node);
+    # `worker`, `gpus` and `cpuset` above are rank 0's. `master_port`: the free port rank
+    # 0's agent chose on its host (JOBD_MASTER_PORT), None until it has.
+    members: list[Member] = Field(default_factory=list)
+    master_port: int | None = Field(default=None, ge=1, le=65535)
+    # Which member ended the run of a multi-host job (its exit is exit_code above).
+    failed_rank: int | None = None
 
 
 class Job(Strict):
@@ -1146,6 +1190,9 @@ class WorkerStatus(Strict):
     # Another instance is refused while this one's lease runs. None: an agent that says none.
     instance: str | None = None
     epoch: StoreInt = 0
+    # The address multi-host jobs reach this host at (`--advertise-address`; default:
+    # the address its agent reaches the broker from, as the broker saw it).
+    address: str | None = Field(default=None, max_length=253)
     # Whom the worker runs jobs as: `owner` (a root worker: each job as its owner), else
     # the worker's own user, which runs every job (worker/owners.py). None: not said.
     runs_as: str | None = Field(

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_GRACE_S",
     "MAX_ID",
     "MAX_INT",
+    "MAX_NODES",
     "NAME_PATTERN",
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
@@ -30,6 +31,9 @@ __all__ = [
 
 API_VERSION = "jobd/v1"
 MAX_GRACE_S = 300
+# A multi-host job's members at most (`spec.nodes`): Slurm's own clusters rarely give one
+# job more; a lab has a few hosts. Each member is a different worker.
+MAX_NODES = 1024
 DEFAULT_PROJECT = "default"
 
 # The largest numbers the store holds, on both backends: job ids and event sequence

@@ -27,6 +27,7 @@ from jobd.api.models import (
     MAX_GPU_INDEX,
     MAX_ID,
     MAX_INT,
+    MAX_NODES,
     NAME_PATTERN,
     CoreSet,
     GpuUsage,
@@ -390,16 +391,20 @@ class Report(_Body):
 
     A report for another attempt than the job's, or from a worker the job is not bound
     to, is refused (409). A report without an attempt (an agent older than fencing) is
-    judged by its worker alone.
+    judged by its worker alone. `rank`: which member of a multi-host job reports (0 for
+    a job of one node); the worker must be that member's.
     """
 
     worker: str
     attempt: Attempt | None = None
+    rank: int = Field(default=0, ge=0, lt=MAX_NODES)
 
 
 class Started(Report):
     checkpoint_dir: str | None = None
     cpuset: CoreSet | None = None  # the cores the workload is pinned to (None: not pinned)
+    # Rank 0 of a multi-host job: the free port it chose on its host (JOBD_MASTER_PORT).
+    master_port: int | None = Field(default=None, ge=1, le=65535)
 
 
 class Completion(Report):

@@ -258,11 +258,11 @@ def test_status_lists_only_converging_jobs() -> None:
 def test_a_typod_submit_option_is_refused_and_nothing_is_sent() -> None:
     broker = FakeBroker()
 
-    result = run(broker, "submit", "--nmae", "x", "--", "python3", "-c", "print(1)")
+    result = run(broker, "submit", "--namee", "x", "--", "python3", "-c", "print(1)")
 
     assert result.exit_code == 2
     assert result.stderr == (
-        "error: no such option '--nmae'. Did you mean '--name'? (see 'cli submit -h')\n"
+        "error: no such option '--namee'. Did you mean '--name'? (see 'cli submit -h')\n"
     )
     assert broker.requests == []
 
