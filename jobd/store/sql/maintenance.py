@@ -13,16 +13,54 @@ from pathlib import Path
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from jobd.store import schema as t
 from jobd.store.base import StorageFull, StoreUnavailable
 from jobd.store.sql.engine import SQLEngine
 
-__all__ = ["PROBE_FREE_BYTES", "SQLMaintenance"]
+__all__ = [
+    "PROBE_FREE_BYTES",
+    "SQLMaintenance",
+    "head_revision",
+    "revisions",
+    "schema_revision",
+    "upgrade",
+]
 
 # What a SQLite store's disk must have free for probe_write to call it writable again.
 PROBE_FREE_BYTES = 256 * 1024
 _MIGRATIONS = Path(__file__).parent.parent / "migrations"
+
+
+def _config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    return cfg
+
+
+def upgrade(conn: sa.Connection, revision: str = "head") -> None:
+    """Bring the schema on `conn` up to `revision`, inside the transaction `conn` is in."""
+    cfg = _config()
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, revision)
+
+
+def schema_revision(conn: sa.Connection) -> str | None:
+    """The migration the schema on `conn` is at; None for a database jobd never migrated."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def revisions() -> list[str]:
+    """This jobd's migrations, oldest first: a schema's age is its place here."""
+    script = ScriptDirectory.from_config(_config())
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+def head_revision() -> str:
+    """The newest migration this jobd has."""
+    return revisions()[-1]
 
 
 class SQLMaintenance(SQLEngine):
@@ -30,11 +68,8 @@ class SQLMaintenance(SQLEngine):
 
     def migrate(self, revision: str = "head") -> None:
         """Bring the schema up to `revision` (the newest unless told)."""
-        cfg = Config()
-        cfg.set_main_option("script_location", str(_MIGRATIONS))
         with self.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
+            upgrade(conn, revision)
 
     def close(self) -> None:
         self.engine.dispose()
