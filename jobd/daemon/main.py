@@ -1,4 +1,5 @@
-"""`jobd`: the programs — broker, worker, dev (both in one process), token, mcp and bench.
+"""`jobd`: the programs — broker, worker, dev (both in one process), token, mcp, bench and
+migrate-store.
 
 Every setting is a flag and an environment variable (flag > env > default), as in
 CONTRACT.md §2, declared once in settings.py. `jobd dev` accepts the broker's and the
@@ -20,6 +21,7 @@ import click
 from click.core import ParameterSource
 
 from jobd.cli.mcp_command import mcp
+from jobd.daemon.migrate_store import migrate_store
 from jobd.daemon.settings import (
     AgentConnection,
     BrokerOptions,
@@ -368,6 +370,7 @@ def main() -> None:
 
 cli.add_command(token)
 cli.add_command(mcp)
+cli.add_command(migrate_store)
 
 
 if __name__ == "__main__":

@@ -242,9 +242,21 @@ class Lab:
             "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
             "PYTHONPATH": str(REPO),
         }
+        self.port = port
         self.processes: dict[str, subprocess.Popen[bytes]] = {}  # by log name
-        self.start("broker", "broker", "--port", str(port))
+        self.start_broker()
+
+    def start_broker(self, *flags: str, log: str = "broker") -> None:
+        """`jobd broker` on the lab's port (with `flags`), once it answers ready."""
+        self.start(log, "broker", "--port", str(self.port), *flags)
         self.wait_until(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
+
+    def stop(self, log: str) -> None:
+        """Stop one process (SIGTERM) and forget it: a broker stopped leaves its workers
+        and their jobs running."""
+        process = self.processes.pop(log)
+        process.terminate()
+        process.wait(10)
 
     def start(self, log: str, *args: str) -> None:
         """`jobd ARGS...`, its output in `<root>/<log>.log`."""
