@@ -25,6 +25,7 @@ from jobd.broker import ui
 from jobd.broker.auth.middleware import PUBLIC_PATHS, TokenAuth
 from jobd.broker.http.bodylimit import BodyLimit
 from jobd.broker.http.fastpath import FastRoutes
+from jobd.broker.http.protocol_check import WorkerProtocol
 from jobd.broker.http.request_timing import RequestTiming
 from jobd.broker.http.responses import ERROR_STATUSES, status_for, validation_detail
 from jobd.broker.routes import arrays, jobs, system, tokens, workers
@@ -132,9 +133,11 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     fast = (*jobs.FAST, *arrays.FAST, *workers.FAST, *system.FAST)
-    # The last added is the outermost: RequestTiming, TokenAuth, BodyLimit, the fast path.
+    # The last added is the outermost: RequestTiming, TokenAuth, WorkerProtocol,
+    # BodyLimit, the fast path.
     app.add_middleware(FastRoutes, state=state, routes=fast)
     app.add_middleware(BodyLimit)
+    app.add_middleware(WorkerProtocol)
     app.add_middleware(TokenAuth, tokens=state.tokens, people=state.people)
     app.add_middleware(RequestTiming, registry=state.metrics)  # times all of the above
     # Routes are matched in order: the busiest (creates, reports, watches) first.

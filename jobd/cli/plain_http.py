@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from jobd.discovery import usable_token
+from jobd.wire import protocol
 from jobd.wire.closing import Closing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 from jobd.wire.plain_http import (
@@ -31,6 +32,7 @@ from jobd.wire.plain_http import (
     target,
     unix_socket_path,
 )
+from jobd.wire.protocol import PROTOCOL_HEADER
 
 if TYPE_CHECKING:
     import httpx
@@ -62,7 +64,11 @@ class PlainClient(Closing):
                 f"the broker address {self.server!r} must start with http:// or unix://"
             )
         self._base_path = "" if socket_path else parts.path.rstrip("/")
-        self.headers = {"User-Agent": user_agent, "Accept": "*/*"}
+        self.headers = {
+            "User-Agent": user_agent,
+            "Accept": "*/*",
+            PROTOCOL_HEADER: str(protocol.PROTOCOL),
+        }
         token = usable_token(token, "the token given")  # TokenError (a ValueError), never sent
         if token and socket_path is None:  # the socket knows the caller by its uid
             self.headers["Authorization"] = f"Bearer {token}"

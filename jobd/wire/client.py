@@ -16,10 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 
 from jobd.discovery import usable_token
+from jobd.wire import protocol
 from jobd.wire.calls import Call
 from jobd.wire.closing import AsyncClosing, Closing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 from jobd.wire.plain_http import HOLD_MARGIN_S, UNIX_HOST, unix_socket_path
+from jobd.wire.protocol import PROTOCOL_HEADER
 
 __all__ = [
     "HOLD_MARGIN_S",
@@ -54,7 +56,7 @@ class BaseClient:
             raise ValueError(
                 f"the broker address {self.server!r} must start with http(s):// or unix://"
             )
-        self.headers = {"User-Agent": user_agent}
+        self.headers = {"User-Agent": user_agent, PROTOCOL_HEADER: str(protocol.PROTOCOL)}
         token = usable_token(token, "the token given")  # TokenError (a ValueError), never sent
         if token and self.socket_path is None:
             self.headers["Authorization"] = f"Bearer {token}"

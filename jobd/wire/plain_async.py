@@ -29,9 +29,11 @@ import anyio.abc
 import h11
 
 from jobd.discovery import usable_token
+from jobd.wire import protocol
 from jobd.wire.closing import AsyncClosing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
 from jobd.wire.plain_http import HOLD_MARGIN_S, Reply, plain_http_serves, request_body, target
+from jobd.wire.protocol import PROTOCOL_HEADER
 
 if TYPE_CHECKING:
     import httpx
@@ -202,6 +204,7 @@ class PlainAsyncClient(AsyncClosing):
             ("Accept", "*/*"),
             ("Connection", "keep-alive"),
             ("User-Agent", user_agent),
+            (PROTOCOL_HEADER, str(protocol.PROTOCOL)),
         ]
         token = usable_token(token, "the token given")  # TokenError (a ValueError), never sent
         if token:

@@ -67,6 +67,7 @@ __all__ = [
     "USAGE",
     "WATCH",
     "WHOAMI",
+    "WORKER_PAYLOADS",
     "DashboardPaths",
     "Route",
     "allowed_methods",
@@ -93,6 +94,8 @@ STATUS_REASONS: dict[int, str] = {
     410: "The revision asked for has been compacted away: list again",
     413: "The request body is larger than this route's cap (the detail says it)",
     422: "A parameter or the body does not validate (the detail names the field)",
+    426: "The worker's protocol version (X-Jobd-Protocol) is not one this broker takes "
+    "(the detail names both)",
     503: "The store cannot be reached",
     507: "The store could not persist the write (a full disk)",
 }
@@ -204,6 +207,8 @@ class Route(Frozen):
             found.add(422)
         if self.params:
             found.add(404)
+        if (self.method, self.path) in _WORKER_KEYS:  # a worker's: its protocol is checked
+            found |= {422, 426}
         return tuple(sorted(found))
 
 
@@ -331,7 +336,7 @@ DELETE_ARRAY = Route(
     refuses=(409,),
 )
 
-# -- what workers send
+# -- what workers send (WORKER_PAYLOADS, below: their protocol version is checked)
 
 REGISTER_WORKER = Route(
     "PUT",
@@ -542,6 +547,11 @@ ROUTES: tuple[Route, ...] = (
     OPENAPI,
 )
 PUBLIC_PATHS = frozenset(r.path for r in ROUTES if r.public)
+# What agents send: taken only from the worker protocols the broker accepts (protocol.py).
+WORKER_PAYLOADS = frozenset(
+    {REGISTER_WORKER, HEARTBEAT, *REPORTS.values(), REPORT_BATCH, APPEND_LOGS, INGEST_EVENTS}
+)
+_WORKER_KEYS = frozenset((r.method, r.path) for r in WORKER_PAYLOADS)
 assert all(r.max_body >= SMALL_BODY for r in ROUTES), "a cap under SMALL_BODY"
 # find_route's index: exact paths; templated ones by their masked segments, and the
 # shapes (where parameters sit) of each method and number of segments.

@@ -2,7 +2,9 @@
 
 A report (started, stopping, complete, checkpoint-complete) must survive a broker that
 is briefly unreachable, so it is retried with backoff until the broker answers; a 4xx
-answer is final (the broker decided otherwise, e.g. the job was cancelled meanwhile).
+answer is final (the broker decided otherwise, e.g. the job was cancelled meanwhile),
+but for 426: the broker does not take this agent's protocol version (wire/protocol.py),
+which an upgrade of one side ends, so it is retried too, and said at most once a minute.
 Requests are the wire's calls (`jobd.wire.calls`), sent by one of its async clients, reports
 batched by its `ReportBatcher` (`jobd.wire.reports`); this module adds the retries and
 the events that ride along.
@@ -11,6 +13,8 @@ the events that ride along.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,6 +26,7 @@ from jobd.wire import calls
 from jobd.wire.answers import ReportResult
 from jobd.wire.calls import Call
 from jobd.wire.errors import ApiError, BrokerUnreachable
+from jobd.wire.protocol import REFUSED_STATUS
 from jobd.wire.reports import BatchedReport, ReportBatcher
 from jobd.worker.identity import Refused
 
@@ -32,6 +37,7 @@ __all__ = ["BrokerLink"]
 
 log = get_logger()
 _FINAL_STATUSES = range(400, 500)
+PROTOCOL_REFUSAL_EVERY_S = 60.0  # a refused protocol is logged at most this often
 T = TypeVar("T")
 
 
@@ -47,6 +53,8 @@ class BrokerLink:
     _events_ready: anyio.Event = field(default_factory=anyio.Event)
     _events_since: float = 0.0  # anyio.current_time() when the oldest queued event came
     _batcher: ReportBatcher = field(init=False)
+    clock: Callable[[], float] = time.monotonic  # when a protocol refusal was last said
+    _refusal_said_at: float | None = None
 
     def __post_init__(self) -> None:
         self._batcher = ReportBatcher(self._send_reports)
@@ -67,12 +75,25 @@ class BrokerLink:
             except ApiError as exc:
                 if fenced and exc.status == 409:
                     raise Refused(exc.message) from None
-                if exc.status in _FINAL_STATUSES:
+                if exc.status == REFUSED_STATUS:
+                    self._say_protocol_refused(path, exc.message)
+                elif exc.status in _FINAL_STATUSES:
                     log.warning("report_refused", path=path, status=exc.status, detail=exc.message)
                     return None
-                log.warning("broker_error", path=path, status=exc.status, retry_s=delay)
+                else:
+                    log.warning("broker_error", path=path, status=exc.status, retry_s=delay)
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def _say_protocol_refused(self, path: str, detail: str) -> None:
+        """The broker's sentence, once a minute at most: the agent retries meanwhile, and
+        a log line per retry would bury everything else."""
+        now = self.clock()
+        said = self._refusal_said_at
+        if said is not None and now - said < PROTOCOL_REFUSAL_EVERY_S:
+            return
+        self._refusal_said_at = now
+        log.error("protocol_refused", path=path, detail=detail, retrying=True)
 
     def signed(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` naming this agent's instance and epoch, where known (else they are left

@@ -40,7 +40,15 @@ CALLS: list[Call[Any]] = [
     calls.create_job({"apiVersion": "jobd/v1", "spec": {"command": ["echo", "ünï"]}}),
     calls.cancel_job(3),
 ]
-_COMPARED = ("host", "authorization", "user-agent", "content-type", "content-length", "accept")
+_COMPARED = (
+    "host",
+    "authorization",
+    "user-agent",
+    "content-type",
+    "content-length",
+    "accept",
+    "x-jobd-protocol",  # wire/protocol.py: every request of every client states it
+)
 
 
 def _httpx_request(call: Call[Any]) -> httpx.Request:
@@ -67,6 +75,7 @@ def test_each_call_is_the_same_request_as_httpx_makes(call: Call[Any]) -> None:
     )
     assert (body or b"") == expected.content
     assert _headers(head.headers) == _headers(expected.headers.raw)
+    assert _headers(head.headers)["x-jobd-protocol"] == "1"
     # h11 frames it, and would refuse a request it could not: the bytes on the wire.
     wire = h11.Connection(h11.CLIENT)
     sent = wire.send(head) or b""

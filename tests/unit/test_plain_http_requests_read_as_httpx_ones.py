@@ -59,6 +59,12 @@ def test_the_token_and_user_agent_are_sent_and_a_bad_token_is_refused() -> None:
     headers = PlainClient(SERVER, " t0ken\n").headers
     assert headers["Authorization"] == "Bearer t0ken"
     assert headers["User-Agent"] == "jobd-client"
+    # The protocol every client states (wire/protocol.py), as the wire's httpx client does.
+    assert (
+        headers["X-Jobd-Protocol"]
+        == "1"
+        == wire_client.Client(SERVER, None).headers["X-Jobd-Protocol"]
+    )
     with pytest.raises(ValueError, match="the token given has a character"):
         PlainClient(SERVER, "two words")
 

@@ -1,0 +1,65 @@
+"""Worker payloads taken only from the protocol versions this broker accepts (426).
+
+A plain ASGI layer between the token check and the body caps. For a request to a route
+of `WORKER_PAYLOADS` (registration, heartbeat, reports, output, events) it reads
+`X-Jobd-Protocol` (none: `UNSTATED`, a client from before versions were sent) and
+refuses a version outside `OLDEST_WORKER_PROTOCOL..PROTOCOL` with 426 and a sentence
+naming both (wire/protocol.py), and a value that is no version with 422 naming the
+header, before the body is read. Other routes pass untouched: a user's request is
+judged by its body. Next stage: broker/http/bodylimit.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from jobd.wire.protocol import (
+    OLDEST_WORKER_PROTOCOL,
+    PROTOCOL,
+    PROTOCOL_HEADER,
+    REFUSED_STATUS,
+    parse_protocol,
+    worker_refusal,
+)
+from jobd.wire.routes import WORKER_PAYLOADS, find_route
+
+__all__ = ["WorkerProtocol"]
+
+_HEADER = PROTOCOL_HEADER.lower().encode()
+# Said with every refusal, so an agent (or its operator) reads what would be taken.
+_ANSWER_HEADERS = [
+    (b"content-type", b"application/json"),
+    (_HEADER, str(PROTOCOL).encode()),
+    (b"x-jobd-protocol-oldest-worker", str(OLDEST_WORKER_PROTOCOL).encode()),
+]
+
+
+class WorkerProtocol:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = _refusal(scope) if scope["type"] == "http" else None
+        if refused is None:
+            await self.app(scope, receive, send)
+            return
+        status, detail = refused
+        body = json.dumps({"detail": detail}).encode()
+        headers = [*_ANSWER_HEADERS, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _refusal(scope: Scope) -> tuple[int, str] | None:
+    """The status and sentence of a worker payload's refusal; None: pass it on."""
+    if find_route(scope["method"], scope["path"]) not in WORKER_PAYLOADS:
+        return None
+    stated = next((v for n, v in scope["headers"] if n == _HEADER), None)
+    try:
+        version = parse_protocol(None if stated is None else stated.decode("latin-1"))
+    except ValueError as exc:
+        return 422, str(exc)
+    why = worker_refusal(version)
+    return None if why is None else (REFUSED_STATUS, why)
