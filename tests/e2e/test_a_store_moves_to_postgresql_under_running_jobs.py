@@ -89,7 +89,7 @@ def lab(tmp_path: Path) -> Iterator[MovingLab]:
     made.close()
 
 
-def test_running_jobs_carry_on_across_the_move(lab: MovingLab, postgres_url: str) -> None:
+def test_running_jobs_carry_on_across_the_move(postgres_url: str, lab: MovingLab) -> None:
     python = sys.executable
     finished = lab.submit("--", "true")
     lab.phase(finished, "Succeeded")
