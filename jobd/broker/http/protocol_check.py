@@ -35,6 +35,12 @@ _ANSWER_HEADERS = [
     (b"x-jobd-protocol-oldest-worker", str(OLDEST_WORKER_PROTOCOL).encode()),
 ]
 
+_WORKER_METHODS = frozenset(route.method for route in WORKER_PAYLOADS)
+# By identity: find_route answers the declared routes themselves, and an int's hash and
+# equality cost less than a route's.
+_WORKER_ROUTES = frozenset(id(route) for route in WORKER_PAYLOADS)
+_TAKEN = frozenset(str(v).encode() for v in range(OLDEST_WORKER_PROTOCOL, PROTOCOL + 1))
+
 
 class WorkerProtocol:
     def __init__(self, app: ASGIApp) -> None:
@@ -54,9 +60,15 @@ class WorkerProtocol:
 
 def _refusal(scope: Scope) -> tuple[int, str] | None:
     """The status and sentence of a worker payload's refusal; None: pass it on."""
-    if find_route(scope["method"], scope["path"]) not in WORKER_PAYLOADS:
+    method = scope["method"]
+    if method not in _WORKER_METHODS:  # a read: most of what users send, at no look-up
+        return None
+    route = find_route(method, scope["path"])
+    if route is None or id(route) not in _WORKER_ROUTES:
         return None
     stated = next((v for n, v in scope["headers"] if n == _HEADER), None)
+    if stated in _TAKEN:  # what every agent of this release sends: nothing to parse
+        return None
     try:
         version = parse_protocol(None if stated is None else stated.decode("latin-1"))
     except ValueError as exc:
