@@ -72,12 +72,12 @@ def copy_store(source_url: str, target_url: str, progress: Progress | None = Non
     database cannot be reached. `progress` hears a line now and then on a long copy.
     """
     say = progress or (lambda _line: None)
+    where, to = describe_store(source_url), describe_store(target_url)  # as the user said
     source_url, target_url = normalize_url(source_url), normalize_url(target_url)
     _refuse_same(source_url, target_url)
     _refuse_missing_file(source_url)
     started = time.monotonic()
     source, target = _snapshot_engine(source_url), _engine(target_url)
-    where, to = describe_store(source_url), describe_store(target_url)
     try:
         with _opened(source, where) as read, read.begin():  # one snapshot of the source
             revision = _source_revision(read, where)

@@ -113,6 +113,7 @@ def test_running_jobs_carry_on_across_the_move(postgres_url: str, lab: MovingLab
     assert moved.returncode == 0, moved.stderr
     summary = json.loads(moved.stdout)
     assert summary["rows"]["jobs"] == 4 and summary["rows"]["tokens"] == 1
+    assert summary["to"].startswith("postgresql://")  # as given, no password shown
     assert "jobs: 4 rows copied" in moved.stderr
     lab.start_broker("--db", postgres_url, log="broker-on-postgresql")
 
