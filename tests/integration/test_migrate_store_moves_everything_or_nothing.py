@@ -1,13 +1,17 @@
 """`jobd migrate-store`'s copier (store/copying.py): a SQLite store moved into a fresh
 PostgreSQL database holds, table for table, the rows it held, and its counters; new ids
 and revisions continue past the old ones. A target that holds anything is refused and
-left as it was; a copy that fails midway leaves the target without a table; a store at
+left as it was; a copy that fails midway, or is killed, leaves the target without a
+table; a store at
 an older schema is moved and migrated on the way; bodies travel as the text they were.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,8 @@ from jobd.store.base import RunCharge
 from jobd.store.copying import CopyRefused, TargetNotEmpty, copy_store
 
 pytestmark = [pytest.mark.postgres, pytest.mark.forged_events]
+
+BIN = Path(sys.executable).parent
 
 
 def _job(name: str, phase: Phase = Phase.PENDING, parents: list[int] | None = None) -> Job:
@@ -162,3 +168,24 @@ def test_what_cannot_be_a_copy_is_refused_before_anything_is_opened(
     (tmp_path / "empty.db").touch()
     with pytest.raises(CopyRefused, match="not a jobd store"):
         copy_store(f"sqlite:///{tmp_path}/empty.db", postgres_url)
+
+
+def test_a_copy_killed_midway_leaves_the_target_without_a_table(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    source_url = f"sqlite:///{tmp_path}/jobd.db"
+    store = open_store(source_url)
+    for start in range(0, 5000, 1000):  # enough that the copy is still going when killed
+        store.create_jobs([_job(f"j{i}") for i in range(start, start + 1000)])
+    store.close()
+    command = [str(BIN / "jobd"), "migrate-store", "--from", source_url, "--to", postgres_url]
+    copying = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert copying.stderr is not None
+    first = copying.stderr.readline()  # the first table is copied: tables made, tx open
+    copying.send_signal(signal.SIGKILL)
+    copying.wait(10)
+    assert first.startswith("jobd migrate-store: arrays: ") and copying.returncode == -9
+
+    assert _dump(postgres_url) == {}
+    copy_store(source_url, postgres_url)  # and it can simply be run again
+    assert len(_dump(postgres_url)["jobs"]) == 5000
