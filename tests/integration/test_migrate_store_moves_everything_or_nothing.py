@@ -2,8 +2,8 @@
 PostgreSQL database holds, table for table, the rows it held, and its counters; new ids
 and revisions continue past the old ones. A target that holds anything is refused and
 left as it was; a copy that fails midway, or is killed, leaves the target without a
-table; a store at
-an older schema is moved and migrated on the way; bodies travel as the text they were.
+table; a store at an older schema is moved and migrated on the way; bodies travel as the
+text they were.
 """
 
 from __future__ import annotations
