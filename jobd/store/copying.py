@@ -72,6 +72,8 @@ def copy_store(source_url: str, target_url: str, progress: Progress | None = Non
     database cannot be reached. `progress` hears a line now and then on a long copy.
     """
     say = progress or (lambda _line: None)
+    _refuse_unusable(source_url, "--from")
+    _refuse_unusable(target_url, "--to")
     where, to = describe_store(source_url), describe_store(target_url)  # as the user said
     source_url, target_url = normalize_url(source_url), normalize_url(target_url)
     _refuse_same(source_url, target_url)
@@ -114,6 +116,18 @@ def _opened(engine: Engine, where: str) -> Iterator[Connection]:
         if fault is None:
             raise
         raise fault from exc
+
+
+def _refuse_unusable(url: str, flag: str) -> None:
+    """CopyRefused naming the flag, for what is no URL of a database jobd can use."""
+    try:
+        backend = sa.make_url(url).get_backend_name()
+    except sa.exc.ArgumentError:
+        backend = ""
+    if backend not in ("sqlite", "postgresql", "postgres"):
+        raise CopyRefused(
+            f"{flag}: {url!r} is not a store's URL (sqlite:///PATH or postgresql://...)"
+        )
 
 
 def _refuse_same(source_url: str, target_url: str) -> None:

@@ -33,3 +33,13 @@ def test_both_ends_are_required_and_listed_by_jobd_help() -> None:
     assert code == 2 and "Missing option '--to'" in said
     listed = CliRunner().invoke(cli, ["--help"])
     assert "migrate-store" in listed.output
+
+
+def test_what_is_no_stores_url_is_refused_naming_its_flag(tmp_path: Path) -> None:
+    code, said = _run("--from", f"sqlite:///{tmp_path}/a.db", "--to", "db1/jobd")
+    assert code == 1
+    assert said == (
+        "jobd: error: --to: 'db1/jobd' is not a store's URL (sqlite:///PATH or postgresql://...)\n"
+    )
+    code, said = _run("--from", "mysql://h/db", "--to", "postgresql://h/db")
+    assert code == 1 and "--from: 'mysql://h/db' is not a store's URL" in said
