@@ -520,11 +520,12 @@ def workers_table(
     wide: bool = False,
 ) -> PlainTable:
     """NAME STATUS SLOTS GPUS LEASE JOBS. SLOTS: CPU jobs running / slots; GPUS: each GPU
-    as `index:memory(job)`, `-` for a free one (`job workers` shows who holds what)."""
+    as `index:memory(job)`, `-` for a free one (`job workers` shows who holds what).
+    Wide adds ADDRESS: where multi-host jobs reach the worker (`--advertise-address`)."""
     now = _now(now)
     slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
-    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS", "RUN-AS"]
+    more = ["HOST", "ADDRESS", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS", "RUN-AS"]
     table = _table(*headers, *(more if wide else []))
     held = _held(bound) if wide else {}
     for worker in workers:
@@ -536,7 +537,8 @@ def workers_table(
         lease = f"{_age(status.get('last_renewal'), now)} ago"
         row = [name, _worker_status(spec, status), slots, gpus, lease, jobs]
         if wide:
-            row += [status.get("hostname") or "-", status.get("runner") or "-"]
+            row += [status.get("hostname") or "-", status.get("address") or "-"]
+            row.append(status.get("runner") or "-")
             row.append(_age(status.get("registered_at"), now))
             cpus, memory, labels = _inventory(spec, held.get(name, (0, 0)))
             row += [cpus, memory, _enforcement(spec), labels]

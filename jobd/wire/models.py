@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
+from jobd.api.addresses import check_address
 from jobd.api.arrays import JobArray
 from jobd.api.identity import (
     MAX_USER_NAME,
@@ -342,6 +343,9 @@ class Registration(_Body):
     # Whom the worker runs jobs as: `owner` (it is root), or its own user's name (or uid).
     runs_as: str | None = Field(default=None, pattern=RUNS_AS_PATTERN)
     users: list[UserName] | None = _users_field()
+    # Where the other members of a multi-host job reach this host (`--advertise-address`,
+    # else the address the agent reaches the broker from): an IP address or a host name.
+    address: Annotated[str, AfterValidator(check_address)] | None = None
 
 
 class Heartbeat(_Body):

@@ -56,6 +56,7 @@ async def register(state: BrokerState, path: PathArgs, body: Registration, who: 
         body.runner,
         body.instance,
         owners=(body.runs_as, body.users),
+        address=body.address,
     )
     return encode_json({"worker": doc(worker), "revision": state.feed.revision})
 
