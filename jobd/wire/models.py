@@ -263,6 +263,13 @@ class LogsQuery(_Query):
     )
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
+    rank: int | None = Field(
+        default=None,
+        ge=0,
+        lt=MAX_NODES,
+        description="Read one member of a multi-host job, unprefixed (default: every "
+        "member's lines interleaved, each behind `[rank N] `)",
+    )
 
 
 class EventsQuery(_Query):
@@ -375,6 +382,12 @@ class Heartbeat(_Body):
 
 class LogsAppendQuery(_Query):
     offset: StoreInt = 0
+    rank: int = Field(
+        default=0,
+        ge=0,
+        lt=MAX_NODES,
+        description="Which member of a multi-host job wrote it (0 for a job of one node)",
+    )
 
 
 class WorkerEvent(_Body):
