@@ -33,6 +33,7 @@ Environment:
     RESUME_FROM          a latest.pt file, or a directory holding one, to resume from
     TRAIN_STEPS          how many steps in all (default 2000)
     TRAIN_STEP_SLEEP     seconds to sleep after each step (default 0)
+    TRAIN_LOG_EVERY      a `step=N loss=...` line every this many steps (default 500)
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ N_FEATURES = 16
 HIDDEN = 64
 BATCH_SIZE = 64  # the global batch: each of N processes trains on every Nth sample of it
 LEARNING_RATE = 0.01
-LOG_EVERY = 500
 
 
 def saves_for_host() -> bool:
@@ -104,6 +104,7 @@ class Training:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.total = int(os.environ.get("TRAIN_STEPS", "2000"))
         self.step_sleep = float(os.environ.get("TRAIN_STEP_SLEEP", "0"))
+        self.log_every = int(os.environ.get("TRAIN_LOG_EVERY", "500"))
         data = torch.Generator().manual_seed(SEED)
         self.features = torch.randn(N_SAMPLES, N_FEATURES, generator=data)
         noise = 0.05 * torch.randn(N_SAMPLES, 1, generator=data)
@@ -156,7 +157,7 @@ class Training:
                 loss.backward()  # DDP all-reduces (averages) the gradients here
                 self.optimizer.step()
                 self.step += 1
-                if self.step % LOG_EVERY == 0:
+                if self.step % self.log_every == 0:
                     print(f"step={self.step} loss={loss.item():.6f}", flush=True)
                 if self.step_sleep > 0:
                     time.sleep(self.step_sleep)
