@@ -130,7 +130,9 @@ class Training:
         self.step = int(state["step"])
 
     def run(self) -> int:
-        print(f"start step={self.step} rank={self.rank} world={self.world}", flush=True)
+        master = os.environ.get("MASTER_ADDR", "-")
+        print(f"start step={self.step} rank={self.rank} world={self.world} master={master}")
+        sys.stdout.flush()
         trainer = threading.Thread(target=self._train, name="train", daemon=True)
         trainer.start()
         install_preemption_handler(self._checkpoint)  # carry_over holds until here
