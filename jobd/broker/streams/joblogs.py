@@ -72,7 +72,9 @@ class JobLogs:
         return OutputFile(self.path(job_id, rank), self.max_bytes)
 
     def times(self, job_id: int, rank: int | None = None) -> ArrivalTimes:
-        return ArrivalTimes(self.path(job_id, rank).with_suffix(".times"))
+        return ArrivalTimes(
+            self.dir / (f"{job_id}.times" if rank is None else f"{job_id}.rank{rank}.times")
+        )
 
     def interleaving(self, job_id: int) -> Interleaving:
         return Interleaving(self.output(job_id), self.dir / f"{job_id}.merged")
@@ -89,17 +91,31 @@ class JobLogs:
         full log disk.
         """
         self._check_writable(job, now)
-        gang = job.spec.nodes > 1
-        if rank >= job.spec.nodes:
-            raise TransitionError(f"job {job.id} has no rank {rank}: it runs on 1 node")
+        if rank or job.spec.nodes > 1:
+            return self._append_member(job, rank, offset, data, now)
         try:
-            end = self.output(job.id, rank if gang else None).append(offset, data)
+            end = self.output(job.id).append(offset, data)
+        except OutputConflict as exc:
+            raise TransitionError(f"job {job.id}'s output: {exc}") from None
+        if data:
+            self._stamp(job.id, offset, now)
+            self._last_output[job.id] = now
+            self.wake(job.id)
+        return end
+
+    def _append_member(self, job: Job, rank: int, offset: int, data: bytes, now: datetime) -> int:
+        """append() for member `rank` of a multi-host job: its own file, then its new whole
+        lines into the job's interleaved log."""
+        if rank >= job.spec.nodes:
+            nodes = job.spec.nodes
+            raise TransitionError(f"job {job.id} has no rank {rank}: it runs on {nodes} node(s)")
+        try:
+            end = self.output(job.id, rank).append(offset, data)
         except OutputConflict as exc:
             raise TransitionError(f"job {job.id}'s output (rank {rank}): {exc}") from None
-        if gang:  # also after a chunk sent again: a copy cut short by a full disk resumes
-            self._interleave(job, rank, now)
+        self._interleave(job, rank, now)  # also for a chunk sent again: a copy cut short resumes
         if data:
-            self._stamp(job.id, offset, now, rank if gang else None)
+            self._stamp(job.id, offset, now, rank)
             self._last_output[job.id] = now
             self.wake(job.id)
         return end
