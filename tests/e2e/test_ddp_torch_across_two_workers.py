@@ -57,14 +57,6 @@ class Lab(harness.Lab):
         doc: dict[str, Any] = self.api("GET", f"/jobs?name={name}")["items"][0]
         return int(doc["metadata"]["id"])
 
-    def wait_phase(self, job_id: int, *phases: str, timeout: float = RUN_S) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while (doc := self.api("GET", f"/jobs/{job_id}"))["status"]["phase"] not in phases:
-            assert time.monotonic() < deadline, f"job {job_id}: {doc['status']}"
-            time.sleep(0.1)
-        found: dict[str, Any] = doc
-        return found
-
     def logs(self, job_id: int, *args: str) -> str:
         said = self.job("logs", str(job_id), *args)
         assert said.returncode == 0, said.stderr
@@ -72,7 +64,7 @@ class Lab(harness.Lab):
 
     def finished(self, job_id: int) -> str:
         """The job's interleaved output, once it Succeeded."""
-        done = self.wait_phase(job_id, "Succeeded", "Failed", "Cancelled")
+        done = self.wait_phase(job_id, "Succeeded", "Failed", "Cancelled", timeout=RUN_S)
         assert done["status"]["phase"] == "Succeeded", self.logs(job_id)
         return self.logs(job_id)
 
@@ -105,7 +97,7 @@ def test_two_nodes_of_one_process_end_as_one_node_of_two(
     lab: Lab, one_node: dict[str, Any]
 ) -> None:
     job_id = lab.submit("two-nodes", nodes=2, nproc=1)
-    running = lab.wait_phase(job_id, "Running", "Succeeded")
+    running = lab.wait_phase(job_id, "Running", "Succeeded", timeout=RUN_S)
     members = running["status"]["members"]
     assert sorted((m["rank"], m["address"]) for m in members) == [
         (0, ADDRESSES[members[0]["worker"]]),
