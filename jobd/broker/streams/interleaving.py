@@ -10,7 +10,9 @@ come in the order their chunks arrived; a line is never cut by another rank's.
 Only whole lines are copied. A line still being written (no newline yet) waits in its
 rank's file until its end arrives, or until it is `MAX_PENDING` bytes long (a progress bar
 redrawn with `\\r` never ends one), or until the job has ended (`flush`), when what is left
-of it is copied with a newline of its own. How far each rank has been copied is kept in
+of it is copied with a newline of its own: at the commit that ends the job (joblogs.py, for
+a gang whose output this broker has heard since it started), and for any chunk that
+arrives after the end. How far each rank has been copied is kept in
 `<id>.merged` (JSON, replaced whole), so a broker restart copies nothing twice and loses
 nothing: a copy interrupted before that file is written is copied again (the one case of
 a line seen twice). What a rank's file dropped (its cap) is one line saying so.

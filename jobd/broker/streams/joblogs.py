@@ -63,6 +63,9 @@ class JobLogs:
         self._notifiers: dict[int, Notifier] = {}
         # When each job's output last arrived, since this broker started (the idle guard).
         self._last_output: dict[int, datetime] = {}
+        # The multi-host jobs whose members sent output since this broker started, until
+        # they end: their last unended lines are copied when they do (on_commit).
+        self._gangs: set[int] = set()
 
     def path(self, job_id: int, rank: int | None = None) -> Path:
         """The job's log (interleaved, for a multi-host job), or one rank's of a gang."""
@@ -113,6 +116,7 @@ class JobLogs:
             end = self.output(job.id, rank).append(offset, data)
         except OutputConflict as exc:
             raise TransitionError(f"job {job.id}'s output (rank {rank}): {exc}") from None
+        self._gangs.add(job.id)
         self._interleave(job, rank, now)  # also for a chunk sent again: a copy cut short resumes
         if data:
             self._stamp(job.id, offset, now, rank)
@@ -202,11 +206,13 @@ class JobLogs:
         a job whose retention ran out (`job_expired`) loses its output files."""
         for change in changes:
             if change.kind == "Job":
+                job_id = int(change.key)
                 if change.op == "DELETED":
-                    self._last_output.pop(int(change.key), None)
-                else:
+                    self._last_output.pop(job_id, None)
+                    self._gangs.discard(job_id)
+                elif job_id in self._gangs:  # a set's lookup: what every commit pays
                     self._flush_ended_gang(change.obj)
-                self.wake(int(change.key))
+                self.wake(job_id)
         for event in events:
             if event.event == "job_expired" and event.job is not None:
                 self.remove(event.job)
@@ -224,8 +230,9 @@ class JobLogs:
     def _flush_ended_gang(self, job: Job | Project | Worker) -> None:
         """A multi-host job that has ended: its members' last lines, even those without
         their newline, join its interleaved log (a chunk arriving later joins at once)."""
-        if not isinstance(job, Job) or job.spec.nodes == 1 or not job.status.phase.terminal:
+        if not isinstance(job, Job) or not job.status.phase.terminal:
             return
+        self._gangs.discard(job.id)
         for rank in range(job.spec.nodes):
             if self.path(job.id, rank).exists():
                 self._interleave_logged(job, rank)
