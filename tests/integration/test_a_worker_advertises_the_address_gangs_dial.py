@@ -5,8 +5,10 @@ stored); kept in `status.address` and shown by `job workers -o wide`."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from jobd.api.addresses import check_address
 from jobd.cli.render import workers_table
 from jobd.worker.address import default_address, route_source
-from tests.e2e.harness import BIN
+from tests.e2e.harness import BIN, Lab
 
 HOSTILE = [
     "",
@@ -89,3 +91,25 @@ async def test_the_registered_address_is_the_workers_and_job_workers_shows_it(
     wide = workers_table(workers, [], wide=True)
     assert "ADDRESS" in wide.headers and "127.0.0.2" in wide.rows[0]
     assert "ADDRESS" not in workers_table(workers, []).headers
+
+
+def test_real_workers_register_the_address_given_or_their_route_to_the_broker(
+    tmp_path: Path,
+) -> None:
+    lab = Lab(tmp_path)
+    try:
+        for name, flags in (("given", ["--advertise-address", "127.0.0.3"]), ("found", [])):
+            lab.start(
+                name, "worker", "--name", name, "--gpus", "none",
+                "--state-dir", str(tmp_path / "data" / "worker" / name), *flags,
+            )  # fmt: skip
+        lab.wait_workers(2)
+        listed = json.loads(lab.job("workers", "-o", "json").stdout)
+        addresses = {w["metadata"]["name"]: w["status"]["address"] for w in listed}
+        assert addresses == {"given": "127.0.0.3", "found": "127.0.0.1"}  # the broker's route
+        header, *rows = lab.job("workers", "-o", "wide").stdout.splitlines()
+        assert "ADDRESS" in header.split()
+        shown = {row.split()[0]: row.split() for row in rows}
+        assert "127.0.0.3" in shown["given"] and "127.0.0.1" in shown["found"]
+    finally:
+        lab.close()
