@@ -8,13 +8,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test suite check lint typecheck unit soak run bench clean
+.PHONY: test suite check lint typecheck unit soak run bench clean torch
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The tests of the torch examples (train_torch.py, ddp_torch.py) need torch, which jobd
+# never depends on: the CPU build of 2.13.0, which the CI host keeps as a wheel where pip's
+# find-links look (any other version downloads gigabytes). .ci/run makes this; elsewhere
+# those tests skip, saying so, and fail when CI=true (tests/conftest.py `require_torch`).
+TORCH_STAMP := $(VENV)/.torch
+torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet 'torch==2.13.0' 'numpy>=1.26'
+	touch $(TORCH_STAMP)
 
 # Lint and type checks run beside the suite (make -j): `make test` fails if any of the
 # three does, after all three have run.

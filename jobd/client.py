@@ -12,6 +12,14 @@ in the only way the worker can see it, the job's output:
   the process exits 0; the worker sees the line and records a ``checkpoint_complete`` event.
   If ``fn`` raises, the traceback goes to stderr, no sentinel is written and the process
   exits 1.
+* ``checkpoint_complete()`` prints that line itself (flushed), for a workload that saves
+  its checkpoint some other way than in ``fn`` (a training loop that stops at a step
+  boundary, say) and then exits on its own.
+* Under ``torchrun`` (and any launcher that sets ``LOCAL_RANK``), a host's processes share
+  one output: only the process whose ``LOCAL_RANK`` is unset or ``"0"`` prints the
+  sentinel, the handler's and ``checkpoint_complete()``'s alike, so every process may call
+  them after saving and each host says it once. A multi-host job's checkpoint is complete
+  when every member (host) has said so.
 * ``SENTINEL`` is that line's text; ``CHECKPOINT_COMPLETE_TOKEN`` is the same string under the
   name other implementations of the protocol use, so scripts written for them run unchanged.
 * ``time_remaining()`` returns the live seconds until SIGKILL once SIGTERM has arrived (never
@@ -72,6 +80,7 @@ __all__ = [
     "CHECKPOINT_COMPLETE_TOKEN",
     "PROGRESS_MARKER",
     "SENTINEL",
+    "checkpoint_complete",
     "install_preemption_handler",
     "report_progress",
     "time_remaining",
@@ -84,6 +93,7 @@ PROGRESS_MARKER = "jobd-progress"
 CHECKPOINT_COMPLETE_TOKEN = SENTINEL
 
 _GRACE_ENV = "JOBD_CHECKPOINT_GRACE_S"
+_LOCAL_RANK_ENV = "LOCAL_RANK"  # torchrun's: the process's index on its host
 _DEFAULT_GRACE_S = 60.0
 
 _grace_s: float | None = None
@@ -105,6 +115,20 @@ def time_remaining() -> float:
     if _deadline is None:
         return _grace_s if _grace_s is not None else _read_grace()
     return max(0.0, _deadline - time.monotonic())
+
+
+def checkpoint_complete() -> None:
+    """Print the sentinel line (after what stdout holds), where this process speaks for its
+    host: ``LOCAL_RANK`` unset or ``"0"``; elsewhere nothing."""
+    if not _speaks_for_host():
+        return
+    sys.stdout.flush()
+    _write_all(1, (SENTINEL + "\n").encode())
+
+
+def _speaks_for_host() -> bool:
+    """Whether this process prints its host's sentinel: one per host under torchrun."""
+    return os.environ.get(_LOCAL_RANK_ENV, "0").strip() in ("", "0")
 
 
 def report_progress(step: float, total: float | None = None, **metrics: float | str) -> None:
@@ -153,7 +177,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
             _checkpoint_fn(time_remaining())
     except BaseException:
         _finish(2, traceback.format_exc(), exit_code=1)
-    _finish(1, SENTINEL + "\n", exit_code=0)
+    _finish(1, SENTINEL + "\n" if _speaks_for_host() else "", exit_code=0)
 
 
 def _finish(fd: int, text: str, exit_code: int) -> NoReturn:

@@ -7,6 +7,7 @@ when CI=true, so CI can never pass by silently testing one backend.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 from collections.abc import Iterable, Iterator
@@ -83,6 +84,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1"}
+
+
+NO_TORCH = (
+    "torch is not installed: `make torch` puts the CPU build of torch 2.13.0 (this host's "
+    "wheel, pip's find-links) in .venv"
+)
+
+
+def require_torch() -> None:
+    """For the tests of the torch examples: skip where torch is missing (a developer's
+    machine without its wheel), fail when CI=true (.ci/run installs it: `make torch`).
+    Looked up, not imported: a module that skips costs no `import torch`."""
+    if importlib.util.find_spec("torch") is not None:
+        return
+    if _in_ci():
+        pytest.fail(f"CI=true and {NO_TORCH}", pytrace=False)
+    pytest.skip(NO_TORCH, allow_module_level=True)
 
 
 def _admin_engine(url: str) -> sa.Engine:

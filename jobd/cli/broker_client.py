@@ -242,9 +242,16 @@ class JobdClient(Closing):
         timeout: float = 30.0,
         tail: int | None = None,
         since_s: float | None = None,
+        rank: int | None = None,
     ) -> LogChunk:
         call = calls.read_logs(
-            job_id, offset=offset, follow=follow, timeout=timeout, tail=tail, since_s=since_s
+            job_id,
+            offset=offset,
+            follow=follow,
+            timeout=timeout,
+            tail=tail,
+            since_s=since_s,
+            rank=rank,
         )
         return self.run(call)
 

@@ -17,6 +17,7 @@ from jobd.api.vocabulary import BOUND_PHASES, Phase, array_id_of, normalise_work
 from jobd.cli import render
 from jobd.cli.broker_client import ApiError, Document, JobdClient
 from jobd.cli.failure import Failure, warn
+from jobd.cli.gangs import members_table
 from jobd.cli.options import client, output_option, phase_option, print_documents
 from jobd.cli.targets import (
     Selection,
@@ -180,6 +181,10 @@ def _show_jobs(jobs: list[Document], output: str, *, single: bool) -> None:
         print_documents(jobs, output, single=single)
     elif jobs:
         render.print_table(render.jobs_table(jobs, wide=output == "wide"))
+        members = members_table(jobs[0].get("status") or {}) if single else None
+        if output == "wide" and members is not None:  # a multi-host job's, by rank
+            click.echo()
+            render.print_table(members)
     else:
         warn("No jobs found.")
 

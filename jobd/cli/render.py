@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from jobd.api.vocabulary import TERMINAL_PHASES, Phase
+from jobd.cli.gangs import members_table, nodes_text, worker_text
 from jobd.cli.tables import PIPE_WIDTH, PlainTable, print_table
 
 if TYPE_CHECKING:  # rich is loaded only for what plain text cannot show (tables.py)
@@ -258,7 +259,7 @@ def jobs_table(
     if wide:
         import shlex  # as sizes in _gpus: for -o wide, not every table
 
-        headers += ["ETA", "DESIRED", "GPUS", "EXIT", "COMMAND"]
+        headers += ["ETA", "DESIRED", "NODES", "GPUS", "EXIT", "COMMAND"]
     table = _table(*headers)
     for job in jobs:
         status = _status(job)
@@ -267,8 +268,8 @@ def jobs_table(
         row += [_worker_or_reason(status), progress_text(job), _age(created, now)]
         if wide:
             command = shlex.join(_spec(job).get("command") or [])
-            row += [eta_text(job), status.get("desired_phase") or "-", _gpus(job), _exit(job)]
-            row.append(command)
+            row += [eta_text(job), status.get("desired_phase") or "-", nodes_text(job)]
+            row += [_gpus(job), _exit(job), command]
         table.add_row(*row)
     return table
 
@@ -277,7 +278,7 @@ def _worker_or_reason(status: Document) -> str:
     """The job's worker; for a Pending job, why it waits, in parentheses (squeue's
     NODELIST(REASON): `(WaitingForCapacity)`)."""
     if status.get("phase", _PENDING) != _PENDING:
-        return str(status.get("worker") or "-")
+        return worker_text(status)  # of a multi-host job: rank 0's, then `+N` more
     reason = wait_reason(status)
     return f"({reason})" if reason else "-"
 
@@ -300,7 +301,7 @@ def watch_line(op: str, job: Document, now: datetime | None = None) -> str:
     """One line per change seen by `job get -w`."""
     status = _status(job)
     parts = [op, _id(job), _ref(job), phase_text(job), f"prio={_priority(job)}"]
-    parts.append(f"worker={status.get('worker') or '-'}")
+    parts.append(f"worker={worker_text(status)}")
     if status.get("progress"):
         parts.append(f"progress={progress_text(job)}")
     if _is_terminal(status.get("phase")):
@@ -409,10 +410,12 @@ def describe_job(
     spec_yaml, status_yaml = dump_yaml([dict(_spec(job))]), dump_yaml([status])
     conditions_block = _conditions_table(conditions, now).as_rich() if conditions else "<none>"
     events_block = events_table(events).as_rich() if events else "<none>"
+    members = members_table(status)  # a multi-host job's, one row per rank
     return [
         head,
         *_section("Spec", _indent(spec_yaml)),
         *_section("Status", _indent(status_yaml)),
+        *(_section("Members", Padding(members.as_rich(), (0, 0, 0, 2))) if members else []),
         *_section("Conditions", Padding(conditions_block, (0, 0, 0, 2))),
         *_section("Events", Padding(events_block, (0, 0, 0, 2))),
     ]
@@ -520,11 +523,12 @@ def workers_table(
     wide: bool = False,
 ) -> PlainTable:
     """NAME STATUS SLOTS GPUS LEASE JOBS. SLOTS: CPU jobs running / slots; GPUS: each GPU
-    as `index:memory(job)`, `-` for a free one (`job workers` shows who holds what)."""
+    as `index:memory(job)`, `-` for a free one (`job workers` shows who holds what).
+    Wide adds ADDRESS: where multi-host jobs reach the worker (`--advertise-address`)."""
     now = _now(now)
     slots_used, holders = _usage(bound)
     headers = ["NAME", "STATUS", "SLOTS", "GPUS", "LEASE", "JOBS"]
-    more = ["HOST", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS", "RUN-AS"]
+    more = ["HOST", "ADDRESS", "RUNNER", "AGE", "CPUS", "MEMORY", "LIMITS", "LABELS", "RUN-AS"]
     table = _table(*headers, *(more if wide else []))
     held = _held(bound) if wide else {}
     for worker in workers:
@@ -536,7 +540,8 @@ def workers_table(
         lease = f"{_age(status.get('last_renewal'), now)} ago"
         row = [name, _worker_status(spec, status), slots, gpus, lease, jobs]
         if wide:
-            row += [status.get("hostname") or "-", status.get("runner") or "-"]
+            row += [status.get("hostname") or "-", status.get("address") or "-"]
+            row.append(status.get("runner") or "-")
             row.append(_age(status.get("registered_at"), now))
             cpus, memory, labels = _inventory(spec, held.get(name, (0, 0)))
             row += [cpus, memory, _enforcement(spec), labels]
@@ -650,7 +655,7 @@ def status_table(jobs: Iterable[Document], now: datetime | None = None) -> Plain
     for job in jobs:
         status = _status(job)
         since = status.get("stopping_at") or status.get("queued_at")
-        row = [_id(job), _ref(job), phase_text(job), status.get("worker") or "-"]
+        row = [_id(job), _ref(job), phase_text(job), worker_text(status)]
         table.add_row(*row, _age(since, now), _why(status) or "-")
     return table
 

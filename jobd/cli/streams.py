@@ -33,11 +33,20 @@ __all__ = ["VERBS"]
     metavar="DURATION",
     help="Start at the output of the last DURATION (10m, 2h, 90s), as it reached the broker.",
 )
-def logs(ref: str, follow: bool, tail: int | None, since: float | None) -> None:
+@click.option(
+    "--rank",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Only member N of a multi-host job, unprefixed (default: every member's lines, "
+    "each behind [rank N], in the order they arrived).",
+)
+def logs(ref: str, follow: bool, tail: int | None, since: float | None, rank: int | None) -> None:
     """Print a job's output (stdout and stderr, as captured).
 
-    With -f on a terminal, the job's progress (jobd.client.report_progress) is shown on
-    stderr below the output.
+    Of a multi-host job (--nodes N), every member's lines, each behind `[rank N] `, in
+    the order they reached the broker; --rank N prints one member's alone. With -f on a
+    terminal, the job's progress (jobd.client.report_progress) is shown on stderr below
+    the output.
     """
     from jobd.cli.progress_footer import footer_for
 
@@ -45,7 +54,7 @@ def logs(ref: str, follow: bool, tail: int | None, since: float | None) -> None:
     with client() as broker:
         job_id = resolve(broker, ref)
         footer = footer_for(broker, job_id, follow)
-        chunk = broker.read_logs(job_id, follow=follow, tail=tail, since_s=since)
+        chunk = broker.read_logs(job_id, follow=follow, tail=tail, since_s=since, rank=rank)
         at_line_start = True
         try:
             while True:
@@ -58,7 +67,7 @@ def logs(ref: str, follow: bool, tail: int | None, since: float | None) -> None:
                 at_line_start = chunk.data.endswith(b"\n") if chunk.data else at_line_start
                 if footer is not None:
                     footer.draw(at_line_start)
-                chunk = broker.read_logs(job_id, offset=chunk.offset, follow=follow)
+                chunk = broker.read_logs(job_id, offset=chunk.offset, follow=follow, rank=rank)
         finally:
             if footer is not None:
                 footer.clear()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from jobd.api.addresses import check_address
 from jobd.api.identity import check_user_name
 from jobd.cli.durations import Duration
 from jobd.daemon.inventory import (
@@ -161,6 +162,15 @@ def _users_option(
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from None
     return tuple(sorted(set(names)))
+
+
+def _address_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_address(value.strip())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 _A_PATH = click.Path(path_type=Path)
@@ -495,6 +505,13 @@ class WorkerOptions:
         multiple=True,
         type=_A_PATH,
         callback=_roots_option,
+    )
+    advertise_address: str | None = setting(
+        "--advertise-address",
+        "JOBD_WORKER_ADVERTISE_ADDRESS",
+        "The IP address or host name the other members of a multi-host job reach this "
+        "host at. [default: the address this host reaches the broker from]",
+        callback=_address_option,
     )
     allowed_users: tuple[str, ...] = setting(
         "--allow-user",

@@ -63,6 +63,7 @@ def worker_settings(
         memory=None if memory is None else int(memory),
         labels=labels_of(worker.labels, sorted(gpus)),
         mount_roots=list(worker.mount_roots),
+        advertise_address=worker.advertise_address,
         users=list(worker.allowed_users) or None,
         enforcement=enforcement,
         gpu_memory={g: m for g, m in gpus.items() if m is not None},

@@ -383,12 +383,15 @@ def read_logs(
     timeout: float,
     tail: int | None = None,
     since_s: float | None = None,
+    rank: int | None = None,
 ) -> Call[LogChunk]:
-    """Output from `offset` (or from the last `tail` lines, the last `since_s` seconds)."""
+    """Output from `offset` (or from the last `tail` lines, the last `since_s` seconds):
+    the job's own, or one member's of a multi-host job (`rank`)."""
     params = _params(
         offset=offset,
         tail=tail,
         since_s=since_s,
+        rank=rank,
         follow=_flag(follow),
         timeout=timeout if follow else None,
     )
@@ -473,10 +476,13 @@ def ingest_events(body: WorkerEvents | Body) -> Call[int]:
     return _model_call(routes.INGEST_EVENTS, routes.INGEST_EVENTS.url(), body, _accepted)
 
 
-def append_logs(job_id: int, offset: int, data: bytes) -> Call[int]:
-    """Append `data` at byte `offset`; the answer is the offset the broker holds after it."""
+def append_logs(job_id: int, offset: int, data: bytes, rank: int = 0) -> Call[int]:
+    """Append `data` at byte `offset` of member `rank`'s output (0: a job of one node's);
+    the answer is the offset the broker holds after it."""
     route = routes.APPEND_LOGS
-    return Call(route, route.url(job_id=job_id), _offset, params={"offset": offset}, content=data)
+    # A job of one node sends no rank: its request is byte for byte what it always was.
+    params = {"offset": offset} if rank == 0 else {"offset": offset, "rank": rank}
+    return Call(route, route.url(job_id=job_id), _offset, params=params, content=data)
 
 
 # -- tokens: admins only

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
+from jobd.api.addresses import check_address
 from jobd.api.arrays import JobArray
 from jobd.api.identity import (
     MAX_USER_NAME,
@@ -262,6 +263,13 @@ class LogsQuery(_Query):
     )
     follow: bool = False
     timeout: float = Field(default=30.0, ge=0, le=300)
+    rank: int | None = Field(
+        default=None,
+        ge=0,
+        lt=MAX_NODES,
+        description="Read one member of a multi-host job, unprefixed (default: every "
+        "member's lines interleaved, each behind `[rank N] `)",
+    )
 
 
 class EventsQuery(_Query):
@@ -342,6 +350,9 @@ class Registration(_Body):
     # Whom the worker runs jobs as: `owner` (it is root), or its own user's name (or uid).
     runs_as: str | None = Field(default=None, pattern=RUNS_AS_PATTERN)
     users: list[UserName] | None = _users_field()
+    # Where the other members of a multi-host job reach this host (`--advertise-address`,
+    # else the address the agent reaches the broker from): an IP address or a host name.
+    address: Annotated[str, AfterValidator(check_address)] | None = None
 
 
 class Heartbeat(_Body):
@@ -371,6 +382,12 @@ class Heartbeat(_Body):
 
 class LogsAppendQuery(_Query):
     offset: StoreInt = 0
+    rank: int = Field(
+        default=0,
+        ge=0,
+        lt=MAX_NODES,
+        description="Which member of a multi-host job wrote it (0 for a job of one node)",
+    )
 
 
 class WorkerEvent(_Body):

@@ -29,6 +29,7 @@ from jobd.wire import calls
 from jobd.wire.errors import ApiError, BrokerUnreachable
 from jobd.wire.informer import AsyncInformer, Delta, JobFilter
 from jobd.wire.plain_async import open_async_client
+from jobd.worker.address import default_address
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.diskspace import DiskWatch, filled_the_disk
 from jobd.worker.execution import Execution, Host
@@ -196,6 +197,9 @@ class Agent:
         }
         runner, link = self.containment.name, self.link
         self.users = PublishedUsers(self.settings.users)
+        address = self.settings.advertise_address or await anyio.to_thread.run_sync(
+            default_address, self.server
+        )
         body = {
             "spec": spec,
             "hostname": socket.gethostname(),
@@ -203,6 +207,7 @@ class Agent:
             "instance": link.instance,
             "runs_as": runs_as_text(),
             "users": self.users.users,
+            "address": address,
         }
         call = calls.register_worker(self.settings.name, body)
         registered = await link.call(call, fenced=True)  # Refused: another instance holds it
@@ -219,6 +224,7 @@ class Agent:
             labels=spec["labels"],
             mount_roots=spec["mount_roots"],
             runs_as=body["runs_as"],
+            address=address,
             users=None if body["users"] is None else len(body["users"]),
             cpu_enforcement=self.enforcement.cpu,
             memory_enforcement=self.enforcement.memory,

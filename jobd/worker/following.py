@@ -6,9 +6,10 @@ read there, worker/progress.py), so the output is read once for both.
 The shim writes the workload's stdout and stderr straight to files; the agent reads
 them by offset in bounded chunks, so it holds no more than one chunk of any job's output
 however much the job writes, and a restarted agent resumes from the offsets its record
-kept. The broker keeps one log per job: chunks of the two files are appended to it in the
-order the agent reads them (stdout, then stderr, each round), as two pipes pumped side by
-side interleaved them before.
+kept. The broker keeps one log per job (per member of a multi-host job, which ships
+with its `rank`: broker/streams/interleaving.py): chunks of the two files are appended
+to it in the order the agent reads them (stdout, then stderr, each round), as two pipes
+pumped side by side interleaved them before.
 
 A chunk shipped outlives its request: httpx and its connection pool leave the request,
 its body stream and the response in reference cycles, which only the cyclic collector
@@ -90,9 +91,12 @@ class OutputFollower:
         cap: int,
         interval_s: float = 0.1,
         on_stdout: Callable[[bytes], None] | None = None,
+        rank: int = 0,
     ) -> None:
         self.link, self.state_dir, self.record, self.save = link, state_dir, record, save
         self.cap, self.interval_s, self.on_stdout = cap, interval_s, on_stdout
+        # Which member of a multi-host job this output is (the broker keeps each apart).
+        self.rank = rank
         self.finished = anyio.Event()  # the job is over: read to EOF, then stop
         self.caught_up = anyio.Event()  # set each time both files were read to their end
         self.done = anyio.Event()  # finished, and both files shipped to their end
@@ -143,7 +147,8 @@ class OutputFollower:
 
     async def _ship(self, chunk: bytes) -> None:
         record = self.record
-        held = await self.link.call(calls.append_logs(record.job_id, record.log_offset, chunk))
+        call = calls.append_logs(record.job_id, record.log_offset, chunk, self.rank)
+        held = await self.link.call(call)
         if held is None:
             log.warning("logs_refused", job=record.job_id, bytes=len(chunk))
         # Offsets only grow: what the broker refused is not sent again.

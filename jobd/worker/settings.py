@@ -43,6 +43,9 @@ class WorkerSettings:
     memory: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     mount_roots: list[str] = field(default_factory=list)
+    # `--advertise-address`: where multi-host jobs reach this host (None: the address
+    # the agent reaches the broker from, worker/address.py).
+    advertise_address: str | None = None
     # `--allow-user`: the owners whose jobs this worker runs (None: any its host knows).
     users: list[str] | None = None
     # How a job's cores and memory are enforced (worker/limits.py); None: detected by the

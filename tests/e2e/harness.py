@@ -296,6 +296,15 @@ class Lab:
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
 
+    def wait_phase(self, job_id: int, *phases: str, timeout: float = 60) -> dict[str, Any]:
+        """The job's document once it is in one of `phases`."""
+        deadline = time.monotonic() + timeout
+        while (doc := self.api("GET", f"/jobs/{job_id}"))["status"]["phase"] not in phases:
+            assert time.monotonic() < deadline, f"job {job_id}: {doc['status']}"
+            time.sleep(POLL_S)
+        found: dict[str, Any] = doc
+        return found
+
     def close(self) -> None:
         for process in reversed(self.processes.values()):
             if process.poll() is None:

@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -76,14 +75,6 @@ class Lab(harness.Lab):
         )  # fmt: skip
         assert said.returncode == 0, said.stderr
         return int(said.stdout.strip())
-
-    def wait_phase(self, job_id: int, *phases: str, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while (doc := self.api("GET", f"/jobs/{job_id}"))["status"]["phase"] not in phases:
-            assert time.monotonic() < deadline, f"job {job_id}: {doc['status']}"
-            time.sleep(0.05)
-        found: dict[str, Any] = doc
-        return found
 
     def agent_rss(self, worker: str) -> int:
         return _vm_rss(self.processes[worker].pid)

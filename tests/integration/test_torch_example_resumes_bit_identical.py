@@ -2,8 +2,9 @@
 of 1 s, each run resumed from the last, it ends bit-identical to a run never interrupted; a
 SIGTERM during `import torch` and a RESUME_FROM holding nothing still lead to that same end.
 
-Runs where torch is installed (`pip install -r examples/requirements.txt`); jobd's own test
-dependencies leave it out, so elsewhere the torch tests skip, saying so. What the example
+Runs where torch is installed (`make torch`, which .ci/run does); jobd's own test
+dependencies leave it out, so elsewhere the torch tests skip, saying so, except under
+CI=true, where they fail (tests/conftest.py `require_torch`). What the example
 says when numpy or torch is missing is tested everywhere.
 """
 
@@ -21,16 +22,12 @@ from typing import Any
 import pytest
 
 from jobd.worker.checkpoints import ensure_checkpoint_dir, find_resume_target
+from tests.conftest import require_torch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "train_torch.py"
 SENTINEL = b"jobd-checkpoint-complete"
 GRACE_S = 1.0
-NO_TORCH = "torch is not installed: pip install -r examples/requirements.txt to run these"
-
-
-def _needs_torch() -> None:
-    pytest.importorskip("torch", reason=NO_TORCH)
 
 
 def _env(ckpt_dir: Path, step_sleep: str, resume_from: Path | None = None) -> dict[str, str]:
@@ -110,7 +107,7 @@ def _preempt_while_importing(env: dict[str, str]) -> bytes:
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    _needs_torch()
+    require_torch()
     root = tmp_path_factory.mktemp("torch-baseline")
     result, _out, _err = _run_to_end(_env(ensure_checkpoint_dir(root, 1), step_sleep="0"))
     return result

@@ -281,10 +281,11 @@ def test_wide_table_adds_desired_gpus_exit_and_command() -> None:
 
     lines = render.to_text(render.jobs_table(jobs, wide=True, now=NOW)).splitlines()
 
-    assert lines[0].split()[7:] == ["ETA", "DESIRED", "GPUS", "EXIT", "COMMAND"]
-    assert lines[1].split()[8:] == ["Running", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
-    assert lines[2].split()[8:11] == ["Running", "(1)", "3"]
-    assert lines[3].split()[9] == "(2x40GiB)"
+    assert lines[0].split()[7:] == ["ETA", "DESIRED", "NODES", "GPUS", "EXIT", "COMMAND"]
+    shown = ["Running", "1", "0,1", "-", "python", "train.py", "--lr", "3e-4"]
+    assert lines[1].split()[8:] == shown
+    assert lines[2].split()[8:12] == ["Running", "1", "(1)", "3"]
+    assert lines[3].split()[10] == "(2x40GiB)"
 
 
 def test_progress_shows_step_total_percent_and_eta() -> None:

@@ -43,22 +43,28 @@ while True:
 """
 
 
-def _env(grace: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "JOBD_CHECKPOINT_GRACE_S"}
+def _env(grace: str | None, local_rank: str | None = None) -> dict[str, str]:
+    unset = ("JOBD_CHECKPOINT_GRACE_S", "LOCAL_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["PYTHONPATH"] = str(REPO)
     if grace is not None:
         env["JOBD_CHECKPOINT_GRACE_S"] = grace
+    if local_rank is not None:
+        env["LOCAL_RANK"] = local_rank
     return env
 
 
 def _start(
-    fn_body: str, grace: str | None = "30", loop_body: str = "time.sleep(0.05)"
+    fn_body: str,
+    grace: str | None = "30",
+    loop_body: str = "time.sleep(0.05)",
+    local_rank: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], float]:
     source = WORKLOAD.format(fn_body=textwrap.indent(fn_body, "    "), loop_body=loop_body)
     proc = subprocess.Popen(
         [sys.executable, "-c", source],
         cwd=REPO,
-        env=_env(grace),
+        env=_env(grace, local_rank),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -193,3 +199,30 @@ def test_a_script_written_for_the_token_name_runs_unchanged() -> None:
     out, err = _terminate(proc)
     assert proc.returncode == 0, err
     assert out.splitlines() == [SENTINEL]
+
+
+@pytest.mark.parametrize(("local_rank", "sentinels"), [(None, 1), ("0", 1), ("1", 0), ("7", 0)])
+def test_under_torchrun_one_process_per_host_prints_the_handlers_sentinel(
+    local_rank: str | None, sentinels: int
+) -> None:
+    """torchrun's processes on one host share its output: the one of LOCAL_RANK 0 says it."""
+    proc, _ = _start("print('saved', flush=True)", local_rank=local_rank)
+    out, err = _terminate(proc)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1] == (SENTINEL if sentinels else b"saved")
+    assert out.count(SENTINEL) == sentinels
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "said"), [(None, True), ("0", True), ("", True), ("1", False)]
+)
+def test_checkpoint_complete_prints_the_sentinel_after_the_output_on_local_rank_0(
+    local_rank: str | None, said: bool
+) -> None:
+    source = "from jobd.client import checkpoint_complete\nprint('saved')\ncheckpoint_complete()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", source],
+        cwd=REPO, env=_env(None, local_rank), capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ([b"saved", SENTINEL] if said else [b"saved"])

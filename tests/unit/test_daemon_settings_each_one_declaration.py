@@ -42,6 +42,7 @@ CONTRACT = {
     "JOBD_WORKER_MEMORY": "--memory",
     "JOBD_WORKER_LABELS": "--label",
     "JOBD_WORKER_MOUNT_ROOTS": "--mount-root",
+    "JOBD_WORKER_ADVERTISE_ADDRESS": "--advertise-address",
     "JOBD_WORKER_CHECKPOINT_ROOT": "--checkpoint-root",
     "JOBD_WORKER_DEFAULT_GRACE_S": "--default-grace",
     "JOBD_TOKEN_FILE": "--token-file",
@@ -95,6 +96,7 @@ SAMPLES: dict[str, tuple[str, Any, str, Any]] = {
     "--mount-root": ("/data", ("/data",), "/data:/scratch/", ("/data", "/scratch")),
     "--allow-user": ("alice", ("alice",), "carol,bob", ("bob", "carol")),
     "--memory-enforcement": ("rss", "rss", "cgroup", "cgroup"),
+    "--advertise-address": ("127.0.0.2", "127.0.0.2", "gpu1.lab", "gpu1.lab"),
 }
 
 

@@ -366,15 +366,26 @@ async def read_logs(
     follow, timeout = query.follow, query.timeout
     job = _job(request, job_id)
     now = state.ctx.clock.now()
-    offset = state.logs.start(job_id, query.offset, query.tail, query.since_s, now)
-    found = state.logs.read(job_id, offset)
+    rank = _rank_read(job, query.rank)
+    offset = state.logs.start(job_id, query.offset, query.tail, query.since_s, now, rank)
+    found = state.logs.read(job_id, offset, rank=rank)
     if follow and not found.data and not job.status.phase.terminal:
         await state.logs.notifier(job_id).wait(timeout)
-        found = state.logs.read(job_id, offset)
+        found = state.logs.read(job_id, offset, rank=rank)
         job = job_or_404(state, job_id)
     done = job.status.phase.terminal and found.next_offset >= found.end
     headers = {"X-Jobd-Offset": str(found.next_offset), "X-Jobd-Done": str(done).lower()}
     return Response(found.data, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _rank_read(job: Job, rank: int | None) -> int | None:
+    """Whose output a read of the job's logs asked for: one member of a multi-host job,
+    else (None) the job's own log, which a job of one node's rank 0 reads too."""
+    if rank is not None and rank >= job.spec.nodes:
+        nodes = job.spec.nodes
+        ranks = "rank 0" if nodes == 1 else f"ranks 0 to {nodes - 1}"
+        raise AdmissionError(f"rank: job {job.id} runs on {nodes} node(s): {ranks}, not {rank}")
+    return rank if job.spec.nodes > 1 else None
 
 
 __all__ = ["FAST", "find_jobs", "router"]

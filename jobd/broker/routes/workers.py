@@ -56,6 +56,7 @@ async def register(state: BrokerState, path: PathArgs, body: Registration, who: 
         body.runner,
         body.instance,
         owners=(body.runs_as, body.users),
+        address=body.address,
     )
     return encode_json({"worker": doc(worker), "revision": state.feed.revision})
 
@@ -311,9 +312,23 @@ async def append_logs(
 ) -> Response:
     state = state_of(request)
     data = await request.body()
-    job = access.job(principal_of(request), reported_job_or_404(state, job_id))
-    end = state.logs.append(job, query.offset, data, state.ctx.clock.now())
+    job = _member_job(principal_of(request), reported_job_or_404(state, job_id), query.rank)
+    end = state.logs.append(job, query.offset, data, state.ctx.clock.now(), query.rank)
     return json_response({"offset": end})
+
+
+def _member_job(who: Principal, job: Job, rank: int) -> Job:
+    """The job, if `who` may write rank `rank`'s output: a worker token only as the worker
+    running that member (a multi-host job's members each run on their own worker)."""
+    if who.role != "worker" or not job.status.members:
+        return access.job(who, job)
+    member = next((m for m in job.status.members if m.rank == rank), None)
+    if member is None or member.worker != who.worker:
+        raise access.Forbidden(
+            f"rank {rank} of job {job.id} does not run on worker {who.worker!r}; "
+            f"token {who.label!r} may write only that worker's members' output"
+        )
+    return job
 
 
 async def ingest_events(

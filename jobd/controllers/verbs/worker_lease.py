@@ -40,6 +40,7 @@ def register_worker(
     runner: str,
     instance: str | None = None,
     owners: tuple[str | None, list[str] | None] = (None, None),
+    address: str | None = None,
 ) -> Worker:
     """Create or refresh a worker; it is Ready with a fresh lease, held by `instance`.
 
@@ -47,7 +48,8 @@ def register_worker(
     users' to say (`job cordon`), so a registration keeps what is stored. Another
     instance than the holder is refused while the holder's lease is live (lease_holder.py);
     each registration taken bumps the fencing epoch. `owners`: whom it runs jobs as, and
-    the owners placeable there (None: any).
+    the owners placeable there (None: any). `address`: where multi-host jobs reach it
+    (its agent's choice: kept until the next registration, heartbeats carry none).
     """
     live = ctx.store.get_worker(name)
     lease_holder.refuse_other_instance(ctx, live, instance)
@@ -59,6 +61,7 @@ def register_worker(
     worker.status.last_renewal = ctx.clock.now()
     worker.status.hostname, worker.status.runner = hostname, runner
     worker.status.runs_as, worker.status.users = owners
+    worker.status.address = address
     worker.status.gpu_memory_foreign = {}  # the new agent measures anew, if it can
     ctx.leases.heard_from(name, worker.status.last_renewal)
     events = (
