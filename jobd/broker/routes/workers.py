@@ -149,30 +149,38 @@ async def drain_worker(
 
 
 def _started(state: BrokerState, job: Job, body: Started) -> Job:
+    if job.status.members:  # each member's cores and directory are its own
+        said = (body.master_port, body.checkpoint_dir)
+        return reports.report_started(state.ctx, job, body.worker, body.attempt, body.rank, said)
     job, _ = transitions.record_checkpoint_dir(job, body.checkpoint_dir)
     job, _ = transitions.record_cpuset(job, body.cpuset)
-    return reports.report_started(state.ctx, job, body.worker, body.attempt)
+    return reports.report_started(state.ctx, job, body.worker, body.attempt, body.rank)
 
 
 def _stopping(state: BrokerState, job: Job, body: Report) -> Job:
-    return reports.report_stopping(state.ctx, job, body.worker, body.attempt)
+    return reports.report_stopping(state.ctx, job, body.worker, body.attempt, body.rank)
 
 
 def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
-    job, _ = transitions.record_checkpoint_latest(job, body.checkpoint_latest)
     failure = None if body.reason is None else (body.reason, body.message or "")
+    member = (body.rank, body.checkpoint_latest)
+    if job.status.members:
+        return reports.report_complete(
+            state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure, member
+        )
+    job, _ = transitions.record_checkpoint_latest(job, body.checkpoint_latest)
     return reports.report_complete(
-        state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure
+        state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure, member
     )
 
 
 def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
-    return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt)
+    return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt, body.rank)
 
 
 def _progress(state: BrokerState, job: Job, body: ProgressReport) -> Job:
     sample = body.model_dump(include={"step", "total", "metrics"}, exclude_none=True)
-    return reports.report_progress(state.ctx, job, body.worker, sample, body.attempt)
+    return reports.report_progress(state.ctx, job, body.worker, sample, body.attempt, body.rank)
 
 
 # What each report does; its body is models.REPORT_BODIES[verb].
