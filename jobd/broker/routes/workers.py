@@ -18,6 +18,7 @@ from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.gangs import runs_on
 from jobd.controllers.verbs import drain, lease_holder, refill, reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
 from jobd.wire import routes
@@ -310,7 +311,7 @@ def _observed(event: WorkerEvent) -> dict[str, Any]:
 
 def _bound_here(state: BrokerState, job_id: int, worker: str) -> bool:
     bound = state.ctx.view.bound.get(job_id) or state.store.get_job(job_id)
-    return bound is not None and bound.status.worker == worker
+    return bound is not None and runs_on(bound, worker)
 
 
 @route(router, routes.APPEND_LOGS)

@@ -47,6 +47,9 @@ class FeedEntry(NamedTuple):
     phase: str | None = None  # a job's phase
     signal: str | None = None  # a job's status.signal
     started: bool = False  # a job's status.started_at is set
+    # A multi-host job's other members' workers (rank 0's is `worker`); empty for a job
+    # of one node.
+    members: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
@@ -67,7 +70,12 @@ class FeedEntry(NamedTuple):
             job.status.phase.value,
             job.status.signal,
             job.status.started_at is not None,
+            tuple(m.worker for m in job.status.members[1:]),
         )
+
+    def bound_to(self, worker: str) -> bool:
+        """Whether the change is of a job bound to `worker` (a gang: any member's)."""
+        return self.worker == worker or worker in self.members
 
     def labels(self) -> dict[str, str] | None:
         """A job's labels, read from its text (only a watch with a selector asks)."""
@@ -159,6 +167,7 @@ class ChangeFeed:
             self._revs.extend(entry.revision for entry in entries)
             self.revision = entries[-1].revision
             workers = {entry.worker for entry in entries if entry.worker is not None}
+            workers.update(w for entry in entries for w in entry.members)
             for worker in workers & self._per_worker.keys():
                 self._per_worker[worker].notify()
             self.changed.notify()
