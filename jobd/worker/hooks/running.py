@@ -53,7 +53,12 @@ class ReportStarted(Hook):
             ckpt = checkpoint_dir(ex.settings.checkpoint_root, ex.job_id)
             pinned = {"cpuset": ex.cpuset} if ex.cpuset else {}
             await ex.link.report(
-                ex.job_id, "started", ex.attempt, checkpoint_dir=f"{ckpt}/", **pinned
+                ex.job_id,
+                "started",
+                ex.attempt,
+                checkpoint_dir=f"{ckpt}/",
+                **pinned,
+                **master_port_said(ex),
             )
             ex.record.started_reported = True
         self.reported.set()
@@ -64,6 +69,14 @@ class ReportStarted(Hook):
 
     async def exited(self, ex: Execution, end: ExitStatus) -> None:
         self._now.set()
+
+
+def master_port_said(ex: Execution) -> dict[str, int]:
+    """Rank 0 of a gang says the port it chose for the others (`started.master_port`)."""
+    job = ex.job
+    if ex.record.rank != 0 or job is None or job.status.master_port is None:
+        return {}
+    return {"master_port": job.status.master_port}
 
 
 class FollowOutput(Hook):
