@@ -82,7 +82,6 @@ def bind_gang(job: Job, placements: Sequence[Placement], now: datetime) -> tuple
         for rank, (worker, address, held) in enumerate(placements)
     ]
     job.status.master_port = job.status.failed_rank = None
-    events[0].fields["workers"] = [w for w, _, _ in placements]
     return job, events
 
 
