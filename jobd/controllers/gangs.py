@@ -113,7 +113,9 @@ def start(
     if rank == 0:
         status.master_port = master_port or status.master_port
         status.checkpoint_dir = member.checkpoint_dir or status.checkpoint_dir
-    everyone = all(m.phase == P.RUNNING for m in status.members)
+    # Every member started (one may have ended already: a quick rank 0 while the
+    # others were still waiting for its port).
+    everyone = all(m.started_at is not None for m in status.members)
     if status.phase == P.LOST or (status.phase == P.SCHEDULED and everyone):
         allowed(Verb.STARTED, job)
         return job, _running(job, now)

@@ -224,6 +224,10 @@ class Execution:
             # stop): until then the shim's own supervisor.json says it all.
             self.record.supervisor_pid = self.shim.identity.pid
             self.record.supervisor_start_time = self.shim.identity.start_time
+        if self.record.rank is not None:
+            # A gang's member: its rank is nowhere else a restarted agent could read it
+            # (a pooled launch writes no spec file), and its reports need it.
+            await self.save()
 
     async def _supervise(self) -> None:
         async with anyio.create_task_group() as tg:
