@@ -14,13 +14,10 @@ from __future__ import annotations
 import contextlib
 import socket
 
+from jobd.api.vocabulary import RESUME_FROM_RANK
 from jobd.worker.jobview import JobView, MemberView
 
-__all__ = ["RESUME_FROM_RANK", "gang_env", "pick_master_port", "ready_to_launch"]
-
-# `job resume` of a gang names each rank's checkpoint in the job's env (RESUME_FROM_RANK_<r>);
-# member r's agent gives it as RESUME_FROM.
-RESUME_FROM_RANK = "RESUME_FROM_RANK_"
+__all__ = ["gang_env", "pick_master_port", "ready_to_launch"]
 
 
 def gang_env(job: JobView, member: MemberView) -> dict[str, str]:

@@ -1,9 +1,10 @@
-"""A gang's member workers under the lease rules single jobs have.
+"""A gang's member workers under the lease rules single jobs have, and `job resume` of one.
 
 One member's worker expiring makes the whole gang Lost; the other worker's heartbeats do
 not bring it back while that worker is Lost, its own return does; a Lost gang whose worker
 never returns fails at the lost timeout. A member that ended on its worker while the
-others run is not "vanished" when that worker no longer lists it. Real SQLite, the
+others run is not "vanished" when that worker no longer lists it. A preempted gang resumes
+as a gang, each rank pointed at the checkpoint its member left. Real SQLite, the
 controllers' verbs, an injected clock.
 """
 
@@ -20,6 +21,8 @@ from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.preempt import request_preemption
+from jobd.controllers.verbs.resume import resume_job
 from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
 from jobd.controllers.workers import WorkersController
 from jobd.store.sql import open_store
@@ -97,3 +100,25 @@ async def test_a_member_ended_on_its_worker_is_not_vanished_while_the_others_run
     _, stop = heartbeat(ctx, "b", [], {})
     assert stop == [] and reread(ctx, job).status.phase == Phase.RUNNING
     assert reread(ctx, job).status.members[1].phase == Phase.SUCCEEDED
+
+
+async def test_a_preempted_gang_resumes_as_a_gang_each_rank_from_its_checkpoint(
+    ctx: Context,
+) -> None:
+    job = _running_gang(ctx)
+    job = request_preemption(ctx, job, "manual")
+    for rank, worker in enumerate(("a", "b")):
+        job = reports.record_checkpoint_complete(ctx, job, worker, job.status.attempt, rank)
+    for rank, worker in enumerate(("a", "b")):
+        latest = f"/ck/{rank}/latest.pt"
+        member = (rank, latest)
+        job = reports.report_complete(ctx, job, worker, 0, None, job.status.attempt, None, member)
+    assert job.status.phase == Phase.PREEMPTED
+    resumed = resume_job(ctx, job)
+    assert resumed.spec.nodes == 2
+    env = resumed.spec.env
+    assert env["RESUME_FROM"] == "/ck/0/latest.pt"
+    assert (env["RESUME_FROM_RANK_0"], env["RESUME_FROM_RANK_1"]) == (
+        "/ck/0/latest.pt",
+        "/ck/1/latest.pt",
+    )
