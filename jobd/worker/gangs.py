@@ -17,7 +17,7 @@ import socket
 from jobd.api.vocabulary import RESUME_FROM_RANK
 from jobd.worker.jobview import JobView, MemberView
 
-__all__ = ["gang_env", "pick_master_port", "ready_to_launch"]
+__all__ = ["gang_env", "master_port_said", "pick_master_port", "ready_to_launch"]
 
 
 def gang_env(job: JobView, member: MemberView) -> dict[str, str]:
@@ -49,6 +49,14 @@ def ready_to_launch(job: JobView, member: MemberView) -> bool:
     """Whether this member may start: rank 0 at once (it chooses the port), the others
     once rank 0's port is known, so the master listens first."""
     return member.rank == 0 or job.status.master_port is not None
+
+
+def master_port_said(rank: int | None, job: JobView | None) -> dict[str, int]:
+    """What rank 0's `started` says of the port it chose (`master_port`); nothing for any
+    other member, or a job of one node (rank None)."""
+    if rank != 0 or job is None or job.status.master_port is None:
+        return {}
+    return {"master_port": job.status.master_port}
 
 
 def pick_master_port(address: str | None) -> int:

@@ -15,8 +15,9 @@ import anyio.to_thread
 
 from jobd.worker.checkpoints import checkpoint_dir, find_resume_target
 from jobd.worker.diskspace import filled_the_disk
+from jobd.worker.gangs import master_port_said
 from jobd.worker.hooks.base import Hook
-from jobd.worker.hooks.running import FollowOutput, master_port_said
+from jobd.worker.hooks.running import FollowOutput
 from jobd.worker.jobrecord import AttemptPhase, boot_id, made_this_boot
 from jobd.worker.shim.protocol import ExitStatus
 
@@ -84,7 +85,10 @@ class ReportCompletion(Hook):
         if last_progress is not None:  # the newest line before the end, not yet sent
             reports.insert(0, ("progress", last_progress))
         if not ex.record.started_reported and end.started_at is not None:
-            started: dict[str, Any] = {"checkpoint_dir": f"{ckpt}/", **master_port_said(ex)}
+            started: dict[str, Any] = {
+                "checkpoint_dir": f"{ckpt}/",
+                **master_port_said(ex.record.rank, ex.job),
+            }
             if ex.cpuset:
                 started["cpuset"] = ex.cpuset
             reports.insert(0, ("started", started))

@@ -12,6 +12,7 @@ from jobd.api.progress import Sample
 from jobd.wire import calls
 from jobd.worker.checkpoints import checkpoint_dir
 from jobd.worker.following import OutputFollower, SentinelWatch
+from jobd.worker.gangs import master_port_said
 from jobd.worker.hooks.base import Hook
 from jobd.worker.jobrecord import AttemptPhase
 from jobd.worker.progress import ProgressScanner, ProgressSender
@@ -58,7 +59,7 @@ class ReportStarted(Hook):
                 ex.attempt,
                 checkpoint_dir=f"{ckpt}/",
                 **pinned,
-                **master_port_said(ex),
+                **master_port_said(ex.record.rank, ex.job),
             )
             ex.record.started_reported = True
         self.reported.set()
@@ -69,14 +70,6 @@ class ReportStarted(Hook):
 
     async def exited(self, ex: Execution, end: ExitStatus) -> None:
         self._now.set()
-
-
-def master_port_said(ex: Execution) -> dict[str, int]:
-    """Rank 0 of a gang says the port it chose for the others (`started.master_port`)."""
-    job = ex.job
-    if ex.record.rank != 0 or job is None or job.status.master_port is None:
-        return {}
-    return {"master_port": job.status.master_port}
 
 
 class FollowOutput(Hook):
