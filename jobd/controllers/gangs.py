@@ -33,6 +33,7 @@ __all__ = [
     "bind_gang",
     "checkpoint_complete",
     "complete",
+    "gpus_on",
     "member_workers",
     "rank_of",
     "runs_on",
@@ -66,6 +67,14 @@ def rank_of(job: Job, worker: str) -> int | None:
         if member.worker == worker:
             return member.rank
     return 0 if job.status.worker == worker else None
+
+
+def gpus_on(job: Job, worker: str) -> list[int]:
+    """The GPUs `job` holds on `worker`: its member's there (a gang), else its own."""
+    for member in job.status.members:
+        if member.worker == worker:
+            return member.gpus
+    return job.status.gpus
 
 
 def bind_gang(job: Job, placements: Sequence[Placement], now: datetime) -> tuple[Job, Events]:

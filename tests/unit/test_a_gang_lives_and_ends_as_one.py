@@ -184,3 +184,13 @@ def test_a_job_of_one_node_takes_reports_of_rank_0_only() -> None:
     single.status.members = []
     with pytest.raises(TransitionError, match="member 1 of job 7"):
         transitions.complete(single, "a", 0, None, NOW, 1, None, 1)
+
+
+def test_each_worker_holds_its_own_members_gpus() -> None:
+    spec = JobSpec(command=["x"], nodes=2)
+    job = Job(metadata=ObjectMeta(id=8, name="g2", resource_version=1), spec=spec)
+    job, _ = gangs.bind_gang(job, [("a", None, [0, 1]), ("b", None, [3])], NOW)
+    assert job.status.gpus == [0, 1]  # rank 0's, mirrored
+    assert (gangs.gpus_on(job, "a"), gangs.gpus_on(job, "b")) == ([0, 1], [3])
+    with pytest.raises(TransitionError, match="needs 2 different workers"):
+        gangs.bind_gang(job.model_copy(deep=True), [("a", None, []), ("a", None, [])], NOW)
