@@ -87,18 +87,16 @@ class GangLab(harness.Lab):
             store.close()
 
     def wait_phase(self, job_id: int, *phases: str, timeout: float = 30) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while (doc := self.api("GET", f"/jobs/{job_id}"))["status"]["phase"] not in phases:
-            assert time.monotonic() < deadline, doc["status"]
-            time.sleep(0.05)
-        return doc  # type: ignore[no-any-return]
+        self.wait_until(lambda: self.phase(job_id) in phases, timeout)
+        found: dict[str, Any] = self.api("GET", f"/jobs/{job_id}")
+        return found
+
+    def phase(self, job_id: int) -> str:
+        return str(self.api("GET", f"/jobs/{job_id}")["status"]["phase"])
 
     def wait_file(self, name: str, timeout: float = 30) -> Path:
         path = self.shared / name
-        deadline = time.monotonic() + timeout
-        while not path.exists() or not path.read_text():
-            assert time.monotonic() < deadline, f"{name} never written"
-            time.sleep(0.05)
+        self.wait_until(lambda: path.exists() and path.read_text(), timeout)
         return path
 
 

@@ -10,40 +10,26 @@ controllers' verbs, an injected clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, WorkerSpec
 from jobd.controllers import gangs, lifecycle
-from jobd.controllers.clock import FakeClock
-from jobd.controllers.context import Context, Settings
+from jobd.controllers.context import Context
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.preempt import request_preemption
 from jobd.controllers.verbs.resume import resume_job
 from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
 from jobd.controllers.workers import WorkersController
-from jobd.store.sql import open_store
+from tests.integration import test_worker_lease_expiry_and_return as lease_tests
 from tests.integration.conftest import reread
 
 pytestmark = pytest.mark.anyio
 
-LEASE_S = 15.0
-LOST_TIMEOUT_S = 60.0
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[Context]:
-    store = open_store(f"sqlite:///{tmp_path}/jobd.db")
-    yield Context(store, Settings(lost_timeout_s=LOST_TIMEOUT_S), FakeClock())
-    store.close()
-
-
-def _clock(ctx: Context) -> FakeClock:
-    assert isinstance(ctx.clock, FakeClock)
-    return ctx.clock
+# The lease tests' store, settings and clock (lease 15 s, lost timeout 60 s).
+ctx = lease_tests.ctx
+LEASE_S, LOST_TIMEOUT_S = lease_tests.LEASE_S, lease_tests.LOST_TIMEOUT_S
+_clock = lease_tests._clock
 
 
 def _running_gang(ctx: Context) -> Job:
