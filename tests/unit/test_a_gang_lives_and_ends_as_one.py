@@ -194,3 +194,24 @@ def test_each_worker_holds_its_own_members_gpus() -> None:
     assert (gangs.gpus_on(job, "a"), gangs.gpus_on(job, "b")) == ([0, 1], [3])
     with pytest.raises(TransitionError, match="needs 2 different workers"):
         gangs.bind_gang(job.model_copy(deep=True), [("a", None, []), ("a", None, [])], NOW)
+
+
+def test_a_hang_guard_stops_every_member_and_the_gang_ends_failed_with_its_reason() -> None:
+    job = running_gang(2)
+    job, events = transitions.time_out(job, "MaxRuntimeExceeded", "ran past 1h", NOW)
+    assert job.status.signal == "timeout" and [e.event for e in events] == ["job_timed_out"]
+    job, _ = gangs.complete(job, "a", 0, (None, 15), NOW, 1)
+    assert job.status.phase == P.RUNNING and job.status.failed_rank is None
+    job, _ = gangs.complete(job, "b", 1, (143, None), NOW, 1)
+    assert job.status.phase == P.FAILED and job.status.reason == "MaxRuntimeExceeded"
+
+
+def test_a_preempted_gang_ends_preempted_once_every_member_ended() -> None:
+    job = running_gang(2)
+    job, _ = transitions.request_preemption(job, NOW, "sweeper")
+    job, _ = transitions.stopping(job, "a", NOW, 1, 0)
+    assert job.status.phase == P.PREEMPTING
+    job, _ = gangs.complete(job, "a", 0, (0, None), NOW, 1)
+    job, _ = gangs.complete(job, "b", 1, (0, None), NOW, 1)
+    assert job.status.phase == P.PREEMPTED
+    assert [m.phase for m in job.status.members] == [P.PREEMPTED, P.PREEMPTED]
