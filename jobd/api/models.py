@@ -888,6 +888,10 @@ class Member(Strict):
     # It printed the checkpoint sentinel in this run's grace (preemption): the job's
     # `preemption.checkpoint_complete` holds once every member's does.
     checkpoint_complete: bool = False
+    # Where this member's worker put its checkpoints (its `started`), and the newest
+    # checkpoint it wrote (its `complete`): `job resume` points rank r's RESUME_FROM there.
+    checkpoint_dir: str | None = None
+    checkpoint_latest: str | None = None
 
 
 class JobStatus(Strict):

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_INT",
     "MAX_NODES",
     "NAME_PATTERN",
+    "RESUME_FROM_RANK",
     "SCRUBBED_PHASES",
     "TERMINAL_PHASES",
     "Phase",
@@ -53,6 +54,9 @@ _NAME = NAME_PATTERN.removeprefix("^")
 
 # The workload's variable holding a job array member's index (CONTRACT.md §6).
 ARRAY_INDEX = "JOBD_ARRAY_INDEX"
+# `job resume` of a multi-host job names each rank's checkpoint in the new job's env as
+# RESUME_FROM_RANK_<rank>; that member's agent gives it to the workload as RESUME_FROM.
+RESUME_FROM_RANK = "RESUME_FROM_RANK_"
 # How a job array is named where a job id could be: `A12` (no job's name has a capital).
 _ARRAY_REF = r"A([0-9]{1,10})"
 

@@ -27,6 +27,7 @@ from jobd.api.models import (
     Condition,
     Job,
     JobStatus,
+    Member,
     Phase,
     PreemptionStatus,
     set_condition,
@@ -54,6 +55,7 @@ __all__ = [
     "complete",
     "dependencies_met",
     "dependency_failed",
+    "fail",
     "fence",
     "finish",
     "lose",
@@ -75,6 +77,7 @@ __all__ = [
     "stopping",
     "time_out",
     "unbind",
+    "ungang",
     "unschedulable",
     "wait_reason",
     "waits",
@@ -169,6 +172,8 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
         status.resume_from = latest
     status.retries += 1
     status.phase, status.worker, status.gpus = P.PENDING, None, []
+    if status.members:
+        ungang(status)
     status.exit_code = status.exit_signal = None
     status.scheduled_at = status.started_at = status.stopping_at = status.lost_at = None
     status.progress = status.preemption = status.signal = None
@@ -253,6 +258,18 @@ def scrub_secrets(job: Job, now: datetime) -> None:
     job.spec = masked.spec
     message = "secret env values removed from the store: " + ", ".join(hidden)
     set_condition(job.status, "SecretsScrubbed", True, "JobEnded", message, now=now)
+
+
+def ungang(status: JobStatus) -> None:
+    """A multi-host job back in the queue holds none of its members' workers: its next
+    bind places the whole gang anew (and picks a new master port)."""
+    status.members, status.master_port, status.failed_rank = [], None, None
+
+
+def fail(job: Job, now: datetime, reason: str) -> tuple[Job, Events]:
+    """`job` failed with the exit in its status: Failed, or retried as its policy says."""
+    job = job.evolve()
+    return job, _fail_or_retry(job, now, reason)
 
 
 def finish(job: Job, phase: Phase, now: datetime, reason: str | None = None) -> tuple[Job, Events]:
@@ -377,18 +394,20 @@ def mark_resumed(job: Job, resumed_by: int) -> tuple[Job, Events]:
 # Worker reports
 
 
-def fence(job: Job, worker: str, attempt: int | None) -> None:
+def fence(job: Job, worker: str, attempt: int | None, rank: int = 0) -> None:
     """Refuse a report from another worker than the job's, or about another run of it.
 
     The fence comes before anything else a report does, whatever the job's phase: a
     report of a run that was superseded (the job unbound and bound again, even to the
     same worker) must change nothing. A report without an attempt (an agent older than
-    fencing) is judged by its worker alone.
+    fencing) is judged by its worker alone. A multi-host job's report must come from the
+    worker of the member (`rank`) it says it is; a job of one node has rank 0 only.
     """
-    if job.status.worker != worker:
-        raise TransitionError(
-            f"job {job.id} is bound to {job.status.worker!r}, not {worker!r}; report refused"
-        )
+    members = job.status.members
+    bound = job.status.worker if not members else _member_worker(members, rank)
+    if bound != worker or (rank and not members):
+        said = f"member {rank} of job {job.id}" if rank else f"job {job.id}"
+        raise TransitionError(f"{said} is bound to {bound!r}, not {worker!r}; report refused")
     if attempt is not None and attempt != job.status.attempt:
         raise TransitionError(
             f"job {job.id} is on attempt {job.status.attempt}; "
@@ -396,9 +415,15 @@ def fence(job: Job, worker: str, attempt: int | None) -> None:
         )
 
 
-def start(job: Job, worker: str, now: datetime, attempt: int | None = None) -> tuple[Job, Events]:
+def _member_worker(members: list[Member], rank: int) -> str | None:
+    return members[rank].worker if rank < len(members) else None
+
+
+def start(
+    job: Job, worker: str, now: datetime, attempt: int | None = None, rank: int = 0
+) -> tuple[Job, Events]:
     """The workload runs: a Scheduled job starts, a Lost one is recovered."""
-    fence(job, worker, attempt)
+    fence(job, worker, attempt, rank)
     if job.status.phase in allowed(Verb.STARTED, job):
         return job, []  # a retried report
     job = job.evolve()
@@ -412,12 +437,14 @@ def start(job: Job, worker: str, now: datetime, attempt: int | None = None) -> t
 
 
 def stopping(
-    job: Job, worker: str, now: datetime, attempt: int | None = None
+    job: Job, worker: str, now: datetime, attempt: int | None = None, rank: int = 0
 ) -> tuple[Job, Events]:
     """The worker has sent SIGTERM: Preempting or Cancelling, as the signal says."""
-    fence(job, worker, attempt)
+    fence(job, worker, attempt, rank)
     to = allowed(Verb.STOPPING, job)
     target = _STOP_TARGET.get(job.status.signal or "")
+    if job.status.desired_phase == P.FAILED:
+        target = None  # a gang stopping its members after one failed: it ends Failed
     if target is None or target not in to or target == job.status.phase:
         return job, []
     job = job.evolve()
@@ -434,13 +461,14 @@ def complete(
     now: datetime,
     attempt: int | None = None,
     failure: tuple[str, str] | None = None,
+    rank: int = 0,
 ) -> tuple[Job, Events]:
     """The workload exited; the final phase follows from the desired one and the exit.
 
     `failure` (reason, message) is the worker's word where no exit code can say it: the job
     could not start (start_failed) or its end was never recorded (host_restarted).
     """
-    fence(job, worker, attempt)
+    fence(job, worker, attempt, rank)
     if job.status.phase in TERMINAL_PHASES:
         return job, []  # a retried or late report: what was decided stays decided
     allowed(Verb.COMPLETE, job)
@@ -476,10 +504,11 @@ _UNRECORDED_ENDS = frozenset({"host_restarted", "supervisor_lost"})
 
 
 def checkpoint_complete(
-    job: Job, worker: str, now: datetime, attempt: int | None = None
+    job: Job, worker: str, now: datetime, attempt: int | None = None, rank: int = 0
 ) -> tuple[Job, Events]:
-    """The sentinel was seen: recorded once, the flag being the retry's dedup key."""
-    fence(job, worker, attempt)
+    """The sentinel was seen: recorded once, the flag being the retry's dedup key (a
+    gang's comes here once every member saw it: gangs.checkpoint_complete)."""
+    fence(job, worker, attempt, rank)
     preemption = job.status.preemption
     if preemption is None:
         raise TransitionError(f"job {job.id} is not being preempted; no checkpoint was asked for")
@@ -489,20 +518,22 @@ def checkpoint_complete(
     job = job.evolve()
     assert job.status.preemption is not None
     job.status.preemption.checkpoint_complete = True
-    message = f"seen by {worker}"
+    members = len(job.status.members)
+    message = f"seen by all {members} members" if members else f"seen by {worker}"
     set_condition(job.status, "CheckpointComplete", True, "SentinelSeen", message, now=now)
     fields = {"candidate_job": preemption.candidate_job}
     return job, [EventRecord("checkpoint_complete", job=job.id, worker=worker, fields=fields)]
 
 
 def progress(
-    job: Job, worker: str, sample: Sample, now: datetime, attempt: int | None = None
+    job: Job, worker: str, sample: Sample, now: datetime, attempt: int | None = None, rank: int = 0
 ) -> tuple[Job, Events]:
     """The workload's newest progress line: status.progress, with no event (a line a
-    second would flood events.jsonl). A job that ended keeps what it had."""
-    fence(job, worker, attempt)
+    second would flood events.jsonl). A job that ended keeps what it had; a multi-host
+    job's progress is rank 0's alone (the others' lines are in their logs)."""
+    fence(job, worker, attempt, rank)
     allowed(Verb.PROGRESS, job)
-    if job.status.phase in TERMINAL_PHASES:
+    if rank or job.status.phase in TERMINAL_PHASES:
         return job, []
     job = job.evolve()
     job.status.progress = progress_math.advance(job.status.progress, sample, now)
@@ -536,6 +567,8 @@ def unbind(job: Job, now: datetime | None = None) -> tuple[Job, Events]:
     worker = job.status.worker
     job = job.evolve()
     job.status.phase, job.status.worker, job.status.gpus = P.PENDING, None, []
+    if job.status.members:
+        ungang(job.status)
     message = f"back in the queue: worker {worker} was lost before it started the job"
     waits(job.status, WaitReason.WAITING_FOR_CAPACITY, message, now)
     return job, [EventRecord("job_unbound", job=job.id, worker=worker)]

@@ -14,6 +14,7 @@ __all__ = [
     "changes",
     "events",
     "job_deps",
+    "job_members",
     "jobs",
     "meta",
     "metadata",
@@ -83,6 +84,18 @@ job_deps = sa.Table(
     metadata,
     sa.Column("parent", sa.Integer, primary_key=True),
     sa.Column("child", sa.Integer, primary_key=True),
+)
+
+# The workers of a multi-host job's members, by rank (rank 0 is also `jobs.worker`): a
+# worker's jobs are looked up by name (its agent's list, a lost worker's jobs), and a gang
+# is bound to each of its members' workers. Written only for jobs of more than one node.
+job_members = sa.Table(
+    "job_members",
+    metadata,
+    sa.Column("job_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("rank", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("worker", sa.String(253), nullable=False),
+    sa.Index("ix_job_members_worker", "worker"),
 )
 
 projects = sa.Table(

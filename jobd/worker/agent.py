@@ -33,6 +33,7 @@ from jobd.worker.address import default_address
 from jobd.worker.cleanup import clean_checkpoints_forever
 from jobd.worker.diskspace import DiskWatch, filled_the_disk
 from jobd.worker.execution import Execution, Host
+from jobd.worker.gangs import ready_to_launch
 from jobd.worker.gpus import foreign_use, load_nvml, nvml_usage
 from jobd.worker.identity import Refused, claim_state_dir
 from jobd.worker.jobrecord import JobRecord
@@ -293,25 +294,45 @@ class Agent:
         """Drive local processes toward what the broker says about this job."""
         assert self._tg is not None and self.link is not None
         running = self.executions.get(job.id)
+        name = self.settings.name
         if running is None:
-            if job.status.phase == Phase.SCHEDULED and job.status.worker == self.settings.name:
-                if (job.id, attempt_of(job)) in self.failed_starts:
-                    return  # failed alone already (start_failed, ...): never loop on it
-                if job.status.signal is not None:
-                    # Stopped before it started: report at once, nothing to kill.
-                    report = partial(self.link.report, attempt=job.status.attempt)
-                    self._tg.start_soon(report, job.id, "complete")
-                    return
-                self._start(job)
+            if job.status.members:
+                self._reconcile_member(job)
+            elif job.status.phase == Phase.SCHEDULED and job.status.worker == name:
+                self._start_or_refuse(job)
             return
-        if running.attempt < attempt_of(job) and job.status.worker == self.settings.name:
+        if running.attempt < attempt_of(job) and job.bound_here(name):
             # A retry bound here again while the last attempt still ships its output: it
             # starts once that one is over (supervise).
             self.next_attempts[job.id] = job
-        elif job.status.worker != self.settings.name or job.status.phase.terminal:
+        elif not job.bound_here(name) or job.status.phase.terminal:
             self._tg.start_soon(running.stop, "unbound")
         elif job.status.signal is not None:
             self._tg.start_soon(running.stop, job.status.signal)
+
+    def _start_or_refuse(self, job: JobView) -> None:
+        """Start what is bound here, unless it failed here already or was stopped first."""
+        assert self._tg is not None and self.link is not None
+        if (job.id, attempt_of(job)) in self.failed_starts:
+            return  # failed alone already (start_failed, ...): never loop on it
+        if job.status.signal is not None:
+            # Stopped before it started: report at once, nothing to kill.
+            report = partial(self.link.report, attempt=job.status.attempt)
+            self._tg.start_soon(report, job.id, "complete")
+            return
+        self._start(job)
+
+    def _reconcile_member(self, job: JobView) -> None:
+        """This worker's member of a gang not yet running here: started once the gang is
+        bound and, but for rank 0, once rank 0's port is known (worker/gangs.py)."""
+        assert self.link is not None
+        member = job.member(self.settings.name)
+        if member is None or member.phase != Phase.SCHEDULED or job.status.phase.terminal:
+            return
+        if job.status.signal is None and not ready_to_launch(job, member):
+            return  # the master has not said its port yet: the next change will
+        self.link.ranks[job.id] = member.rank  # a refusal too says which member it is
+        self._start_or_refuse(job)
 
     def _start(self, job: JobView) -> None:
         assert self.link is not None
@@ -345,6 +366,8 @@ class Agent:
             if self.executions.get(execution.job_id) is execution:
                 del self.executions[execution.job_id]
                 self.cores.release(execution.job_id)
+                if self.link is not None:
+                    self.link.ranks.pop(execution.job_id, None)
                 following = self.next_attempts.pop(execution.job_id, None)
                 if following is not None:
                     self._reconcile(following)

@@ -24,6 +24,7 @@ import anyio.abc
 import anyio.to_thread
 
 from jobd.logconfig import get_logger
+from jobd.worker.gangs import pick_master_port
 from jobd.worker.hooks import Hook, LaunchPlan, StartFailed, default_hooks
 from jobd.worker.hooks.ending import wire_completion
 from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
@@ -79,6 +80,8 @@ class Execution:
     ) -> None:
         self.host, self.settings, self.link = host, host.settings, host.link
         self.record, self.state_dir, self.grace_s = record, state_dir, grace_s
+        if record.rank is not None:  # every report on a gang's member says its rank
+            self.link.ranks[record.job_id] = record.rank
         self.job = job  # None when adopted: the broker's word comes with the next change
         self.shim = shim
         self.adopted = job is None
@@ -98,6 +101,11 @@ class Execution:
         """The attempt the broker bound here, still to be launched (hooks: default_hooks())."""
         attempt = attempt_of(job)
         record = JobRecord(job.id, attempt, boot_id(), phase=AttemptPhase.PREPARING)
+        member = job.member(host.settings.name) if job.status.members else None
+        if member is not None:  # a gang's member: its rank; rank 0 chooses the port
+            record.rank = member.rank
+            if member.rank == 0 and job.status.master_port is None:
+                job.status.master_port = pick_master_port(member.address)
         state_dir = job_dir(host.settings.state_dir / "jobs", job.id, attempt)
         grace_s = effective_grace(job, host.settings)
         return cls(host, record, state_dir, grace_s, job=job, hooks=hooks)
@@ -216,6 +224,10 @@ class Execution:
             # stop): until then the shim's own supervisor.json says it all.
             self.record.supervisor_pid = self.shim.identity.pid
             self.record.supervisor_start_time = self.shim.identity.start_time
+        if self.record.rank is not None:
+            # A gang's member: its rank is nowhere else a restarted agent could read it
+            # (a pooled launch writes no spec file), and its reports need it.
+            await self.save()
 
     async def _supervise(self) -> None:
         async with anyio.create_task_group() as tg:

@@ -108,6 +108,8 @@ class JobRecord:
     # What the broker acknowledged besides `complete` (which the phase says).
     started_reported: bool = False
     checkpoint_reported: bool = False
+    # The member this worker runs of a multi-host job (None: a job of one node).
+    rank: int | None = None
 
     @property
     def complete_reported(self) -> bool:
@@ -139,7 +141,7 @@ class JobRecord:
         spec = read_json(state_dir / RECORD_FILE) or read_json(state_dir / SPEC_FILE) or {}
         job_id, attempt = spec.get("job_id"), spec.get("attempt")
         if isinstance(job_id, int) and isinstance(attempt, int):
-            return cls(job_id, attempt)
+            return cls(job_id, attempt, rank=_rank_launched(state_dir))
         return None if named is None else cls(*named)
 
     @classmethod
@@ -157,6 +159,13 @@ class JobRecord:
         data["phase"] = self.phase.value
         data.update(complete_reported=self.complete_reported, drained=self.drained)
         return data
+
+
+def _rank_launched(state_dir: Path) -> int | None:
+    """The rank a gang's member was launched as (its JOBD_NODE_RANK), from its launch spec."""
+    env = (read_json(state_dir / SPEC_FILE) or {}).get("env")
+    rank = env.get("JOBD_NODE_RANK") if isinstance(env, dict) else None
+    return int(rank) if isinstance(rank, str) and rank.isdigit() else None
 
 
 def _phase_of(data: dict[str, Any]) -> AttemptPhase:

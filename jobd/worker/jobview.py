@@ -17,7 +17,7 @@ from typing import Any
 
 from jobd.api.vocabulary import DEFAULT_PROJECT, Phase
 
-__all__ = ["JobView", "UnreadableJob"]
+__all__ = ["JobView", "MemberView", "UnreadableJob"]
 
 
 class UnreadableJob(ValueError):
@@ -89,11 +89,26 @@ class EffectiveView:
         self.secret_env_keys: list[str] | None = effective.get("secret_env_keys")
 
 
+class MemberView:
+    """One member (rank) of a multi-host job: its worker, address, phase and GPUs."""
+
+    __slots__ = ("address", "gpus", "phase", "rank", "worker")
+
+    def __init__(self, member: Mapping[str, Any]) -> None:
+        self.rank: int = int(member["rank"])
+        self.worker: str = str(member["worker"])
+        self.address: str | None = member.get("address")
+        self.phase = Phase(member.get("phase") or Phase.SCHEDULED)
+        self.gpus: list[int] = [int(g) for g in member.get("gpus") or ()]
+
+
 class StatusView:
     __slots__ = (
         "attempt",
         "effective",
         "gpus",
+        "master_port",
+        "members",
         "phase",
         "resume_from",
         "retries",
@@ -110,6 +125,12 @@ class StatusView:
         self.resume_from: str | None = status.get("resume_from")
         self.gpus: list[int] = [int(g) for g in status.get("gpus") or ()]
         self.effective = EffectiveView(_object(status, "effective"))
+        # A multi-host job's members by rank (empty for a job of one node), and the port
+        # rank 0 chose for the others to reach it (None until it has).
+        members = status.get("members")
+        self.members = [MemberView(m) for m in members] if members else []
+        port = status.get("master_port")
+        self.master_port: int | None = None if port is None else int(port)
 
 
 class JobView:
@@ -135,6 +156,15 @@ class JobView:
     @property
     def project(self) -> str:
         return self.metadata.project or DEFAULT_PROJECT
+
+    def member(self, worker: str) -> MemberView | None:
+        """The member of a multi-host job that `worker` runs (None: none, or a job of one
+        node)."""
+        return next((m for m in self.status.members if m.worker == worker), None)
+
+    def bound_here(self, worker: str) -> bool:
+        """Whether `worker` runs this job (a gang: one of its members)."""
+        return self.status.worker == worker or self.member(worker) is not None
 
     def __repr__(self) -> str:
         return f"JobView(id={self.id}, phase={self.status.phase})"

@@ -55,6 +55,9 @@ class BrokerLink:
     _batcher: ReportBatcher = field(init=False)
     clock: Callable[[], float] = time.monotonic  # when a protocol refusal was last said
     _refusal_said_at: float | None = None
+    # The rank this worker runs of each multi-host job here (its reports say it); a job
+    # of one node has none, and its reports stay as they always were.
+    ranks: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._batcher = ReportBatcher(self._send_reports)
@@ -110,6 +113,9 @@ class BrokerLink:
         Reports travel in batches (`jobd.wire.reports`), with the queued events riding
         along; a busy worker's `started` and `complete` often share a request.
         """
+        rank = self.ranks.get(job_id)
+        if rank is not None:
+            body["rank"] = rank
         await self._batcher.report(job_id, verb, attempt, **body)
 
     async def report_many(
@@ -119,6 +125,9 @@ class BrokerLink:
         attempt: int | None = None,
     ) -> None:
         """Several reports on one job, in this order, in one request when none is in flight."""
+        rank = self.ranks.get(job_id)
+        if rank is not None:
+            reports = [(verb, {**body, "rank": rank}) for verb, body in reports]
         await self._batcher.report_many(job_id, reports, attempt)
 
     async def _send_reports(self, reports: list[BatchedReport]) -> list[ReportResult]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobd.api.vocabulary import ARRAY_INDEX
+from jobd.worker.gangs import gang_env
 from jobd.worker.jobview import JobView
 from jobd.worker.limits import Enforcement
 
@@ -79,6 +80,10 @@ def workload_env(job: JobView, settings: WorkerSettings, ckpt_dir: Path) -> dict
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in job.status.gpus),
         }
     )
+    member = job.member(settings.name) if job.status.members else None
+    if member is not None:  # a member of a multi-host job: its rank, its own GPUs
+        env.update(gang_env(job, member))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in member.gpus)
     if job.metadata.array is not None:  # a member of an array or sweep (api/arrays.py)
         env[ARRAY_INDEX] = str(job.metadata.array.index)
     elif ARRAY_INDEX not in job.spec.env:  # the spec's, as a resumed member's holds it

@@ -231,7 +231,7 @@ class Lab:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        port = _free_port()
+        self.port = port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
         self.env = base | {
@@ -264,6 +264,23 @@ class Lab:
         self.processes[log] = subprocess.Popen(
             [str(BIN / "jobd"), *args], env=self.env, cwd=self.root, stdout=out, stderr=out
         )
+
+    def start_worker(self, name: str, *flags: str) -> None:
+        """`jobd worker --name NAME` with no GPUs, its state under the lab's data dir."""
+        state = self.root / "data" / "worker" / name
+        self.start(name, "worker", "--name", name, "--gpus", "none", "--state-dir", str(state),
+                   *flags)  # fmt: skip
+
+    def restart_broker(self, between: Any = None) -> None:
+        """Stop the broker, run `between()` while it is down (its store is free to open),
+        and start it again on the same port; the workers carry on and reconnect."""
+        broker = self.processes.pop("broker")
+        broker.terminate()
+        broker.wait(10)
+        if between is not None:
+            between()
+        self.start("broker-again", "broker", "--port", str(self.port))
+        self.wait_until(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
 
     def wait_until(self, ready: Any, timeout: float = 30) -> None:
         """Until `ready()` holds; a process that ended meanwhile fails with its log."""

@@ -147,7 +147,7 @@ def projects(who: Principal) -> frozenset[str] | None:
 def job(who: Principal, found: Job) -> Job:
     """`found`, if `who` may read or act on it: its project's user, or its bound worker."""
     if who.role == WORKER:
-        if found.status.worker != who.worker:
+        if found.status.worker != who.worker and not _member_worker(found, who.worker):
             raise Forbidden(
                 f"job {found.id} is not bound to worker {who.worker!r}; "
                 f"token {who.label!r} may touch only that worker's jobs"
@@ -155,6 +155,12 @@ def job(who: Principal, found: Job) -> Job:
         return found
     project(who, found.project)
     return found
+
+
+def _member_worker(job: Job, worker: str | None) -> bool:
+    """Whether `worker` runs a member of a multi-host job (reads its secrets, appends
+    its logs, reports on its member)."""
+    return any(m.worker == worker for m in job.status.members)
 
 
 def change(who: Principal, found: Job | JobArray) -> None:

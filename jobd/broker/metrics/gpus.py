@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from jobd.api.models import GpuUsage, Job, Worker, WorkerPhase
+from jobd.controllers.gangs import gpus_on
 from jobd.controllers.view import ClusterView
 
 __all__ = ["GpuCollector", "GpuReadings"]
@@ -79,7 +80,7 @@ class GpuCollector(Collector):
         )
         for name, worker in sorted(self.view.workers.items()):
             readings = self.readings.of(worker)
-            holders = _holders(self.view.bound_to(name))
+            holders = _holders(self.view.bound_to(name), name)
             for gpu in worker.spec.gpus:
                 labels = [name, str(gpu)]
                 if gpu in worker.spec.gpu_memory:
@@ -93,9 +94,9 @@ class GpuCollector(Collector):
         yield from (total, used, busy, holder)
 
 
-def _holders(bound: list[Job]) -> dict[int, Job]:
-    """Which of the bound jobs holds each GPU."""
-    return {gpu: job for job in bound for gpu in job.status.gpus}
+def _holders(bound: list[Job], worker: str) -> dict[int, Job]:
+    """Which of the jobs bound to `worker` holds each of its GPUs."""
+    return {gpu: job for job in bound for gpu in gpus_on(job, worker)}
 
 
 def _job_labels(job: Job) -> dict[str, str]:

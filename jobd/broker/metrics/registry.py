@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from jobd.api.models import Job, Phase, WorkerPhase
 from jobd.broker.metrics.gpus import GpuCollector, GpuReadings
+from jobd.controllers.gangs import gpus_on
 from jobd.controllers.view import ClusterView
 from jobd.store.base import Store
 
@@ -132,7 +133,7 @@ class ClusterCollector(Collector):
                 worker.spec.slots,
                 sum(j.spec.resources.slots for j in bound),
                 len(worker.spec.gpus),
-                sum(len(j.status.gpus) for j in bound),
+                sum(len(gpus_on(j, name)) for j in bound),
             )
             for family, value in zip(families, values, strict=True):
                 family.add_metric([name], value)

@@ -92,7 +92,7 @@ async def run_watch(
             return False
         if jobs is not None and not jobs(entry):
             return False
-        return worker is None or entry.worker == worker
+        return worker is None or entry.bound_to(worker)
 
     revision, changes = await state.feed.wait_since(
         query.since, accept, query.timeout, worker=worker

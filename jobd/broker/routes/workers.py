@@ -18,6 +18,7 @@ from jobd.broker.http.routing import route
 from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
+from jobd.controllers.gangs import runs_on
 from jobd.controllers.verbs import drain, lease_holder, refill, reports, worker_lease
 from jobd.store.base import Conflict, EventRecord, NotFound
 from jobd.wire import routes
@@ -150,30 +151,38 @@ async def drain_worker(
 
 
 def _started(state: BrokerState, job: Job, body: Started) -> Job:
+    if job.status.members:  # each member's cores and directory are its own
+        said = (body.master_port, body.checkpoint_dir)
+        return reports.report_started(state.ctx, job, body.worker, body.attempt, body.rank, said)
     job, _ = transitions.record_checkpoint_dir(job, body.checkpoint_dir)
     job, _ = transitions.record_cpuset(job, body.cpuset)
-    return reports.report_started(state.ctx, job, body.worker, body.attempt)
+    return reports.report_started(state.ctx, job, body.worker, body.attempt, body.rank)
 
 
 def _stopping(state: BrokerState, job: Job, body: Report) -> Job:
-    return reports.report_stopping(state.ctx, job, body.worker, body.attempt)
+    return reports.report_stopping(state.ctx, job, body.worker, body.attempt, body.rank)
 
 
 def _complete(state: BrokerState, job: Job, body: Completion) -> Job:
-    job, _ = transitions.record_checkpoint_latest(job, body.checkpoint_latest)
     failure = None if body.reason is None else (body.reason, body.message or "")
+    member = (body.rank, body.checkpoint_latest)
+    if job.status.members:
+        return reports.report_complete(
+            state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure, member
+        )
+    job, _ = transitions.record_checkpoint_latest(job, body.checkpoint_latest)
     return reports.report_complete(
-        state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure
+        state.ctx, job, body.worker, body.exit_code, body.signal, body.attempt, failure, member
     )
 
 
 def _checkpoint_complete(state: BrokerState, job: Job, body: Report) -> Job:
-    return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt)
+    return reports.record_checkpoint_complete(state.ctx, job, body.worker, body.attempt, body.rank)
 
 
 def _progress(state: BrokerState, job: Job, body: ProgressReport) -> Job:
     sample = body.model_dump(include={"step", "total", "metrics"}, exclude_none=True)
-    return reports.report_progress(state.ctx, job, body.worker, sample, body.attempt)
+    return reports.report_progress(state.ctx, job, body.worker, sample, body.attempt, body.rank)
 
 
 # What each report does; its body is models.REPORT_BODIES[verb].
@@ -303,7 +312,7 @@ def _observed(event: WorkerEvent) -> dict[str, Any]:
 
 def _bound_here(state: BrokerState, job_id: int, worker: str) -> bool:
     bound = state.ctx.view.bound.get(job_id) or state.store.get_job(job_id)
-    return bound is not None and bound.status.worker == worker
+    return bound is not None and runs_on(bound, worker)
 
 
 @route(router, routes.APPEND_LOGS)

@@ -47,6 +47,9 @@ class FeedEntry(NamedTuple):
     phase: str | None = None  # a job's phase
     signal: str | None = None  # a job's status.signal
     started: bool = False  # a job's status.started_at is set
+    # A multi-host job's other members' workers, comma-separated (rank 0's is `worker`);
+    # None for a job of one node. Plain text, as every field here is.
+    members: str | None = None
 
     @classmethod
     def of(cls, change: Change) -> FeedEntry:
@@ -67,6 +70,13 @@ class FeedEntry(NamedTuple):
             job.status.phase.value,
             job.status.signal,
             job.status.started_at is not None,
+            ",".join(m.worker for m in job.status.members[1:]) or None,
+        )
+
+    def bound_to(self, worker: str) -> bool:
+        """Whether the change is of a job bound to `worker` (a gang: any member's)."""
+        return self.worker == worker or (
+            self.members is not None and worker in self.members.split(",")
         )
 
     def labels(self) -> dict[str, str] | None:
@@ -159,6 +169,7 @@ class ChangeFeed:
             self._revs.extend(entry.revision for entry in entries)
             self.revision = entries[-1].revision
             workers = {entry.worker for entry in entries if entry.worker is not None}
+            workers.update(w for e in entries if e.members for w in e.members.split(","))
             for worker in workers & self._per_worker.keys():
                 self._per_worker[worker].notify()
             self.changed.notify()

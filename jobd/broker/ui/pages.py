@@ -29,6 +29,7 @@ from jobd.broker.ui.rendering import fragment, page
 from jobd.broker.ui.timeline import preemptions
 from jobd.controllers import workers as worker_leases
 from jobd.controllers.errors import AdmissionError
+from jobd.controllers.gangs import gpus_on
 from jobd.store.base import EventRecord, Store
 from jobd.wire.models import JobsQuery
 from jobd.wire.routes import DASHBOARD
@@ -125,7 +126,7 @@ async def workers(request: Request) -> Response:
         worker.status.gpu_usage = state.gpu_readings.of(worker)  # NVML's newest, if any
         bound = state.ctx.view.bound_to(worker.name)
         mine = [_document(j) for j in bound if seen is None or j.project in seen]
-        used = sorted(g for j in bound for g in j.status.gpus)
+        used = sorted(g for j in bound for g in gpus_on(j, worker.name))
         shown.append(
             {
                 "doc": json.loads(doc(worker)),

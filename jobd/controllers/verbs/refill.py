@@ -68,6 +68,8 @@ def refill(ctx: Context, plan: Refill, written: Iterable[Job]) -> None:
         held = plan.counted.get(job.id)
         if held is None or job.status.phase in BOUND_PHASES:
             continue
+        if held.status.worker != plan.worker:
+            continue  # a gang's member here: capacity_of counts a job on its worker only
         give_back(cap, held)
         array = held.metadata.array
         if array is not None and array.parallelism is not None and arrays.get(array.id):

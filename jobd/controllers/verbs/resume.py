@@ -16,7 +16,7 @@ checkpoint directory anyway, for a workload that saved without printing the sent
 from __future__ import annotations
 
 from jobd.api.models import Job, JobSpec, ObjectMeta
-from jobd.api.vocabulary import ARRAY_INDEX
+from jobd.api.vocabulary import ARRAY_INDEX, RESUME_FROM_RANK
 from jobd.controllers import transitions
 from jobd.controllers.context import Context
 from jobd.controllers.errors import TransitionError
@@ -50,14 +50,26 @@ def _resume_target(job: Job, force: bool) -> str:
 
 def _resumed_spec(job: Job, from_scratch: bool, force: bool) -> JobSpec:
     spec = job.spec.model_copy(deep=True)
+    for key in [k for k in spec.env if k.startswith(RESUME_FROM_RANK)]:
+        del spec.env[key]  # an earlier resume's: this run's own are set below
     if from_scratch:
         spec.env.pop("RESUME_FROM", None)
     else:
-        spec.env["RESUME_FROM"] = _resume_target(job, force)
+        spec.env["RESUME_FROM"] = target = _resume_target(job, force)
+        spec.env.update(_ranks_resume_from(job, target))
     spec.depends_on = []  # its parents already ran
     if job.metadata.array is not None:  # not a member itself: it keeps the member's index
         spec.env[ARRAY_INDEX] = str(job.metadata.array.index)
     return spec
+
+
+def _ranks_resume_from(job: Job, rank_0s: str) -> dict[str, str]:
+    """A gang resumed is a gang again: each rank resumes from the checkpoint its member
+    left (its newest file, else its directory), else from rank 0's."""
+    return {
+        f"{RESUME_FROM_RANK}{m.rank}": m.checkpoint_latest or m.checkpoint_dir or rank_0s
+        for m in job.status.members
+    }
 
 
 def _free_name(store: Store, job: Job) -> str:

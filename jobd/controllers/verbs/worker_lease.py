@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobd.api.models import Job, ObjectMeta, Phase, Worker, WorkerPhase, WorkerSpec
-from jobd.controllers import transitions, worker_phases
+from jobd.controllers import gangs, transitions, worker_phases
 from jobd.controllers.context import Context
 from jobd.controllers.scheduler import QUEUE_KEY
 from jobd.controllers.verbs import lease_holder
@@ -272,15 +272,26 @@ def _quiet(renewal: Renewal) -> bool:
         attempt = renewal.attempts.get(job_id)
         if attempt is not None and attempt != job.status.attempt:
             return False
-    return not any(_vanished(job, renewal.running, renewal.now) for job in renewal.bound)
+    bound_here = renewal.bound
+    return not any(_vanished(job, renewal.running, renewal.now, renewal.name) for job in bound_here)
 
 
-def _vanished(job: Job, running: Collection[int], now: datetime) -> bool:
-    """A job started here that the worker no longer lists, past the grace of a moment."""
+def _vanished(job: Job, running: Collection[int], now: datetime, worker: str) -> bool:
+    """A job started here that the worker no longer lists, past the grace of a moment (a
+    gang's member here, not yet ended: the others may run on after it ended)."""
     if job.status.phase not in _STARTED_PHASES and job.status.phase != Phase.LOST:
         return False
     started = job.status.started_at
-    return job.id not in running and started is not None and now - started > _VANISHED_AFTER
+    if job.id in running or started is None or now - started <= _VANISHED_AFTER:
+        return False
+    rank = gangs.rank_of(job, worker) if job.status.members else 0
+    return rank is not None and _member_runs(job, rank)
+
+
+def _member_runs(job: Job, rank: int) -> bool:
+    """Whether member `rank` of `job` has started and not ended (a job of one node: yes)."""
+    members = job.status.members
+    return not members or members[rank].phase == Phase.RUNNING
 
 
 def _reconcile_jobs(
@@ -291,9 +302,10 @@ def _reconcile_jobs(
     for job_id in sorted(running):
         job = ctx.view.bound.get(job_id) or store.get_job(job_id)
         attempt = attempts.get(job_id)
-        if job is not None and job.status.worker == name and job.status.phase.terminal:
+        here = job is not None and (job.status.worker == name or gangs.runs_on(job, name))
+        if job is not None and here and job.status.phase.terminal:
             stop.append(job_id)  # ended here a moment ago; the worker is still tidying up
-        elif job is None or job.status.worker != name:
+        elif job is None or not here:
             stop.append(job_id)
             store.append_events([EventRecord("worker_unknown_job", job=job_id, worker=name)])
         elif attempt is not None and attempt != job.status.attempt:
@@ -302,14 +314,24 @@ def _reconcile_jobs(
             store.append_events(
                 [EventRecord("worker_stale_attempt", job=job_id, worker=name, fields=fields)]
             )
-        elif job.status.phase == Phase.LOST:
-            report_started(ctx, job, name, attempt)  # recovered
+        elif job.status.phase == Phase.LOST and _members_back(ctx, job, name):
+            report_started(ctx, job, name, attempt, gangs.rank_of(job, name) or 0)  # recovered
     # Lost too: a worker that came back without a job will never report it.
     now = ctx.clock.now()
     for job in bound:
-        if _vanished(job, running, now):
+        if _vanished(job, running, now, name):
             _end_vanished(ctx, job)
     return stop
+
+
+def _members_back(ctx: Context, job: Job, name: str) -> bool:
+    """Whether a Lost job's workers are all back (`name` is heard from now): a gang runs
+    again only when none of its members' workers is still Lost."""
+    for worker in gangs.member_workers(job):
+        known = ctx.view.workers.get(worker)
+        if worker != name and (known is None or known.status.phase == WorkerPhase.LOST):
+            return False
+    return True
 
 
 def _end_vanished(ctx: Context, job: Job) -> None:

@@ -26,6 +26,7 @@ __all__ = ["EventsFor", "SQLJobs", "random_uuids"]
 
 EventsFor = Callable[[Job], Iterable[EventRecord]]
 _GET_JOB = sa.select(t.jobs.c.body).where(t.jobs.c.id == sa.bindparam("id"))
+_DELETE_MEMBERS = sa.delete(t.job_members).where(t.job_members.c.job_id == sa.bindparam("job_id"))
 _JOBS_BY_NAME = sa.select(t.jobs.c.body).where(
     t.jobs.c.project == sa.bindparam("project"),
     t.jobs.c.name.in_(sa.bindparam("names", expanding=True)),
@@ -140,6 +141,8 @@ class SQLJobs(SQLCompareAndSwap):
             if not tx.swap_job(row):
                 raise self._stale("job", job.metadata.id, self.get_job(job.id) is not None)
             tx.record("Job", "MODIFIED", job, rev, row["body"])
+            if job.spec.nodes > 1:  # a job of one node has no members' rows
+                _write_members(tx.conn, job)
             tx.add_events(events)
             if job.status.phase in SCRUBBED_PHASES and secret_keys(job.spec.env, patterns_of(job)):
                 tx.scrub_history(job)
@@ -150,6 +153,8 @@ class SQLJobs(SQLCompareAndSwap):
         with self._tx(durable=True) as tx:
             self._delete(tx, "Job", t.jobs.c.id, job.id, mask_job(job))
             tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
+            if job.spec.nodes > 1:
+                tx.conn.execute(_DELETE_MEMBERS, {"job_id": job.id})
             tx.scrub_history(job)
 
     def expire_job(self, job: Job, events: Iterable[EventRecord] = ()) -> None:
@@ -162,6 +167,8 @@ class SQLJobs(SQLCompareAndSwap):
         with self._tx(durable=True) as tx:
             self._delete(tx, "Job", t.jobs.c.id, job.id, mask_job(job))
             tx.conn.execute(sa.delete(t.job_deps).where(t.job_deps.c.child == job.id))
+            if job.spec.nodes > 1:
+                tx.conn.execute(_DELETE_MEMBERS, {"job_id": job.id})
             tx.flush()  # the job's events this transaction added go too
             tx.conn.execute(sa.delete(t.events).where(t.events.c.job == job.id))
             tx.scrub_history(job)
@@ -210,8 +217,9 @@ class SQLJobs(SQLCompareAndSwap):
             q = q.where(t.jobs.c.project == project)
         if phases is not None:
             q = q.where(t.jobs.c.phase.in_([str(p) for p in phases]))
-        if worker is not None:
-            q = q.where(t.jobs.c.worker == worker)
+        if worker is not None:  # rank 0's worker, or any member's of a gang
+            members = sa.select(t.job_members.c.job_id).where(t.job_members.c.worker == worker)
+            q = q.where(sa.or_(t.jobs.c.worker == worker, t.jobs.c.id.in_(members)))
         if name is not None:
             q = q.where(t.jobs.c.name == name)
         if ready is not None:
@@ -315,6 +323,14 @@ def random_uuids(n: int) -> list[str]:
         text = f"{int.from_bytes(raw[i : i + 16]) & _UUID4_CLEAR | _UUID4_SET:032x}"
         out.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
     return out
+
+
+def _write_members(conn: sa.Connection, job: Job) -> None:
+    """The members' rows as `job` has them now (none once it is unbound or retried)."""
+    conn.execute(_DELETE_MEMBERS, {"job_id": job.id})
+    rows = [{"job_id": job.id, "rank": m.rank, "worker": m.worker} for m in job.status.members]
+    if rows:
+        conn.execute(t.job_members.insert(), rows)
 
 
 def _job_row(job: Job) -> dict[str, Any]:

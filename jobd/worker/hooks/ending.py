@@ -15,6 +15,7 @@ import anyio.to_thread
 
 from jobd.worker.checkpoints import checkpoint_dir, find_resume_target
 from jobd.worker.diskspace import filled_the_disk
+from jobd.worker.gangs import master_port_said
 from jobd.worker.hooks.base import Hook
 from jobd.worker.hooks.running import FollowOutput
 from jobd.worker.jobrecord import AttemptPhase, boot_id, made_this_boot
@@ -84,7 +85,12 @@ class ReportCompletion(Hook):
         if last_progress is not None:  # the newest line before the end, not yet sent
             reports.insert(0, ("progress", last_progress))
         if not ex.record.started_reported and end.started_at is not None:
-            started = {"checkpoint_dir": f"{ckpt}/", **({"cpuset": ex.cpuset} if ex.cpuset else {})}
+            started: dict[str, Any] = {
+                "checkpoint_dir": f"{ckpt}/",
+                **master_port_said(ex.record.rank, ex.job),
+            }
+            if ex.cpuset:
+                started["cpuset"] = ex.cpuset
             reports.insert(0, ("started", started))
         # Queued first, so it rides with `complete` (the broker records it after the
         # report, in the same commit) rather than in a request of its own.

@@ -12,6 +12,7 @@ from jobd.api.progress import Sample
 from jobd.wire import calls
 from jobd.worker.checkpoints import checkpoint_dir
 from jobd.worker.following import OutputFollower, SentinelWatch
+from jobd.worker.gangs import master_port_said
 from jobd.worker.hooks.base import Hook
 from jobd.worker.jobrecord import AttemptPhase
 from jobd.worker.progress import ProgressScanner, ProgressSender
@@ -53,7 +54,12 @@ class ReportStarted(Hook):
             ckpt = checkpoint_dir(ex.settings.checkpoint_root, ex.job_id)
             pinned = {"cpuset": ex.cpuset} if ex.cpuset else {}
             await ex.link.report(
-                ex.job_id, "started", ex.attempt, checkpoint_dir=f"{ckpt}/", **pinned
+                ex.job_id,
+                "started",
+                ex.attempt,
+                checkpoint_dir=f"{ckpt}/",
+                **pinned,
+                **master_port_said(ex.record.rank, ex.job),
             )
             ex.record.started_reported = True
         self.reported.set()
