@@ -92,6 +92,7 @@ class FollowOutput(Hook):
             ex.save,
             ex.settings.max_log_bytes,
             on_stdout=partial(self._read_progress, ex),
+            rank=ex.record.rank or 0,  # a gang's member appends to its own rank's log
         )
         ex.task_group().start_soon(self.follower.run)
 
