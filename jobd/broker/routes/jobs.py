@@ -295,6 +295,7 @@ async def preempt_blockers(
         {
             "candidate": job_id,
             "worker": plan.worker,
+            "workers": plan.workers,  # a gang's every worker, rank 0's first
             "victims": [doc(v) for v in plan.victims],
             "dry_run": dry_run,
         }
