@@ -56,6 +56,9 @@ class SchedulerController:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.resync_s = ctx.settings.sweep_interval_s
+        # Binding into one worker's room (a report's refill), where no gang can be placed:
+        # a gang met in the queue's order stops the binds (bind_into).
+        self.partial = False
 
     def keys_for(self, change: Change) -> Iterable[str]:
         if change.kind in _WORKER_OR_PROJECT:  # a project's quota or shares may have moved
@@ -133,7 +136,11 @@ class SchedulerController:
             return bound
 
         page = min(_SCAN_LIMIT, max(8, 2 * _room(caps.values())))
-        fair_pass = FairPass(self.ctx, fair, caps, _fits(caps), page, bind, admit, rooms.place)
+
+        def place(job: Job) -> Seat | None:
+            return self._place(job, rooms)
+
+        fair_pass = FairPass(self.ctx, fair, caps, _fits(caps), page, bind, admit, place)
         return fair_pass.run(_SCAN_LIMIT, lambda: _room(caps.values()))
 
     def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
@@ -172,7 +179,7 @@ class SchedulerController:
                 if past is not None:
                     return raced, past
                 continue
-            seat = rooms.place(job)
+            seat = self._place(job, rooms)
             if seat is not None:
                 bound = self._bind(job, seat, rooms)
                 raced = not bound or raced
@@ -189,6 +196,12 @@ class SchedulerController:
         if said is not job:
             with suppress(Conflict):  # the job moved meanwhile; its next read says why
                 self.ctx.store.update_job(said, [])
+
+    def _place(self, job: Job, rooms: RoomIndex) -> Seat | None:
+        """Where `job` goes (rooms.place); _GangAhead for a gang in a partial pass."""
+        if self.partial and job.spec.nodes > 1:
+            raise _GangAhead(job.id)
+        return rooms.place(job)
 
     def _bind(self, job: Job, seat: Seat, rooms: RoomIndex | None = None) -> bool:
         """Bind `job` into `seat` (through `rooms`, which the plain pass keeps current)."""
@@ -219,11 +232,19 @@ class SchedulerController:
 class Room(NamedTuple):
     """Free capacity to bind into, read on the loop: each worker's, how many members of
     each array with a parallelism cap are bound, and the fair-share inputs (None: plain
-    priority-then-id order). Copies: the store's thread may bind against them."""
+    priority-then-id order). Copies: the store's thread may bind against them. `whole`:
+    every schedulable worker's room; False for one worker's (a report's refill)."""
 
     caps: dict[str, Capacity]
     arrays: dict[int, int]
     fair: FairInputs | None
+    whole: bool = True
+
+
+class _GangAhead(Exception):
+    """A partial pass met a gang in the queue's order: it needs workers this pass does
+    not see, so the binds stop there and the scheduler's pass over every worker decides
+    (else jobs behind it would take, one report at a time, the room it waits for)."""
 
 
 def free_room(ctx: Context) -> Room | None:
@@ -239,11 +260,17 @@ def free_room(ctx: Context) -> Room | None:
 def bind_into(ctx: Context, room: Room) -> bool:
     """Bind ready queued jobs into `room` as a pass would (fair share and quotas when
     set, else priority then id); True when a bind lost a race. Inside the caller's
-    transaction (a worker's reports: verbs/refill.py), so no batch of its own."""
+    transaction (a worker's reports: verbs/refill.py), so no batch of its own. A room
+    not `whole` binds no further than the first gang in the queue's order: True then,
+    as the scheduler's pass has a job to look at."""
     scheduler = SchedulerController(ctx)
-    if room.fair is not None:
-        return scheduler._bind_fair(room.fair, room.caps, room.arrays)
-    return scheduler._bind_pages(room.caps, room.arrays)
+    scheduler.partial = not room.whole
+    try:
+        if room.fair is not None:
+            return scheduler._bind_fair(room.fair, room.caps, room.arrays)
+        return scheduler._bind_pages(room.caps, room.arrays)
+    except _GangAhead:
+        return True
 
 
 def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:

@@ -147,10 +147,11 @@ def choose_gang_victims(
     the fewest victims (none where it fits already); None when N cannot be, so that
     nothing is preempted for a gang that still could not run.
 
-    Workers are taken one at a time, the cheapest plan first (fewest victims not yet
-    chosen, then the lowest priority among them). A victim chosen counts as stopping
-    everywhere it runs: a gang victim frees its members' other workers too, so a worker
-    it was on may then cost nothing more.
+    Workers are taken one at a time, the cheapest plan first: fewest victims per worker
+    it makes room on (a running gang stopped on one worker frees its members' other
+    workers too: one victim, several workers), then the lowest priority among them. A
+    victim chosen counts as stopped everywhere it runs, so a worker it was on may then
+    cost nothing more.
     """
     trials = {name: cap.copy() for name, cap in caps.items()}
     left = {name: list(jobs) for name, jobs in by_worker.items()}
@@ -158,7 +159,7 @@ def choose_gang_victims(
     victims: dict[int, Job] = {}
     while len(chosen) < candidate.spec.nodes:
         plans = [
-            found
+            (_per_worker(candidate, found, trials, left, chosen), found[1])
             for name, cap in trials.items()
             if name not in chosen
             and (found := _plan_on(candidate, cap, left.get(name, []), eligible)) is not None
@@ -171,6 +172,33 @@ def choose_gang_victims(
             victims[victim.id] = victim
             _stop_in_trial(victim, trials, left)
     return Plan(chosen[0], list(victims.values()), chosen)
+
+
+def _per_worker(
+    candidate: Job,
+    found: tuple[PlanKey, Plan],
+    trials: dict[str, Capacity],
+    left: dict[str, list[Job]],
+    chosen: list[str],
+) -> tuple[float, int, str]:
+    """A plan's key for a gang: its victims per worker they make room on (its own, and
+    any other not chosen yet that a gang victim's stopping would let a member fit)."""
+    (count, worst, name), plan = found
+    others = {w for v in plan.victims for w, _ in holdings(v)} - {name, *chosen}
+    freed = 1
+    for worker in sorted(others & trials.keys()):
+        trial = trials[worker].copy()
+        for victim in plan.victims:
+            give_back(trial, victim)
+        stopped = {v.id for v in plan.victims}
+        rest = [j for j in left.get(worker, []) if j.id not in stopped]
+        if _plan_on(candidate, trial, rest, _never) is not None:
+            freed += 1
+    return count / freed, worst, name
+
+
+def _never(_job: Job) -> bool:
+    return False
 
 
 def _stop_in_trial(victim: Job, trials: dict[str, Capacity], left: dict[str, list[Job]]) -> None:
