@@ -98,10 +98,10 @@ class RoomIndex:
     def choose_gang(self, job: Job) -> list[Capacity] | None:
         """capacity.choose_gang(job, caps): N distinct workers, each weighed as `choose`
         weighs one, the chosen ones out of the index until all N are found."""
-        if job.status.nominated_workers:
+        if job.status.nominated_workers or not self._walked:
+            self._walked = True  # as choose: the pass's first choice walks, unbuilt
             return choose_gang(job, self.caps)
         self._build()
-        self._walked = True
         seats: list[Capacity] = []
         try:
             while len(seats) < job.spec.nodes:
