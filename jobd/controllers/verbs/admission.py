@@ -254,7 +254,8 @@ def refuse_pinned_gang(job: Job) -> None:
         raise AdmissionError(
             f"spec.worker: a job of {spec.nodes} nodes runs one member on each of "
             f"{spec.nodes} different workers, so it cannot be pinned to {spec.worker!r}: "
-            "leave the pin out, or choose workers with spec.node_selector"
+            "leave the pin out (job submit --worker), or choose workers by their labels "
+            "(spec.node_selector, --selector)"
         )
 
 
