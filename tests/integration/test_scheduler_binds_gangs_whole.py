@@ -14,7 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, Resources, WorkerSpec
+from jobd.api.models import (
+    Job,
+    JobSpec,
+    ObjectMeta,
+    Phase,
+    Project,
+    ProjectQuota,
+    ProjectSpec,
+    Resources,
+    WorkerSpec,
+)
 from jobd.controllers import transitions
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
@@ -127,6 +137,25 @@ async def test_two_gangs_of_two_on_three_workers_bind_whole_in_priority_order(
     assert len(set(_placed(ctx, low))) == 2
     [scheduled] = ctx.store.list_events(event="job_scheduled", job=low.id)
     assert scheduled.fields["workers"] == _placed(ctx, low), "one event for the whole gang"
+
+
+async def test_the_fair_pass_binds_a_gang_whole_under_its_quota(ctx: Context) -> None:
+    # Two projects queued and a quota: the pass is fair share's (fairqueue.py). The
+    # quota (no borrowing) counts a gang's GPUs once per node: 2 nodes of 2 GPUs are 4.
+    _workers(ctx, "a", "b", "c", gpus=2)
+    spec = ProjectSpec(quota=ProjectQuota(gpus=4), borrow=False)
+    ctx.store.put_project(Project(metadata=ObjectMeta(name="p"), spec=spec))
+    gang = _submit(ctx, "gang", priority=5, nodes=2, resources=Resources(gpus=2))
+    over = _submit(ctx, "over", priority=5, resources=Resources(gpus=2))
+    other = Job(metadata=ObjectMeta(name="other", project="q"), spec=JobSpec(command=["true"]))
+    create_jobs(ctx.store, [other], ctx.clock)
+    await _schedule(ctx)
+
+    assert len(set(_placed(ctx, gang))) == 2
+    assert reread(ctx, over).status.phase == Phase.PENDING, "4 GPUs held: the quota is full"
+    [said] = [c for c in reread(ctx, over).status.conditions if c.type == "Scheduled"]
+    assert said.reason == "QuotaExceeded"
+    assert reread(ctx, other).status.phase == Phase.SCHEDULED
 
 
 async def test_a_gang_ended_gives_back_every_member_worker(ctx: Context) -> None:
