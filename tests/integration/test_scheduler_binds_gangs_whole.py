@@ -8,9 +8,6 @@ directly (`_run_gang`, `_end`) and exercise what placement decides around it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
@@ -27,7 +24,7 @@ from jobd.api.models import (
 )
 from jobd.controllers import transitions
 from jobd.controllers.clock import FakeClock
-from jobd.controllers.context import Context, Settings
+from jobd.controllers.context import Context
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.sweeper import SweeperController
 from jobd.controllers.verbs import reports
@@ -35,20 +32,9 @@ from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.preempt import preempt_blockers
 from jobd.controllers.verbs.refill import refill, room_of
 from jobd.controllers.verbs.worker_lease import register_worker
-from jobd.store.sql import open_store
 from tests.integration.conftest import job_document, reread
 
 pytestmark = pytest.mark.anyio
-
-FIVE_MIN = 300.0
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[Context]:
-    store = open_store(f"sqlite:///{tmp_path}/jobd.db")
-    settings = Settings(auto_preempt_queued_s=FIVE_MIN, auto_preempt_min_runtime_s=FIVE_MIN)
-    yield Context(store, settings, FakeClock())
-    store.close()
 
 
 def _workers(ctx: Context, *names: str, gpus: int = 0) -> None:
@@ -92,9 +78,22 @@ def _placed(ctx: Context, job: Job) -> list[str]:
     return [m.worker for m in reread(ctx, job).status.members]
 
 
-def _clock(ctx: Context) -> FakeClock:
-    assert isinstance(ctx.clock, FakeClock)
-    return ctx.clock
+def _start(ctx: Context, *jobs: Job) -> None:
+    """Jobs of one node bound: each reported started by its worker."""
+    for job in jobs:
+        bound = reread(ctx, job)
+        reports.report_started(ctx, bound, bound.status.worker or "")
+
+
+def _aged_candidate(ctx: Context, name: str, **spec: object) -> Job:
+    """A job queued once what runs has run past the sweeper's floor, and queued past its
+    threshold in turn (the sweeper's rules 1 and 4; the default settings, 5 minutes)."""
+    clock, settings = ctx.clock, ctx.settings
+    assert isinstance(clock, FakeClock)
+    clock.advance(settings.auto_preempt_min_runtime_s + 1)
+    candidate = _submit(ctx, name, **spec)
+    clock.advance(settings.auto_preempt_queued_s + 1)
+    return candidate
 
 
 async def test_a_gang_of_three_on_two_workers_holds_nothing_and_says_why(ctx: Context) -> None:
@@ -206,9 +205,7 @@ async def test_preempt_blockers_frees_several_workers_and_nominates_them_all(
     _workers(ctx, "a", "b", "c")
     victims = [_submit(ctx, f"v{i}", priority=1 + i, preemptible=True) for i in range(3)]
     await _schedule(ctx)
-    for victim in victims:
-        bound = reread(ctx, victim)
-        reports.report_started(ctx, bound, bound.status.worker or "")
+    _start(ctx, *victims)
     gang = _submit(ctx, "gang", priority=9, nodes=2)
 
     plan = preempt_blockers(ctx, reread(ctx, gang), dry_run=False)
@@ -238,11 +235,8 @@ async def test_the_sweeper_preempts_one_running_gang_as_one_victim(ctx: Context)
     spare = _submit(ctx, "spare", priority=1, preemptible=True)
     await _schedule(ctx)
     _run_gang(ctx, victim)
-    bound = reread(ctx, spare)
-    reports.report_started(ctx, bound, bound.status.worker or "")
-    _clock(ctx).advance(FIVE_MIN + 1)
-    wanted = _submit(ctx, "wanted", priority=9, nodes=2)
-    _clock(ctx).advance(FIVE_MIN + 1)
+    _start(ctx, spare)
+    wanted = _aged_candidate(ctx, "wanted", priority=9, nodes=2)
 
     await SweeperController(ctx).reconcile("sweep")
 
@@ -265,12 +259,8 @@ async def test_the_sweeper_preempts_nothing_when_n_workers_cannot_be_freed(
     low = _submit(ctx, "low", priority=1, preemptible=True)
     held = [_submit(ctx, f"keep{i}", priority=50, preemptible=True) for i in range(2)]
     await _schedule(ctx)
-    for job in [low, *held]:
-        bound = reread(ctx, job)
-        reports.report_started(ctx, bound, bound.status.worker or "")
-    _clock(ctx).advance(FIVE_MIN + 1)
-    wanted = _submit(ctx, "wanted", priority=9, nodes=2)
-    _clock(ctx).advance(FIVE_MIN + 1)
+    _start(ctx, low, *held)
+    wanted = _aged_candidate(ctx, "wanted", priority=9, nodes=2)
 
     await SweeperController(ctx).reconcile("sweep")
 
