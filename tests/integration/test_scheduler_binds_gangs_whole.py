@@ -24,7 +24,7 @@ from jobd.api.models import (
 )
 from jobd.controllers import transitions
 from jobd.controllers.clock import FakeClock
-from jobd.controllers.context import Context
+from jobd.controllers.context import Context, Settings
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.sweeper import SweeperController
 from jobd.controllers.verbs import reports
@@ -32,9 +32,16 @@ from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.preempt import preempt_blockers
 from jobd.controllers.verbs.refill import refill, room_of
 from jobd.controllers.verbs.worker_lease import register_worker
+from jobd.store.sql import SQLStore
 from tests.integration.conftest import job_document, reread
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def ctx(store: SQLStore) -> Context:
+    """On SQLite and on PostgreSQL (tests/conftest.py `store`): off the loop there."""
+    return Context(store, Settings(), FakeClock())
 
 
 def _workers(ctx: Context, *names: str, gpus: int = 0) -> None:
