@@ -33,7 +33,7 @@ from jobd.controllers.verbs.preempt import preempt_blockers
 from jobd.controllers.verbs.refill import refill, room_of
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store.sql import SQLStore
-from tests.integration.conftest import job_document, reread
+from tests.integration.conftest import broker_state, job_document, reread
 
 pytestmark = pytest.mark.anyio
 
@@ -282,3 +282,21 @@ async def test_a_gang_pinned_to_a_worker_is_refused_with_422(api: httpx.AsyncCli
     assert "spec.worker" in answer.text
     listed = await api.get("/jobs")
     assert listed.json()["items"] == [], "nothing was created"
+
+
+async def test_preempt_blockers_names_every_worker_of_a_gang(api: httpx.AsyncClient) -> None:
+    ctx = broker_state(api).ctx
+    _workers(ctx, "a", "b")
+    victims = [_submit(ctx, f"v{i}", priority=1, preemptible=True) for i in range(2)]
+    await _schedule(ctx)
+    _start(ctx, *victims)
+    gang = _submit(ctx, "gang", priority=9, nodes=2)
+    single = _submit(ctx, "single", priority=9)
+
+    answer = await api.post(f"/jobs/{gang.id}/preempt-blockers", params={"dry_run": "true"})
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    assert sorted(found["workers"]) == ["a", "b"] and found["worker"] == found["workers"][0]
+    assert len(found["victims"]) == 2
+    answer = await api.post(f"/jobs/{single.id}/preempt-blockers", params={"dry_run": "true"})
+    assert "workers" not in answer.json(), "a job of one node is answered as before"
