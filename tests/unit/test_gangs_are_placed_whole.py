@@ -31,7 +31,7 @@ from jobd.controllers.capacity import (
     hold_for,
     nominated_on,
 )
-from jobd.controllers.errors import AdmissionError
+from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.explain import Cluster, Queue, explain
 from jobd.controllers.placement import placement_message, shapes_of
 from jobd.controllers.quotas import Held
@@ -316,3 +316,29 @@ def test_explain_of_a_gang_short_of_room_now_names_the_workers_that_could() -> N
     assert answer["preemption"]["possible"] is True
     assert answer["preemption"]["workers"] == ["a", "b", "c"]
     assert answer["preemption"]["says"].endswith(f"job {bound[0].id} (priority 1) on a, b, c")
+
+
+@pytest.mark.parametrize("phase", list(Phase), ids=str)
+def test_the_gang_moves_apply_only_where_bind_and_nominate_do(phase: Phase) -> None:
+    """bind_gang is the table's BIND and nominate_gang its NOMINATE, phase by phase."""
+    gang = _job(nodes=2)
+    gang.status.phase = phase
+    members = [Member(rank=0, worker="a"), Member(rank=1, worker="b")]
+    moves = [
+        (
+            lambda: transitions.bind(gang, "a", [], T0),
+            lambda: transitions.bind_gang(gang, members, T0),
+        ),
+        (
+            lambda: transitions.nominate(gang, "a", T0),
+            lambda: transitions.nominate_gang(gang, ["a", "b"], T0),
+        ),
+    ]
+    for single, whole in moves:
+        try:
+            moved, _ = single()
+        except TransitionError as refused:
+            with pytest.raises(TransitionError, match=str(refused)):
+                whole()
+            continue
+        assert whole()[0].status.phase == moved.status.phase
