@@ -27,7 +27,7 @@ from jobd.controllers.capacity import (
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.quotas import Held, held_by, over_quota, quota_verdict
-from jobd.controllers.verbs.preempt import hold, nominate, request_preemption
+from jobd.controllers.verbs.preempt import hold, nominate_for, request_preemption
 from jobd.controllers.victims import choose_victims, on_the_way
 from jobd.store.base import Change, Conflict
 
@@ -157,7 +157,7 @@ class ReclaimController:
             return  # room for it would take more than the borrowers borrowed
         for victim in plan.victims:
             request_preemption(self.ctx, victim, "reclaim", candidate)
-        nominate(self.ctx, candidate, plan)
+        nominate_for(self.ctx, candidate, plan)
         hold(caps, candidate, plan)
 
 

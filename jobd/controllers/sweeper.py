@@ -28,7 +28,7 @@ from jobd.controllers.capacity import (
 )
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
-from jobd.controllers.verbs.preempt import hold, nominate, request_preemption
+from jobd.controllers.verbs.preempt import hold, nominate_for, request_preemption
 from jobd.controllers.victims import choose_victims, may_yield_to, on_the_way, runtime_s
 from jobd.store.base import Change, Conflict
 
@@ -126,7 +126,7 @@ class SweeperController:
             return False
         for victim in plan.victims:
             request_preemption(self.ctx, victim, "sweeper", candidate)
-        nominate(self.ctx, candidate, plan)
+        nominate_for(self.ctx, candidate, plan)
         hold(caps, candidate, plan)
         return True
 

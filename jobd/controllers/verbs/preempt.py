@@ -24,6 +24,7 @@ __all__ = [
     "blockers_plan",
     "hold",
     "nominate",
+    "nominate_for",
     "preempt_blockers",
     "request_preemption",
 ]
@@ -37,14 +38,20 @@ def request_preemption(
     return ctx.store.update_job(job, events, durable=True)
 
 
-def nominate(ctx: Context, job: Job, plan: Plan) -> None:
-    """Hold the capacity being freed on the plan's worker (a gang's: each of its
-    workers) for the queued `job`."""
-    now = ctx.clock.now()
-    if plan.gang:
-        new, events = transitions.nominate_gang(job, plan.gang, now)
-    else:
-        new, events = transitions.nominate(job, plan.worker, now)
+def nominate(ctx: Context, job: Job, worker: str) -> None:
+    """Hold the capacity being freed on `worker` for the queued `job`."""
+    new, events = transitions.nominate(job, worker, ctx.clock.now())
+    if new is not job:
+        ctx.store.update_job(new, events)
+
+
+def nominate_for(ctx: Context, job: Job, plan: Plan) -> None:
+    """Hold the capacity a plan frees for the queued `job`: on its worker, or on each of
+    a gang's workers."""
+    if not plan.gang:
+        nominate(ctx, job, plan.worker)
+        return
+    new, events = transitions.nominate_gang(job, plan.gang, ctx.clock.now())
     if new is not job:
         ctx.store.update_job(new, events)
 
@@ -63,7 +70,7 @@ def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
     plan = blockers_plan(candidate, caps, bound)
     if not dry_run:
         plan.victims = [request_preemption(ctx, v, "blockers", candidate) for v in plan.victims]
-        nominate(ctx, ctx.store.get_job(candidate.id) or candidate, plan)
+        nominate_for(ctx, ctx.store.get_job(candidate.id) or candidate, plan)
     return plan
 
 
