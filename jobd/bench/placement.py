@@ -42,7 +42,13 @@ from jobd.controllers.verbs import admission
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store import open_store, sqlite_url
 
-__all__ = ["mixed_jobs", "run_placement", "run_placement_fair", "worker_spec"]
+__all__ = [
+    "TARGET_CPU_MS_PER_JOB",
+    "mixed_jobs",
+    "run_placement",
+    "run_placement_fair",
+    "worker_spec",
+]
 
 TARGET_CPU_MS_PER_JOB = 1.0  # the scheduler's pass, per job it binds
 GIB = 1 << 30
