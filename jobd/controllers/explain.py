@@ -78,7 +78,7 @@ def explain(job: Job, cluster: Cluster, queue: Queue) -> Document:
     unplaceable = placement_message(job.spec, shapes_of(cluster.workers))
     fits = sorted(w["worker"] for w in workers if w["fits"])
     reason, message = _reason(job, unplaceable, fits, queue)
-    return {
+    found: Document = {
         **head,
         "reason": reason.value,
         "message": message,
@@ -90,9 +90,11 @@ def explain(job: Job, cluster: Cluster, queue: Queue) -> Document:
         "dependencies": _dependencies(job, queue),
         "retry": _retry(job, queue),
         "array": _array(job, queue),
-        "gang": _gang(job, fits),
         "preemption": _preemption(job, cluster, fits, unplaceable),
     }
+    if job.spec.nodes > 1:  # a job of one node is answered as it always was
+        found["gang"] = _gang(job, fits)
+    return found
 
 
 def _fits_now(job: Job, fits: list[str]) -> bool:
@@ -100,11 +102,9 @@ def _fits_now(job: Job, fits: list[str]) -> bool:
     return len(fits) >= job.spec.nodes
 
 
-def _gang(job: Job, fits: list[str]) -> Document | None:
+def _gang(job: Job, fits: list[str]) -> Document:
     """A gang's count: the workers it needs at once, and those that could take a member."""
     nodes = job.spec.nodes
-    if nodes == 1:
-        return None
     return {"nodes": nodes, "fit": fits, "says": _gang_says(nodes, fits)}
 
 

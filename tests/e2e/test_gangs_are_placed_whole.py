@@ -120,6 +120,7 @@ def test_a_gang_of_four_waits_holding_nothing_and_explain_says_why(lab: Lab) -> 
     explained = lab.job("explain", str(gang))
     assert explained.returncode == 0, explained.stderr
     assert "needs 4 workers that can hold it, 3 can" in explained.stdout
+    assert "3 could take a member now: w1, w2, w3" in explained.stdout
     single, _ = lab.submit("--priority", "1")
     lab.wait_phase(single, "Running")
     lab.cancel_all(gang, single)

@@ -22,6 +22,7 @@ from jobd.api.models import (
     Worker,
     WorkerSpec,
 )
+from jobd.cli.explaining import explanation_lines
 from jobd.controllers import transitions
 from jobd.controllers.capacity import (
     capacity_of,
@@ -342,3 +343,12 @@ def test_the_gang_moves_apply_only_where_bind_and_nominate_do(phase: Phase) -> N
                 whole()
             continue
         assert whole()[0].status.phase == moved.status.phase
+
+
+def test_job_explain_prints_the_gang_block_and_nothing_new_for_one_node() -> None:
+    workers = [_worker("a"), _worker("b")]
+    gang_answer = explain(_job(nodes=3), Cluster(workers, {"a", "b"}, []), Queue(now=T0))
+    said = "\n".join(explanation_lines(gang_answer))
+    assert "  Nodes:" in said and "2 could take a member now: a, b" in said
+    single = explain(_job(), Cluster(workers, {"a", "b"}, []), Queue(now=T0))
+    assert "gang" not in single and "Nodes" not in "\n".join(explanation_lines(single))
