@@ -155,22 +155,31 @@ def choose_gang_victims(
     """
     trials = {name: cap.copy() for name, cap in caps.items()}
     left = {name: list(jobs) for name, jobs in by_worker.items()}
+
+    def plan_on(name: str) -> tuple[PlanKey, Plan] | None:
+        return _plan_on(candidate, trials[name], left.get(name, []), eligible)
+
+    # Each worker's plan, worked out again only where a victim chosen ran.
+    plans = {name: found for name in trials if (found := plan_on(name)) is not None}
     chosen: list[str] = []
     victims: dict[int, Job] = {}
     while len(chosen) < candidate.spec.nodes:
-        plans = [
-            (_per_worker(candidate, found, trials, left, chosen), found[1])
-            for name, cap in trials.items()
-            if name not in chosen
-            and (found := _plan_on(candidate, cap, left.get(name, []), eligible)) is not None
-        ]
         if not plans:
             return None
-        plan = min(plans, key=lambda p: p[0])[1]
+        keyed = [(_per_worker(candidate, p, trials, left, chosen), p[1]) for p in plans.values()]
+        plan = min(keyed, key=lambda k: k[0])[1]
         chosen.append(plan.worker)
+        del plans[plan.worker]
+        touched: set[str] = set()
         for victim in plan.victims:
             victims[victim.id] = victim
-            _stop_in_trial(victim, trials, left)
+            touched |= _stop_in_trial(victim, trials, left)
+        for name in touched.intersection(plans):
+            found = plan_on(name)
+            if found is None:
+                del plans[name]
+            else:
+                plans[name] = found
     return Plan(chosen[0], list(victims.values()), chosen)
 
 
@@ -201,13 +210,19 @@ def _never(_job: Job) -> bool:
     return False
 
 
-def _stop_in_trial(victim: Job, trials: dict[str, Capacity], left: dict[str, list[Job]]) -> None:
-    """Count `victim` as stopped on every worker it holds room on, in the trial."""
+def _stop_in_trial(
+    victim: Job, trials: dict[str, Capacity], left: dict[str, list[Job]]
+) -> set[str]:
+    """Count `victim` as stopped on every worker it holds room on, in the trial; those
+    workers."""
+    touched = set()
     for worker, _gpus in holdings(victim):
+        touched.add(worker)
         if worker in trials:
             give_back(trials[worker], victim)
         if worker in left:
             left[worker] = [j for j in left[worker] if j.id != victim.id]
+    return touched
 
 
 def frees_for(victim: Job, candidate: Job) -> bool:
