@@ -4,13 +4,10 @@ of one node placed the same way. The default run does not include it."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from jobd.bench.runner import OPT_IN, SCENARIOS
+from tests.integration.conftest import bench_line
 
 
 def test_gang_is_opt_in() -> None:
@@ -18,18 +15,8 @@ def test_gang_is_opt_in() -> None:
 
 
 def test_the_gang_scenario_reports_its_figures(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBD_")}
-    env |= {"HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "jobd", "bench", "--json", "--scenario", "gang", "--size", "tiny"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    (line,) = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
-    assert line["scenario"] == "gang" and "error" not in line, line
+    line = bench_line(tmp_path, "--scenario", "gang")
+    assert line["scenario"] == "gang", line
     assert line["n"] == 30 and line["per_s"] is None and isinstance(line["met"], bool)
     assert 0 < line["p50_ms"] <= line["p99_ms"]
     for nodes in (1, 2, 4):
