@@ -27,7 +27,7 @@ from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
 from jobd.controllers.scheduler import SchedulerController
 from jobd.controllers.sweeper import SweeperController
-from jobd.controllers.verbs import reports
+from jobd.controllers.verbs import drain, reports
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.preempt import preempt_blockers
 from jobd.controllers.verbs.refill import refill, room_of
@@ -300,3 +300,19 @@ async def test_preempt_blockers_names_every_worker_of_a_gang(api: httpx.AsyncCli
     assert len(found["victims"]) == 2
     answer = await api.post(f"/jobs/{single.id}/preempt-blockers", params={"dry_run": "true"})
     assert "workers" not in answer.json(), "a job of one node is answered as before"
+
+
+async def test_cordoning_any_nominated_worker_releases_a_gangs_hold(ctx: Context) -> None:
+    _workers(ctx, "a", "b", "c")
+    victims = [_submit(ctx, f"v{i}", priority=1, preemptible=True) for i in range(3)]
+    await _schedule(ctx)
+    _start(ctx, *victims)
+    gang = _submit(ctx, "gang", priority=9, nodes=2)
+    preempt_blockers(ctx, reread(ctx, gang), dry_run=False)
+    held = reread(ctx, gang).status.nominated_workers
+    assert len(held) == 2
+
+    drain.cordon(ctx, held[1])  # not the first, which nominated_worker names
+
+    released = reread(ctx, gang).status
+    assert (released.nominated_worker, released.nominated_workers) == (None, [])
