@@ -942,6 +942,10 @@ class JobStatus(Strict):
     master_port: int | None = Field(default=None, ge=1, le=65535)
     # Which member ended the run of a multi-host job (its exit is exit_code above).
     failed_rank: int | None = None
+    # A queued multi-host job that preemption is freeing room for: every worker room is
+    # held on for it, rank 0's first (`nominated_worker` is that first one, so a gang is
+    # found among the nominated jobs as a job of one node is). Empty for a job of one node.
+    nominated_workers: list[str] = Field(default_factory=list)
 
 
 class Job(Strict):

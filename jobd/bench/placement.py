@@ -42,7 +42,13 @@ from jobd.controllers.verbs import admission
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store import open_store, sqlite_url
 
-__all__ = ["run_placement", "run_placement_fair"]
+__all__ = [
+    "TARGET_CPU_MS_PER_JOB",
+    "mixed_jobs",
+    "run_placement",
+    "run_placement_fair",
+    "worker_spec",
+]
 
 TARGET_CPU_MS_PER_JOB = 1.0  # the scheduler's pass, per job it binds
 GIB = 1 << 30
@@ -51,7 +57,7 @@ _MEMORY = (16, 32, 64, 128, 256, 512)
 _SITES = ("lab0", "lab1", "lab2", "lab3")
 
 
-def _worker_spec(i: int) -> WorkerSpec:
+def worker_spec(i: int) -> WorkerSpec:
     """Worker i's own shape: the six sizes, four sites, GPUs on one in four."""
     gpus = [0, 1, 2, 3] if i % 4 == 0 else []
     return WorkerSpec(
@@ -83,7 +89,7 @@ def _job_spec(i: int) -> dict[str, Any]:
     }
 
 
-def _jobs(first: int, count: int, projects: tuple[str, ...] = (PROJECT,)) -> list[Job]:
+def mixed_jobs(first: int, count: int, projects: tuple[str, ...] = (PROJECT,)) -> list[Job]:
     return [
         Job(
             metadata=ObjectMeta(name=f"p-{i}", project=projects[i % len(projects)]),
@@ -107,7 +113,8 @@ async def _measure(
     collections.counting = False  # only inside the passes
     for b in range(batches):
         began = time.process_time()
-        created = admission.create_jobs(ctx.store, _jobs(b * batch, batch, projects), ctx.clock)
+        jobs = mixed_jobs(b * batch, batch, projects)
+        created = admission.create_jobs(ctx.store, jobs, ctx.clock)
         admitted.append((time.process_time() - began) / batch)
         began = time.process_time()
         collections.counting = True
@@ -153,7 +160,7 @@ async def _placement(ctx: BenchContext, name: str, fair: bool) -> Result:
     try:
         context = Context(store)
         for i in range(workers):
-            register_worker(context, f"node-{i:04d}", _worker_spec(i), "sim", "sim")
+            register_worker(context, f"node-{i:04d}", worker_spec(i), "sim", "sim")
         if fair:
             _fair_projects(context)
         ctx.progress.step(f"{workers} workers registered")

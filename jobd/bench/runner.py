@@ -32,6 +32,7 @@ from jobd.bench.context import BenchContext, Size, Skipped
 from jobd.bench.databases import bench_db
 from jobd.bench.dispatch import run_dispatch, run_drain
 from jobd.bench.footprint import run_footprint
+from jobd.bench.gangs import run_gang
 from jobd.bench.harness import Endpoint
 from jobd.bench.loaded import run_healthz
 from jobd.bench.notify import run_notify
@@ -63,6 +64,7 @@ OPT_IN: dict[str, Scenario] = {
     "healthz": run_healthz,
     "notify": run_notify,
     "placement-fair": run_placement_fair,
+    "gang": run_gang,
 }
 
 

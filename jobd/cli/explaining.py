@@ -60,6 +60,7 @@ def explanation_lines(answer: Document) -> list[str]:
     lines += _block("Depends on", dependencies)
     lines += _block("Retry", [answer["retry"]["says"]] if answer.get("retry") else [])
     lines += _block("Array", [answer["array"]["says"]] if answer.get("array") else [])
+    lines += _block("Nodes", [answer["gang"]["says"]] if answer.get("gang") else [])
     lines += _block("Preemption", [answer["preemption"]["says"]])
     return lines
 

@@ -4,6 +4,11 @@ Pure policy shared by the scheduler (which binds into free room) and the preempt
 verbs and sweeper (which free room for a queued job, then hold it for that job, its
 `nominated_worker`, so no other job takes it first). Built from the cluster view's
 workers and bound jobs; nothing here reads the store.
+
+A job of several nodes (a gang, `spec.nodes > 1`) holds its `resources` on each of its
+members' workers (`status.members`, each with its own GPUs), is held room for on each of
+its `nominated_workers`, and is placed on N distinct workers at once (`choose_gang`) or
+not at all: a gang waiting holds nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +25,17 @@ from jobd.controllers.worker_disk import disk_is_full
 __all__ = [
     "Capacity",
     "PlacementKey",
+    "Seat",
     "best_of",
     "capacity_of",
+    "choose_gang",
+    "choose_seat",
     "choose_worker",
     "empty_capacity",
     "give_back",
     "hold_for",
+    "holdings",
+    "nominated_on",
     "reserve_nominated",
     "schedulable",
 ]
@@ -63,6 +73,9 @@ class Capacity:
     # capacities are built every pass); None: any (eligibility.py). See knows().
     users: Sequence[str] | None = None
     _user_set: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    # Where a gang's members on this worker are reached (its status.address, else its
+    # hostname): kept in a gang's `status.members` at bind.
+    address: str | None = None
 
     def knows(self, owner: str | None) -> bool:
         """Whether a job of `owner` may run here; the names hashed once, on first need."""
@@ -185,6 +198,7 @@ class Capacity:
             self.total_memory,
             self.users,
             self._user_set,
+            self.address,
         )
 
 
@@ -211,14 +225,33 @@ def capacity_of(workers: Iterable[Worker], bound: Iterable[Job]) -> dict[str, Ca
         if w.status.phase == WorkerPhase.READY and not w.spec.cordoned and not disk_is_full(w)
     }
     for job in bound:
-        cap = caps.get(job.status.worker or "")
-        if cap is not None:
-            needs = job.spec.resources
-            cap.free_slots -= needs.slots
-            cap.free_millicpus -= needs.millicpus
-            cap.free_memory -= needs.memory_bytes
-            cap.free_gpus = [g for g in cap.free_gpus if g not in job.status.gpus]
+        if job.status.members:  # a gang: its resources on each member's worker
+            for worker, gpus in holdings(job):
+                _take_held(caps.get(worker), job, gpus)
+        else:
+            _take_held(caps.get(job.status.worker or ""), job, job.status.gpus)
     return caps
+
+
+def holdings(job: Job) -> list[tuple[str, list[int]]]:
+    """Each worker a bound job holds room on, with its GPUs there: each member's for a
+    gang, else its one worker's."""
+    status = job.status
+    if status.members:
+        return [(m.worker, m.gpus) for m in status.members]
+    return [(status.worker, status.gpus)] if status.worker else []
+
+
+def _take_held(cap: Capacity | None, job: Job, gpus: list[int]) -> None:
+    """Count `job` (or one member of a gang) as holding its room and `gpus` on `cap`
+    (None: a worker not Ready, nothing to count)."""
+    if cap is None:
+        return
+    needs = job.spec.resources
+    cap.free_slots -= needs.slots
+    cap.free_millicpus -= needs.millicpus
+    cap.free_memory -= needs.memory_bytes
+    cap.free_gpus = [g for g in cap.free_gpus if g not in gpus]
 
 
 def empty_capacity(worker: Worker) -> Capacity:
@@ -243,6 +276,7 @@ def _capacity(worker: Worker) -> Capacity:
         millicpus,
         memory,
         worker.status.users,
+        address=worker.status.address or worker.status.hostname or worker.name,
     )
 
 
@@ -254,12 +288,19 @@ def _memory_free(worker: Worker) -> dict[int, int]:
 
 
 def give_back(cap: Capacity, job: Job) -> None:
-    """Count what `job` holds on `cap` as free again (a victim, in a trial)."""
+    """Count what `job` holds on `cap` as free again (a victim, in a trial). A gang gives
+    back its member on `cap`'s worker (none: nothing)."""
+    gpus = job.status.gpus
+    if job.status.members:
+        held = [g for worker, g in holdings(job) if worker == cap.worker]
+        if not held:
+            return
+        gpus = held[0]
     needs = job.spec.resources
     cap.free_slots += needs.slots
     cap.free_millicpus += needs.millicpus
     cap.free_memory += needs.memory_bytes
-    cap.free_gpus = sorted(set(cap.free_gpus) | set(job.status.gpus))
+    cap.free_gpus = sorted(set(cap.free_gpus) | set(gpus))
 
 
 def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
@@ -268,11 +309,25 @@ def reserve_nominated(view: ClusterView, caps: dict[str, Capacity]) -> None:
 
 
 def hold_for(nominated: Iterable[Job], caps: dict[str, Capacity]) -> None:
-    """Hold on each nominated job's worker what it needs (reserve_nominated's rule)."""
+    """Hold on each nominated job's worker what it needs (reserve_nominated's rule); on
+    each of a nominated gang's workers, what one member needs."""
     for job in nominated:
+        if job.status.nominated_workers:
+            for worker in job.status.nominated_workers:
+                if (held := caps.get(worker)) is not None:
+                    held.reserved[job.id] = job.spec.resources
+            continue
         cap = caps.get(job.status.nominated_worker or "")
         if cap is not None:
             cap.reserved[job.id] = job.spec.resources
+
+
+def nominated_on(job: Job) -> list[str]:
+    """The workers room is held on for a queued job: a gang's every one, else its one."""
+    status = job.status
+    if status.nominated_workers:
+        return status.nominated_workers
+    return [status.nominated_worker] if status.nominated_worker else []
 
 
 def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
@@ -286,6 +341,35 @@ def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:
         cap = caps.get(job.status.nominated_worker)
         return cap if cap is not None and cap.fits(job) else None
     return best_of(job, caps.values())
+
+
+# Where a job goes: one worker's capacity, or a gang's, one worker per member (rank order).
+Seat = Capacity | list[Capacity]
+
+
+def choose_seat(job: Job, caps: dict[str, Capacity]) -> Seat | None:
+    """choose_gang for a job of several nodes, else choose_worker."""
+    return choose_gang(job, caps) if job.spec.nodes > 1 else choose_worker(job, caps)
+
+
+def choose_gang(job: Job, caps: dict[str, Capacity]) -> list[Capacity] | None:
+    """N distinct workers for a gang of N, each with room for one member: its nominated
+    workers when it has them (all must fit), else choose_worker's best fit applied N times,
+    each time on the workers not chosen yet. None when N cannot be found: nothing held."""
+    nominated = job.status.nominated_workers
+    if nominated:
+        chosen = [caps.get(name) for name in nominated]
+        seats = [c for c in chosen if c is not None and c.fits(job)]
+        return seats if len(seats) == job.spec.nodes == len(chosen) else None
+    left = dict(caps)
+    seats = []
+    for _ in range(job.spec.nodes):
+        cap = best_of(job, left.values())
+        if cap is None:
+            return None
+        seats.append(cap)
+        del left[cap.worker]
+    return seats
 
 
 # What a worker is worth to a job (larger is better): see choose_worker.

@@ -9,7 +9,9 @@ worker it says what keeps the job out (not heard from, Lost, cordoned, disk full
 of eligibility naming the label or the mount roots, too small even when empty, or short
 now of slots, GPUs, GPU memory, CPUs, memory — by how much, GPU memory taken by other
 programs included); then the job's place in the queue, the parents it waits for, its
-retry backoff, its array's cap, and which victims preemption would take. The broker's
+retry backoff, its array's cap, and which victims preemption would take. A job of several
+nodes (a gang) needs that many workers to fit at once: it says how many it needs and
+which workers could take a member now (`gang`). The broker's
 route (broker/routes/jobs.py) gathers the inputs; the answer is a JSON document with a
 sentence for each finding, which `job explain` and the MCP tool print as they are.
 """
@@ -30,6 +32,7 @@ from jobd.controllers.capacity import (
     capacity_of,
     empty_capacity,
     hold_for,
+    nominated_on,
     schedulable,
 )
 from jobd.controllers.errors import TransitionError
@@ -75,7 +78,7 @@ def explain(job: Job, cluster: Cluster, queue: Queue) -> Document:
     unplaceable = placement_message(job.spec, shapes_of(cluster.workers))
     fits = sorted(w["worker"] for w in workers if w["fits"])
     reason, message = _reason(job, unplaceable, fits, queue)
-    return {
+    found: Document = {
         **head,
         "reason": reason.value,
         "message": message,
@@ -89,6 +92,25 @@ def explain(job: Job, cluster: Cluster, queue: Queue) -> Document:
         "array": _array(job, queue),
         "preemption": _preemption(job, cluster, fits, unplaceable),
     }
+    if job.spec.nodes > 1:  # a job of one node is answered as it always was
+        found["gang"] = _gang(job, fits)
+    return found
+
+
+def _fits_now(job: Job, fits: list[str]) -> bool:
+    """Whether enough workers have room now: one, or one per member of a gang."""
+    return len(fits) >= job.spec.nodes
+
+
+def _gang(job: Job, fits: list[str]) -> Document:
+    """A gang's count: the workers it needs at once, and those that could take a member."""
+    nodes = job.spec.nodes
+    return {"nodes": nodes, "fit": fits, "says": _gang_says(nodes, fits)}
+
+
+def _gang_says(nodes: int, fits: list[str]) -> str:
+    could = f"{len(fits)} could take a member now" + (f": {', '.join(fits)}" if fits else "")
+    return f"it needs {nodes} workers with room for a member each at once; {could}"
 
 
 def _condition(job: Job) -> Document | None:
@@ -118,6 +140,8 @@ def _reason(
         return WaitReason.ARRAY_PARALLELISM, said + f"{array.parallelism} members running"
     if held is not None and held["reason"] == WaitReason.QUOTA_EXCEEDED:
         return WaitReason.QUOTA_EXCEEDED, held["message"]
+    if fits and not _fits_now(job, fits):
+        return WaitReason.WAITING_FOR_CAPACITY, _gang_says(job.spec.nodes, fits)
     if fits:
         ahead = f"; {_count(queue.ahead, 'job')} ahead of it" if queue.ahead else ""
         return (
@@ -309,7 +333,7 @@ def _queue(job: Job, queue: Queue) -> Document | None:
         f"{same} of priority {priority} queued before it"
     )
     if status.nominated_worker:
-        says += f"; room is being freed for it on {status.nominated_worker}"
+        says += f"; room is being freed for it on {', '.join(nominated_on(job))}"
     return {
         "priority": priority,
         "ahead": queue.ahead,
@@ -372,7 +396,7 @@ def _preemption(job: Job, cluster: Cluster, fits: list[str], unplaceable: str | 
     if unplaceable is not None:
         return {"possible": False, "says": "no preemption helps: no worker could ever run it"}
     queued = job.status.dependencies_met and job.status.retry_at is None
-    if fits and queued:  # else blockers_plan says what it waits for instead
+    if _fits_now(job, fits) and queued:  # else blockers_plan says what it waits for instead
         return {"possible": False, "says": "no preemption needed: it fits now"}
     bound = list(cluster.bound)
     caps = capacity_of(schedulable(cluster.workers, cluster.heard), bound)
@@ -384,12 +408,11 @@ def _preemption(job: Job, cluster: Cluster, fits: list[str], unplaceable: str | 
         {"job": v.id, "name": v.ref, "priority": v.status.effective.priority} for v in plan.victims
     ]
     listed = ", ".join(f"job {v['job']} (priority {v['priority']})" for v in victims)
-    return {
-        "possible": True,
-        "worker": plan.worker,
-        "victims": victims,
-        "says": f"`job preempt-blockers {job.id}` would preempt {listed} on {plan.worker}",
-    }
+    where = ", ".join(plan.workers)
+    found: Document = {"possible": True, "worker": plan.worker, "victims": victims}
+    if plan.gang:
+        found["workers"] = plan.workers
+    return {**found, "says": f"`job preempt-blockers {job.id}` would preempt {listed} on {where}"}
 
 
 def _not_queued(job: Job) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from jobd.api.models import Job, Project
 from jobd.controllers import transitions
-from jobd.controllers.capacity import Capacity, choose_worker
+from jobd.controllers.capacity import Capacity, Seat, choose_seat
 from jobd.controllers.context import Context
 from jobd.controllers.fairshare import factors, shares_of
 from jobd.controllers.quotas import Held, QuotaVerdict, held_by, limits_anything, quota_verdict
@@ -84,14 +84,14 @@ class FairPass:
         caps: dict[str, Capacity],
         fits: Fits,
         page: int,
-        bind: Callable[[Job, Capacity], bool],
+        bind: Callable[[Job, Seat], bool],
         admit: Callable[[Job], bool],
-        choose: Callable[[Job], Capacity | None] | None = None,
+        choose: Callable[[Job], Seat | None] | None = None,
     ) -> None:
         self.ctx, self.caps, self.fits, self.page = ctx, caps, fits, page
         self.bind, self.admit = bind, admit
-        # Where a job goes: choose_worker's answer (the scheduler passes its room index's).
-        self.choose = choose or (lambda job: choose_worker(job, caps))
+        # Where a job goes: choose_seat's answer (the scheduler passes its room index's).
+        self.choose = choose or (lambda job: choose_seat(job, caps))
         self.projects, self.limits = inputs.projects, inputs.limits
         self.held, self.users, self.factor = inputs.held, inputs.users, inputs.factor
         self.heads = {name: _Head() for name in inputs.names}

@@ -78,20 +78,17 @@ def gpus_on(job: Job, worker: str) -> list[int]:
 
 
 def bind_gang(job: Job, placements: Sequence[Placement], now: datetime) -> tuple[Job, Events]:
-    """A ready Pending gang gets all its workers at once: one member per worker, rank 0
-    mirrored in `status.worker`/`gpus`, one attempt for the whole group."""
+    """`transitions.bind_gang` from (worker, address, gpus) triples, rank order: how the
+    tests bind a gang the way the scheduler does."""
     if len(placements) != job.spec.nodes or len({w for w, _, _ in placements}) != len(placements):
         raise TransitionError(
             f"job {job.id} needs {job.spec.nodes} different workers, got {len(placements)}"
         )
-    first, _, gpus = placements[0]
-    job, events = transitions.bind(job, first, gpus, now)
-    job.status.members = [
+    members = [
         Member(rank=rank, worker=worker, address=address, gpus=list(held))
         for rank, (worker, address, held) in enumerate(placements)
     ]
-    job.status.master_port = job.status.failed_rank = None
-    return job, events
+    return transitions.bind_gang(job, members, now)
 
 
 def _member(job: Job, worker: str, rank: int, attempt: int | None) -> Member:

@@ -91,7 +91,10 @@ def placement_message(
         rooted = any(s.mount_roots for s in shapes)
     # Every create and every change of a queued job asks: a job naming none of it is
     # answered on the fields themselves (cpus and memory are None or above zero).
-    if not (needs.gpus or needs.cpus or needs.memory or rooted or eligibility.asks_where(spec)):
+    gang = spec.nodes > 1
+    if not (
+        needs.gpus or needs.cpus or needs.memory or rooted or gang or eligibility.asks_where(spec)
+    ):
         return None
     welcome = [s for s in shapes if _admits(spec, s)]
     if not welcome:
@@ -100,9 +103,23 @@ def placement_message(
             for s in shapes
         ]
         return _no_worker_may(spec, sorted(refusals))
+    if gang:
+        return _too_few(spec, welcome)
     if any(_holds(shape, needs) for shape in welcome):
         return None
     return unschedulable_message(needs, welcome) or _too_big(needs, welcome)
+
+
+def _too_few(spec: JobSpec, welcome: Collection[Shape]) -> str | None:
+    """Why fewer than `spec.nodes` workers (of these, each a worker) could ever hold one
+    member of a gang each; None when enough could."""
+    holding = sum(1 for shape in welcome if _holds(shape, spec.resources))
+    if holding >= spec.nodes:
+        return None
+    if not holding:
+        return unschedulable_message(spec.resources, welcome) or _too_big(spec.resources, welcome)
+    can = "1 can" if holding == 1 else f"{holding} can"
+    return f"needs {spec.nodes} workers that can hold it, {can}"
 
 
 def _admits(spec: JobSpec, shape: Shape) -> bool:

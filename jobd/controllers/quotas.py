@@ -40,10 +40,12 @@ class Held:
     jobs: int = 0
 
     def add(self, job: Job, sign: int = 1) -> None:
-        needs = job.spec.resources
-        self.gpus += sign * needs.gpus
-        self.millicpus += sign * needs.millicpus
-        self.memory += sign * needs.memory_bytes
+        """Count `job` in: its resources once per node (a gang of 2 with 8 GPUs holds
+        16), and as one job."""
+        needs, times = job.spec.resources, sign * job.spec.nodes
+        self.gpus += times * needs.gpus
+        self.millicpus += times * needs.millicpus
+        self.memory += times * needs.memory_bytes
         self.jobs += sign
 
 

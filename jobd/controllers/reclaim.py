@@ -20,14 +20,14 @@ from jobd.api.models import Job, Phase, Project
 from jobd.controllers.capacity import (
     Capacity,
     capacity_of,
-    choose_worker,
+    choose_seat,
     reserve_nominated,
     schedulable,
 )
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.quotas import Held, held_by, over_quota, quota_verdict
-from jobd.controllers.verbs.preempt import nominate, request_preemption
+from jobd.controllers.verbs.preempt import hold, nominate_for, request_preemption
 from jobd.controllers.victims import choose_victims, on_the_way
 from jobd.store.base import Change, Conflict
 
@@ -133,7 +133,7 @@ class ReclaimController:
             )
             if verdict is not None:
                 continue  # past its own quota: it may borrow, not reclaim
-            if choose_worker(candidate, caps) is not None:
+            if choose_seat(candidate, caps) is not None:
                 self.ctx.enqueue("scheduler", "queue")
                 continue
             self._act_for(candidate, caps, bound, lenders)
@@ -157,8 +157,8 @@ class ReclaimController:
             return  # room for it would take more than the borrowers borrowed
         for victim in plan.victims:
             request_preemption(self.ctx, victim, "reclaim", candidate)
-        nominate(self.ctx, candidate, plan.worker)
-        caps[plan.worker].reserved[candidate.id] = candidate.spec.resources
+        nominate_for(self.ctx, candidate, plan)
+        hold(caps, candidate, plan)
 
 
 _WATCHED = {Phase.PENDING.value, Phase.RUNNING.value, Phase.PREEMPTED.value}

@@ -18,7 +18,9 @@ The choice is choose_worker's, by construction: the same measure (`capacity.best
 the same candidates, a room standing for its members. A worker holding room for a
 nominated job is a room of its own (what it offers depends on the job), and a job pinned
 to a worker is weighed against that worker alone. Taking room moves a worker to its new
-room. Built from the pass's capacities (as many rooms as workers at worst, a few dozen for
+room. A gang of N (`spec.nodes > 1`) weighs the index N times, each worker chosen taken
+out of it until the choice is made (`choose_gang`): distinct workers, best fit each time.
+Built from the pass's capacities (as many rooms as workers at worst, a few dozen for
 a fleet of a few shapes), at the pass's second choice: building it costs about one walk
 of every worker, so a pass that binds one job (a dispatch on an idle fleet) walks them
 once, as before, and one that binds many pays the walk once. Nothing here reads the store.
@@ -31,7 +33,7 @@ from typing import NamedTuple
 
 from jobd.api.models import Job, Resources
 from jobd.controllers import eligibility
-from jobd.controllers.capacity import Capacity, best_of, choose_worker
+from jobd.controllers.capacity import Capacity, Seat, best_of, choose_gang, choose_worker
 
 __all__ = ["RoomIndex"]
 
@@ -81,13 +83,41 @@ class RoomIndex:
 
     def choose(self, job: Job) -> Capacity | None:
         """choose_worker(job, caps), weighing the last-named worker of each room."""
-        spec = job.spec
         if job.status.nominated_worker:
             return choose_worker(job, self.caps)
         if not self._walked:
             self._walked = True
             return choose_worker(job, self.caps)
         self._build()
+        return self._best(job)
+
+    def place(self, job: Job) -> Seat | None:
+        """Where `job` goes: choose_gang's workers for a gang, else choose's."""
+        return self.choose_gang(job) if job.spec.nodes > 1 else self.choose(job)
+
+    def choose_gang(self, job: Job) -> list[Capacity] | None:
+        """capacity.choose_gang(job, caps): N distinct workers, each weighed as `choose`
+        weighs one, the chosen ones out of the index until all N are found."""
+        if job.status.nominated_workers or not self._walked:
+            self._walked = True  # as choose: the pass's first choice walks, unbuilt
+            return choose_gang(job, self.caps)
+        self._build()
+        seats: list[Capacity] = []
+        try:
+            while len(seats) < job.spec.nodes:
+                cap = self._best(job)
+                if cap is None:
+                    return None
+                seats.append(cap)
+                self._remove(cap.worker)
+            return seats
+        finally:
+            for cap in seats:
+                self._add(cap)
+
+    def _best(self, job: Job) -> Capacity | None:
+        """The best worker for `job` in the built index: the last-named of each room."""
+        spec = job.spec
         if spec.worker is not None:
             return best_of(job, self._pinned(spec.worker))
         needs = spec.resources
@@ -120,7 +150,8 @@ class RoomIndex:
         """A pinned job's candidates: its worker, and any worker without a spec (no
         rules to keep it out, as pick() has it)."""
         ruleless = [n for names in self._kinds.get(None, {}).values() for n in names]
-        return [self.caps[n] for n in dict.fromkeys([name, *ruleless]) if n in self.caps]
+        # Those in the index: a gang's workers chosen so far are out of it.
+        return [self.caps[n] for n in dict.fromkeys([name, *ruleless]) if n in self._place]
 
     def _add(self, cap: Capacity) -> None:
         kind, room = _where_kind(cap), _room(cap)

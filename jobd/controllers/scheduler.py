@@ -6,8 +6,11 @@ grows with what runs, not with history), then walks ready Pending jobs highest p
 first, FIFO within a priority, off an index, stopping as soon as no capacity is left.
 Capacity freed by preemption is held for the job it was freed for (its
 `nominated_worker`): no other job may take it first (capacity.py). Binding is the state
-machine's `bind` (transitions.py). Next stage: the worker sees the binding through its
-watch and starts the process.
+machine's `bind` (transitions.py). A gang (`spec.nodes = N > 1`) is bound only when N
+distinct workers each have room for one member (rooms.choose_gang), all in one write
+(`bind_gang`); else it is passed over holding nothing, as a job that fits nowhere is, so
+two gangs waiting never hold part of each other's workers. Next stage: the worker sees
+the binding through its watch and starts the process.
 """
 
 from __future__ import annotations
@@ -16,15 +19,21 @@ from collections.abc import Iterable
 from contextlib import suppress
 from typing import NamedTuple
 
-from jobd.api.models import BOUND_PHASES, Job, Phase
+from jobd.api.models import BOUND_PHASES, Job, Member, Phase
 from jobd.api.wait_reasons import WaitReason
 from jobd.controllers import transitions
-from jobd.controllers.capacity import Capacity, capacity_of, reserve_nominated, schedulable
+from jobd.controllers.capacity import (
+    Capacity,
+    Seat,
+    capacity_of,
+    reserve_nominated,
+    schedulable,
+)
 from jobd.controllers.context import Context
 from jobd.controllers.fairqueue import FairInputs, FairPass, fair_inputs
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.rooms import RoomIndex
-from jobd.store.base import Change, Conflict, Fits
+from jobd.store.base import Change, Conflict, EventRecord, Fits
 
 __all__ = ["QUEUE_KEY", "Room", "SchedulerController", "bind_into", "free_room"]
 
@@ -47,6 +56,9 @@ class SchedulerController:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.resync_s = ctx.settings.sweep_interval_s
+        # Binding into one worker's room (a report's refill), where no gang can be placed:
+        # a gang met in the queue's order stops the binds (bind_into).
+        self.partial = False
 
     def keys_for(self, change: Change) -> Iterable[str]:
         if change.kind in _WORKER_OR_PROJECT:  # a project's quota or shares may have moved
@@ -117,14 +129,18 @@ class SchedulerController:
 
         rooms = RoomIndex(caps)  # a job weighs one worker of each kind and room
 
-        def bind(job: Job, cap: Capacity) -> bool:
-            bound = self._bind(job, cap, rooms)
+        def bind(job: Job, seat: Seat) -> bool:
+            bound = self._bind(job, seat, rooms)
             if bound and job.metadata.array is not None:
                 arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
             return bound
 
         page = min(_SCAN_LIMIT, max(8, 2 * _room(caps.values())))
-        fair_pass = FairPass(self.ctx, fair, caps, _fits(caps), page, bind, admit, rooms.choose)
+
+        def place(job: Job) -> Seat | None:
+            return self._place(job, rooms)
+
+        fair_pass = FairPass(self.ctx, fair, caps, _fits(caps), page, bind, admit, place)
         return fair_pass.run(_SCAN_LIMIT, lambda: _room(caps.values()))
 
     def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
@@ -163,9 +179,9 @@ class SchedulerController:
                 if past is not None:
                     return raced, past
                 continue
-            cap = rooms.choose(job)
-            if cap is not None:
-                bound = self._bind(job, cap, rooms)
+            seat = self._place(job, rooms)
+            if seat is not None:
+                bound = self._bind(job, seat, rooms)
                 raced = not bound or raced
                 if bound and job.metadata.array is not None:
                     arrays[job.metadata.array.id] = arrays.get(job.metadata.array.id, 0) + 1
@@ -181,10 +197,31 @@ class SchedulerController:
             with suppress(Conflict):  # the job moved meanwhile; its next read says why
                 self.ctx.store.update_job(said, [])
 
-    def _bind(self, job: Job, cap: Capacity, rooms: RoomIndex | None = None) -> bool:
-        """Bind `job` into `cap` (through `rooms`, which the plain pass keeps current)."""
-        gpus = rooms.take(cap, job) if rooms is not None else cap.take(job)
-        bound, events = transitions.bind(job, cap.worker, gpus, self.ctx.clock.now())
+    def _place(self, job: Job, rooms: RoomIndex) -> Seat | None:
+        """Where `job` goes (rooms.place); _GangAhead for a gang in a partial pass."""
+        if self.partial and job.spec.nodes > 1:
+            raise _GangAhead(job.id)
+        return rooms.place(job)
+
+    def _bind(self, job: Job, seat: Seat, rooms: RoomIndex | None = None) -> bool:
+        """Bind `job` into `seat` (through `rooms`, which the plain pass keeps current)."""
+        if isinstance(seat, list):
+            return self._bind_gang(job, seat, rooms)
+        gpus = rooms.take(seat, job) if rooms is not None else seat.take(job)
+        bound, events = transitions.bind(job, seat.worker, gpus, self.ctx.clock.now())
+        return self._write(bound, events)
+
+    def _bind_gang(self, job: Job, seats: list[Capacity], rooms: RoomIndex | None) -> bool:
+        """Bind a gang into one seat per member (rank order), in one write."""
+        members = []
+        for rank, cap in enumerate(seats):
+            gpus = rooms.take(cap, job) if rooms is not None else cap.take(job)
+            members.append(Member(rank=rank, worker=cap.worker, address=cap.address, gpus=gpus))
+        bound, events = transitions.bind_gang(job, members, self.ctx.clock.now())
+        return self._write(bound, events)
+
+    def _write(self, bound: Job, events: list[EventRecord]) -> bool:
+        """Write a bind; False when it lost its race (the job moved meanwhile)."""
         try:
             self.ctx.store.update_job(bound, events)
         except Conflict:
@@ -195,11 +232,19 @@ class SchedulerController:
 class Room(NamedTuple):
     """Free capacity to bind into, read on the loop: each worker's, how many members of
     each array with a parallelism cap are bound, and the fair-share inputs (None: plain
-    priority-then-id order). Copies: the store's thread may bind against them."""
+    priority-then-id order). Copies: the store's thread may bind against them. `whole`:
+    every schedulable worker's room; False for one worker's (a report's refill)."""
 
     caps: dict[str, Capacity]
     arrays: dict[int, int]
     fair: FairInputs | None
+    whole: bool = True
+
+
+class _GangAhead(Exception):
+    """A partial pass met a gang in the queue's order: it needs workers this pass does
+    not see, so the binds stop there and the scheduler's pass over every worker decides
+    (else jobs behind it would take, one report at a time, the room it waits for)."""
 
 
 def free_room(ctx: Context) -> Room | None:
@@ -215,11 +260,17 @@ def free_room(ctx: Context) -> Room | None:
 def bind_into(ctx: Context, room: Room) -> bool:
     """Bind ready queued jobs into `room` as a pass would (fair share and quotas when
     set, else priority then id); True when a bind lost a race. Inside the caller's
-    transaction (a worker's reports: verbs/refill.py), so no batch of its own."""
+    transaction (a worker's reports: verbs/refill.py), so no batch of its own. A room
+    not `whole` binds no further than the first gang in the queue's order: True then,
+    as the scheduler's pass has a job to look at."""
     scheduler = SchedulerController(ctx)
-    if room.fair is not None:
-        return scheduler._bind_fair(room.fair, room.caps, room.arrays)
-    return scheduler._bind_pages(room.caps, room.arrays)
+    scheduler.partial = not room.whole
+    try:
+        if room.fair is not None:
+            return scheduler._bind_fair(room.fair, room.caps, room.arrays)
+        return scheduler._bind_pages(room.caps, room.arrays)
+    except _GangAhead:
+        return True
 
 
 def _under_array_cap(job: Job, arrays: dict[int, int]) -> bool:

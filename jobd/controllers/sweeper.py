@@ -6,8 +6,10 @@ preemptible, its priority is strictly lower, and it has run longer than
 `auto_preempt_min_runtime_s`. It is a reconcile loop on one key whose result is the time
 until the next condition can change (`requeue_after`), so nothing polls. Victims are
 chosen by victims.py; preempting them and nominating the queued job to their worker are
-the same verbs `job preempt-blockers` uses (verbs/preempt.py). Next stage: the worker
-stops the victims, and the scheduler holds the freed capacity for the nominated job.
+the same verbs `job preempt-blockers` uses (verbs/preempt.py). A gang candidate is acted
+for only when N workers can be freed at once (each nominated), and a running gang is one
+victim whose stopping frees all its members' workers. Next stage: the worker stops the
+victims, and the scheduler holds the freed capacity for the nominated job.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from jobd.api.models import Job, Phase
 from jobd.controllers.capacity import (
     Capacity,
     capacity_of,
-    choose_worker,
+    choose_seat,
+    nominated_on,
     reserve_nominated,
     schedulable,
 )
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
-from jobd.controllers.verbs.preempt import nominate, request_preemption
+from jobd.controllers.verbs.preempt import hold, nominate_for, request_preemption
 from jobd.controllers.victims import choose_victims, may_yield_to, on_the_way, runtime_s
 from jobd.store.base import Change, Conflict
 
@@ -100,9 +103,10 @@ class SweeperController:
         wake: list[float],
     ) -> bool:
         """Preempt for one candidate if the rules allow; True when something was written."""
-        if candidate.status.nominated_worker in caps:
+        nominated = nominated_on(candidate)
+        if nominated and all(worker in caps for worker in nominated):
             return False  # room is already on its way to it
-        if choose_worker(candidate, caps) is not None:
+        if choose_seat(candidate, caps) is not None:
             self.ctx.enqueue("scheduler", "queue")
             return False
         min_runtime = self.ctx.settings.auto_preempt_min_runtime_s
@@ -122,8 +126,8 @@ class SweeperController:
             return False
         for victim in plan.victims:
             request_preemption(self.ctx, victim, "sweeper", candidate)
-        nominate(self.ctx, candidate, plan.worker)
-        caps[plan.worker].reserved[candidate.id] = candidate.spec.resources
+        nominate_for(self.ctx, candidate, plan)
+        hold(caps, candidate, plan)
         return True
 
 

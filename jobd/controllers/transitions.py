@@ -50,6 +50,7 @@ __all__ = [
     "allowed",
     "array_capped",
     "bind",
+    "bind_gang",
     "cancel",
     "checkpoint_complete",
     "complete",
@@ -62,6 +63,7 @@ __all__ = [
     "lost_timeout",
     "mark_resumed",
     "nominate",
+    "nominate_gang",
     "placeable",
     "process_vanished",
     "progress",
@@ -97,6 +99,7 @@ def _end(job: Job, phase: Phase, now: datetime, reason: str | None) -> Events:
     status.phase = status.desired_phase = phase
     status.finished_at = now
     status.nominated_worker = status.retry_at = None
+    status.nominated_workers = []
     status.reason = reason or status.reason
     set_condition(status, "Finished", True, phase.value, reason or "", now=now)
     if phase in SCRUBBED_PHASES:
@@ -351,6 +354,7 @@ def release_nomination(job: Job) -> tuple[Job, Events]:
         return job, []
     job = job.evolve()
     job.status.nominated_worker = None
+    job.status.nominated_workers = []
     return job, []
 
 
@@ -716,4 +720,43 @@ def within_quota(job: Job, now: datetime | None = None) -> tuple[Job, Events]:
         return job, []
     job = job.evolve()
     _queued_again(job.status, QUOTA_EXCEEDED, now)
+    return job, []
+
+
+# Multi-host jobs (gangs): placed whole, by one decision and one write
+
+
+def bind_gang(job: Job, members: list[Member], now: datetime) -> tuple[Job, Events]:
+    """The scheduler gives a ready Pending gang its N workers at once, one member each
+    (`members`, rank order: rank 0's worker and GPUs are `status.worker` and `gpus`).
+    One run, one attempt for the whole group, as `bind` makes for a job of one node."""
+    allowed(Verb.BIND, job)
+    job = job.evolve()
+    status = job.status
+    first = members[0]
+    status.phase, status.worker, status.gpus = P.SCHEDULED, first.worker, first.gpus
+    status.members = members
+    status.master_port = status.failed_rank = None  # an earlier run's, if any
+    status.attempt += 1  # a new run: reports of any earlier one are fenced off
+    status.scheduled_at = now
+    if status.nominated_worker is not None:
+        message = "the held capacity was taken"
+        set_condition(status, "Nominated", False, "Bound", message, now=now)
+    status.nominated_worker, status.nominated_workers = None, []
+    workers = [m.worker for m in members]
+    set_condition(status, "Scheduled", True, "Bound", f"bound to {', '.join(workers)}", now=now)
+    fields = {"gpus": status.gpus, "attempt": status.attempt, "workers": workers}
+    return job, [EventRecord("job_scheduled", job=job.id, worker=first.worker, fields=fields)]
+
+
+def nominate_gang(job: Job, workers: list[str], now: datetime) -> tuple[Job, Events]:
+    """Capacity on each of `workers` is being freed for this queued gang: the scheduler
+    holds it there, one member's room on each (`nominated_worker` is the first)."""
+    allowed(Verb.NOMINATE, job)
+    if job.status.nominated_workers == workers:
+        return job, []
+    job = job.evolve()
+    job.status.nominated_worker, job.status.nominated_workers = workers[0], list(workers)
+    message = f"capacity on {', '.join(workers)} held"
+    set_condition(job.status, "Nominated", True, "CapacityFreed", message, now=now)
     return job, []

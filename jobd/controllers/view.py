@@ -96,8 +96,8 @@ class ClusterView:
         return cast(T, self._of_workers[derive])
 
     def bound_to(self, worker: str) -> list[Job]:
-        """The jobs bound to one worker (a gang: to each of its members' workers), without
-        looking at anyone else's."""
+        """The jobs bound to one worker (a gang's: to any member's), without looking at
+        anyone else's."""
         return [self.bound[i] for i in sorted(self._by_worker.get(worker, ()))]
 
     def on_commit(self, changes: Sequence[Change], _events: Sequence[EventRecord]) -> None:
@@ -156,9 +156,8 @@ class ClusterView:
 
     def _bind(self, job: Job) -> None:
         self.bound[job.id] = job
-        self._by_worker.setdefault(job.status.worker or "", set()).add(job.id)
-        for member in job.status.members[1:]:  # a gang is bound to each member's worker
-            self._by_worker.setdefault(member.worker, set()).add(job.id)
+        for worker in _workers_of(job):
+            self._by_worker.setdefault(worker, set()).add(job.id)
         capped = _capped_array(job)
         if capped is not None:
             self.array_bound[capped] = self.array_bound.get(capped, 0) + 1
@@ -166,9 +165,8 @@ class ClusterView:
     def _unbind(self, job_id: int) -> None:
         old = self.bound.pop(job_id, None)
         if old is not None:
-            self._by_worker.get(old.status.worker or "", set()).discard(job_id)
-            for member in old.status.members[1:]:
-                self._by_worker.get(member.worker, set()).discard(job_id)
+            for worker in _workers_of(old):
+                self._by_worker.get(worker, set()).discard(job_id)
             capped = _capped_array(old)
             if capped is not None:
                 left = self.array_bound.get(capped, 1) - 1
@@ -176,6 +174,14 @@ class ClusterView:
                     self.array_bound[capped] = left
                 else:
                     self.array_bound.pop(capped, None)
+
+
+def _workers_of(job: Job) -> list[str]:
+    """The workers a bound job is on: each member's for a gang, else its one."""
+    members = job.status.members
+    if members:
+        return [m.worker for m in members]
+    return [job.status.worker or ""]
 
 
 def _capped_array(job: Job) -> int | None:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobd.api.models import BOUND_PHASES, Phase, Worker, WorkerPhase
 from jobd.controllers import transitions, worker_phases
+from jobd.controllers.capacity import nominated_on
 from jobd.controllers.context import Context
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.worker_phases import WorkerVerb
@@ -103,5 +104,5 @@ class WorkersController:
             elif job.status.phase != Phase.LOST:
                 store.update_job(*transitions.lose(job, now))
         for job in store.list_jobs(nominated=True):
-            if job.status.nominated_worker == worker.name and job.status.phase == Phase.PENDING:
+            if worker.name in nominated_on(job) and job.status.phase == Phase.PENDING:
                 store.update_job(*transitions.release_nomination(job))

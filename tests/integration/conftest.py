@@ -3,6 +3,10 @@ clock, the broker's app driven in-process, and job documents for its API."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -122,3 +126,22 @@ def wait_entered(monkeypatch: pytest.MonkeyPatch, notifier: Waitable) -> anyio.E
 
     monkeypatch.setattr(notifier, "wait", signalling)
     return entered
+
+
+def bench_line(home: Path, *args: str) -> dict[str, Any]:
+    """`jobd bench --json --size tiny ARGS` run as a user would, with `home` as its HOME
+    and TMPDIR and no JOBD_* of the caller's: the one JSON line of its one scenario."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBD_")}
+    env |= {"HOME": str(home), "TMPDIR": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "jobd", "bench", "--json", "--size", "tiny", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
+    assert "error" not in line, line
+    found: dict[str, Any] = line
+    return found

@@ -8,15 +8,10 @@ run does not include it.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from jobd.bench.runner import OPT_IN, SCENARIOS
-
-_HEALTHZ_TINY = ["--scenario", "healthz", "--size", "tiny"]
+from tests.integration.conftest import bench_line
 
 
 def test_healthz_is_opt_in() -> None:
@@ -24,18 +19,8 @@ def test_healthz_is_opt_in() -> None:
 
 
 def test_the_healthz_scenario_reports_its_figures(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBD_")}
-    env |= {"HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "jobd", "bench", "--json", *_HEALTHZ_TINY],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    (line,) = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
-    assert line["scenario"] == "healthz" and "error" not in line, line
+    line = bench_line(tmp_path, "--scenario", "healthz")
+    assert line["scenario"] == "healthz", line
     assert line["n"] > 0 and line["per_s"] > 0 and line["store"] == "sqlite"
     assert 0 < line["p50_ms"] <= line["p99_ms"]
     assert 0 < line["idle_p50_ms"] <= line["idle_p99_ms"]

@@ -24,7 +24,13 @@ from jobd.api.models import (
     Worker,
     WorkerSpec,
 )
-from jobd.controllers.capacity import Capacity, capacity_of, choose_worker, reserve_nominated
+from jobd.controllers.capacity import (
+    Capacity,
+    capacity_of,
+    choose_seat,
+    choose_worker,
+    reserve_nominated,
+)
 from jobd.controllers.rooms import RoomIndex
 from jobd.controllers.view import ClusterView
 
@@ -189,3 +195,37 @@ def test_a_fleet_of_a_few_shapes_is_a_few_rooms() -> None:
     assert len(rooms) == 4, "the worker that took it is a room of its own now"
     again = rooms.choose(plain)
     assert again is not None and again.worker == "n298", "most free slots first"
+
+
+def _seats(seat: Capacity | list[Capacity] | None) -> list[str]:
+    return [c.worker for c in _as_list(seat)]
+
+
+def _compare_gangs(seed: int) -> int:
+    """As _compare, with gangs of 2 and 3 nodes among the jobs: the index's choice of N
+    workers is capacity.choose_gang's, job after job; how many gangs were placed."""
+    rng, workers, bound = _fleet(seed)
+    walked, rooms = capacity_of(workers, bound), RoomIndex(capacity_of(workers, bound))
+    placed = 0
+    for _ in range(40):
+        job = _job(rng, len(workers))
+        nodes = rng.choice((1, 2, 3))
+        if nodes > 1:  # a gang is never pinned (admission refuses it)
+            job.spec = job.spec.model_copy(update={"nodes": nodes, "worker": None})
+        expected, got = choose_seat(job, walked), rooms.place(job)
+        assert _seats(got) == _seats(expected), job.spec
+        for want, have in zip(_as_list(expected), _as_list(got), strict=True):
+            assert rooms.take(have, job) == want.take(job)
+        placed += nodes > 1 and expected is not None
+    return placed
+
+
+def _as_list(seat: Capacity | list[Capacity] | None) -> list[Capacity]:
+    if seat is None:
+        return []
+    return seat if isinstance(seat, list) else [seat]
+
+
+def test_the_index_places_gangs_as_choose_gang() -> None:
+    placed = [_compare_gangs(seed) for seed in range(40)]
+    assert sum(1 for n in placed if n > 0) >= 30, "the comparison places gangs"

@@ -291,14 +291,15 @@ async def preempt_blockers(
         for victim in preempt.preempt_blockers(state.ctx, candidate, dry_run=True).victims:
             access.change(who, victim)
     plan = preempt.preempt_blockers(state.ctx, candidate, dry_run)
-    return json_response(
-        {
-            "candidate": job_id,
-            "worker": plan.worker,
-            "victims": [doc(v) for v in plan.victims],
-            "dry_run": dry_run,
-        }
-    )
+    answer = {
+        "candidate": job_id,
+        "worker": plan.worker,
+        "victims": [doc(v) for v in plan.victims],
+        "dry_run": dry_run,
+    }
+    if plan.gang:  # a job of several nodes: every worker freed for it, rank 0's first
+        answer["workers"] = plan.gang
+    return json_response(answer)
 
 
 @route(router, routes.EXPLAIN_JOB)

@@ -47,6 +47,7 @@ __all__ = [
     "judge_placement",
     "prepare_new_job",
     "refuse_masks",
+    "refuse_pinned_gang",
     "refuse_relative_cwd",
     "refuse_root_owner",
     "resolve_effective",
@@ -178,6 +179,7 @@ def prepare_new_job(job: Job, project: Project | None, clock: Clock, parents: li
     assign(job.status.effective, **_effective_values(job, project))
     refuse_masks(job)
     refuse_relative_cwd(job)
+    refuse_pinned_gang(job)
     now = clock.now()
     assign(
         job.status,
@@ -241,6 +243,19 @@ def refuse_relative_cwd(job: Job) -> None:
         raise AdmissionError(
             f"spec.cwd: {cwd!r} is not an absolute path: give the directory from / "
             "(job submit and job apply make a relative one absolute where they run)"
+        )
+
+
+def refuse_pinned_gang(job: Job) -> None:
+    """AdmissionError for a job of several nodes pinned to one worker: each member runs
+    on a different worker, so a pin could only ever place one of them."""
+    spec = job.spec
+    if spec.nodes > 1 and spec.worker is not None:
+        raise AdmissionError(
+            f"spec.worker: a job of {spec.nodes} nodes runs one member on each of "
+            f"{spec.nodes} different workers, so it cannot be pinned to {spec.worker!r}: "
+            "leave the pin out (job submit --worker), or choose workers by their labels "
+            "(spec.node_selector, --selector)"
         )
 
 
@@ -333,6 +348,7 @@ def apply_jobs(store: Store, jobs: list[Job], clock: Clock, dry_run: bool) -> li
             assign(job.status.effective, **_effective_values(job, projects[job.project]))
             refuse_masks(job)
             refuse_relative_cwd(job)
+            refuse_pinned_gang(job)
             new.append(job)
             results.append(ApplyResult("Job", ref, "created", job))
             continue
@@ -434,6 +450,7 @@ def _merge_into_live(live: Job, desired: Job, project: Project | None) -> Job:
         merged.status.effective = resolve_effective(merged, project)
         refuse_masks(merged)
         refuse_relative_cwd(merged)
+        refuse_pinned_gang(merged)
     return merged
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from jobd.api.models import Job, Phase, Worker
 from jobd.controllers import transitions
+from jobd.controllers.capacity import nominated_on
 from jobd.controllers.context import Context
 from jobd.controllers.verbs.preempt import request_preemption
 from jobd.controllers.victims import on_the_way
@@ -103,5 +104,5 @@ def _preemptible_now(job: Job) -> bool:
 def _release_nominations(ctx: Context, name: str) -> None:
     """Queued jobs waiting for room on a cordoned worker would wait for ever: free them."""
     for job in list(ctx.view.nominated.values()):
-        if job.status.nominated_worker == name:
+        if name in nominated_on(job):  # a gang held room on it among others
             ctx.store.update_job(*transitions.release_nomination(job))

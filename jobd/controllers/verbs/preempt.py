@@ -4,7 +4,9 @@ Preempting sets the victim's desired phase and `signal=preempt` and records
 `auto_preempt` with the write (the sweeper uses the same verb); the worker does the rest
 and reports `stopping`, then `complete`. `preempt-blockers` frees room for a queued job
 now, the sweeper's thresholds waived but not its other rules, and nominates the queued
-job to the victims' worker, where the scheduler holds that capacity for it.
+job to the victims' worker, where the scheduler holds that capacity for it. A gang is
+nominated to each of the N workers its plan frees (`nominated_workers`), and held room
+on every one of them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from jobd.controllers.errors import TransitionError
 from jobd.controllers.transitions import PreemptReason, Verb
 from jobd.controllers.victims import Plan, choose_victims, may_yield_to
 
-__all__ = ["Plan", "blockers_plan", "nominate", "preempt_blockers", "request_preemption"]
+__all__ = [
+    "Plan",
+    "blockers_plan",
+    "hold",
+    "nominate",
+    "nominate_for",
+    "preempt_blockers",
+    "request_preemption",
+]
 
 
 def request_preemption(
@@ -35,6 +45,24 @@ def nominate(ctx: Context, job: Job, worker: str) -> None:
         ctx.store.update_job(new, events)
 
 
+def nominate_for(ctx: Context, job: Job, plan: Plan) -> None:
+    """Hold the capacity a plan frees for the queued `job`: on its worker, or on each of
+    a gang's workers."""
+    if not plan.gang:
+        nominate(ctx, job, plan.worker)
+        return
+    new, events = transitions.nominate_gang(job, plan.gang, ctx.clock.now())
+    if new is not job:
+        ctx.store.update_job(new, events)
+
+
+def hold(caps: dict[str, Capacity], candidate: Job, plan: Plan) -> None:
+    """In a pass's capacities, hold what the plan frees for `candidate`, as the
+    scheduler will once the nomination is written (capacity.hold_for)."""
+    for worker in plan.workers:
+        caps[worker].reserved[candidate.id] = candidate.spec.resources
+
+
 def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
     """`job preempt-blockers`: free room for a queued job now, thresholds aside."""
     bound = list(ctx.view.bound.values())
@@ -42,7 +70,7 @@ def preempt_blockers(ctx: Context, candidate: Job, dry_run: bool) -> Plan:
     plan = blockers_plan(candidate, caps, bound)
     if not dry_run:
         plan.victims = [request_preemption(ctx, v, "blockers", candidate) for v in plan.victims]
-        nominate(ctx, ctx.store.get_job(candidate.id) or candidate, plan.worker)
+        nominate_for(ctx, ctx.store.get_job(candidate.id) or candidate, plan)
     return plan
 
 
@@ -68,8 +96,10 @@ def blockers_plan(candidate: Job, caps: dict[str, Capacity], bound: list[Job]) -
     # for taking a job that is not preemptible.
     plan = choose_victims(candidate, caps, bound, lambda job: may_yield_to(job, prio))
     if plan is None:
+        nodes = candidate.spec.nodes
+        where = "one worker" if nodes == 1 else f"{nodes} workers (one member each)"
         raise TransitionError(
-            f"no set of preemptible running jobs with priority below {prio} on one worker "
+            f"no set of preemptible running jobs with priority below {prio} on {where} "
             f"would make room for job {candidate.id}"
         )
     return plan

@@ -10,7 +10,10 @@ gave its slot back) and finds the room taken, or binds what is left.
 
 Room held for a nominated job (capacity freed by preemption for it, the seed's rule) is
 never given to another job: a worker holding any is not refilled here, and the
-scheduler's pass, which holds the rule, binds the job it was freed for.
+scheduler's pass, which holds the rule, binds the job it was freed for. Nor is a gang
+(a job of several nodes) ever bound here, one worker's room being all a refill sees: the
+binds stop at the first gang in the queue's order, so jobs behind it do not take, a
+report at a time, the room it waits for; the scheduler's pass decides.
 
 The worker's room is read on the loop from the view before its reports run
 (`room_of`, the runner's `prepare`), then what the reports ended is given back to it
@@ -55,7 +58,7 @@ def room_of(ctx: Context, worker: str) -> Refill | None:
     reserve_nominated(view, caps)
     if caps[worker].reserved:
         return None
-    room = Room(caps, dict(view.array_bound), fair_inputs(ctx))
+    room = Room(caps, dict(view.array_bound), fair_inputs(ctx), whole=False)
     return Refill(worker, room, {job.id: job for job in bound})
 
 
