@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from jobd.discovery import usable_token
 from jobd.wire.closing import Closing
-from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message, redirected
 from jobd.wire.plain_http import (
     HOLD_MARGIN_S,
     UNIX_HOST,
@@ -79,6 +79,9 @@ class PlainClient(Closing):
         reply = self._send(call)
         if reply.is_error:
             raise ApiError(reply.status_code, error_message(reply))
+        moved = redirected(self.server, reply)
+        if moved is not None:  # a standby's: failover.py sends the call on
+            raise moved
         return call.parse(cast("httpx.Response", reply))
 
     def _send(self, call: Call[Any]) -> Reply:
@@ -119,10 +122,10 @@ class PlainClient(Closing):
             said = "cannot reach the jobd broker at {server} (is `jobd dev` running?)"
             if isinstance(connection, _UnixConnection):
                 said = "cannot reach the jobd broker at {server} (is `jobd broker` running?)"
-            raise self._unreachable(said) from None
+            raise self._unreachable(said, sent=False) from None
 
-    def _unreachable(self, message: str) -> BrokerUnreachable:
-        return BrokerUnreachable(self.server, message.format(server=self.server))
+    def _unreachable(self, message: str, *, sent: bool = True) -> BrokerUnreachable:
+        return BrokerUnreachable(self.server, message.format(server=self.server), sent=sent)
 
     def close(self) -> None:
         self._connection.close()

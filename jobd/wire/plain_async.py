@@ -12,7 +12,8 @@ hold), and as httpcore does, a kept-alive connection idle longer than KEEPALIVE_
 closed by the broker is replaced before anything is sent on it, with no retry of a
 request once sent. One connection per request in flight (the watch, a report batch, a
 heartbeat at once), at most `max_connections`. An https:// broker or a proxy in the
-environment goes through the wire's httpx `AsyncClient` (`open_async_client` chooses).
+environment goes through the wire's httpx `AsyncClient` (`open_async_client` chooses, for
+each broker of the agent's list: failover.py asks them in turn).
 Next stage: the broker's routes.
 """
 
@@ -30,7 +31,8 @@ import h11
 
 from jobd.discovery import usable_token
 from jobd.wire.closing import AsyncClosing
-from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message, redirected
+from jobd.wire.failover import AsyncFailoverClient
 from jobd.wire.plain_http import HOLD_MARGIN_S, Reply, plain_http_serves, request_body, target
 
 if TYPE_CHECKING:
@@ -214,6 +216,9 @@ class PlainAsyncClient(AsyncClosing):
         reply = await self._send(call)
         if reply.is_error:
             raise ApiError(reply.status_code, error_message(reply))
+        moved = redirected(self.server, reply)
+        if moved is not None:  # a standby's: failover.py sends the call on
+            raise moved
         return call.parse(cast("httpx.Response", reply))
 
     async def _send(self, call: Call[Any]) -> Reply:
@@ -236,7 +241,7 @@ class PlainAsyncClient(AsyncClosing):
                     await self._slots.acquire()
             except TimeoutError:
                 said = "the jobd broker at {server} did not answer in time"
-                raise self._unreachable(said) from None
+                raise self._unreachable(said, sent=False) from None
 
     async def _exchange(
         self, connection: _Connection, head: h11.Request, body: bytes | None, timeouts: _Timeouts
@@ -271,7 +276,7 @@ class PlainAsyncClient(AsyncClosing):
                 stream = await anyio.connect_tcp(self._host, self._port)
         except (OSError, TimeoutError):  # refused, no such host, or no answer in time
             said = "cannot reach the jobd broker at {server} (is `jobd dev` running?)"
-            raise self._unreachable(said) from None
+            raise self._unreachable(said, sent=False) from None
         return _Connection(stream)
 
     def _request(self, call: Call[Any]) -> tuple[h11.Request, bytes | None]:
@@ -282,8 +287,8 @@ class PlainAsyncClient(AsyncClosing):
         path = target(self._base_path, call)
         return h11.Request(method=call.method, target=path, headers=headers), body
 
-    def _unreachable(self, message: str) -> BrokerUnreachable:
-        return BrokerUnreachable(self.server, message.format(server=self.server))
+    def _unreachable(self, message: str, *, sent: bool = True) -> BrokerUnreachable:
+        return BrokerUnreachable(self.server, message.format(server=self.server), sent=sent)
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
@@ -298,21 +303,26 @@ def open_async_client(
     timeout: float = 10.0,
     max_connections: int = 4,
     user_agent: str = "jobd-client",
-) -> PlainAsyncClient | AsyncClientType:
-    """This client for a plain http:// broker; the wire's httpx `AsyncClient` for an
-    https:// one or behind a proxy the environment names (httpx honours those)."""
-    if plain_http_serves(server):
-        return PlainAsyncClient(
-            server, token, timeout=timeout, max_connections=max_connections, user_agent=user_agent
+) -> AsyncFailoverClient:
+    """A client of each broker `server` names (several, comma-separated, asked in turn:
+    failover.py): this one for a plain http:// broker; the wire's httpx `AsyncClient` for
+    an https:// one, a Unix socket, or behind a proxy the environment names."""
+
+    def connect(url: str) -> PlainAsyncClient | AsyncClientType:
+        if plain_http_serves(url):
+            return PlainAsyncClient(
+                url, token, timeout=timeout, max_connections=max_connections, user_agent=user_agent
+            )
+        import httpx
+
+        from jobd.wire.client import AsyncClient
+
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
         )
-    import httpx
+        return AsyncClient(url, token, timeout=timeout, limits=limits, user_agent=user_agent)
 
-    from jobd.wire.client import AsyncClient
-
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
-    return AsyncClient(server, token, timeout=timeout, limits=limits, user_agent=user_agent)
+    return AsyncFailoverClient(server, connect)
 
 
 def _reason(exc: BaseException) -> str:
