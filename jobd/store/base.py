@@ -48,6 +48,8 @@ __all__ = [
     "NotFound",
     "Op",
     "ProjectStore",
+    "Receipt",
+    "ReceiptStore",
     "RunCharge",
     "StorageFull",
     "Store",
@@ -94,6 +96,22 @@ class RunCharge(NamedTuple):
     user: str
     value: float
     at: float
+
+
+class Receipt(NamedTuple):
+    """The last request of a kind (`stream`: "reports", "events") a worker's agent had
+    applied, and what it was answered: a request sent again after an unknown outcome
+    (`run` and `seq` the same) is answered this again, never applied twice."""
+
+    worker: str
+    stream: str
+    run: str  # the agent's run: made at each start of the agent
+    seq: int  # its requests of this stream, counted from 1
+    answer: str  # the JSON answered
+
+    def repeats(self, run: str, seq: int) -> bool:
+        """Whether the request (`run`, `seq`) was applied already."""
+        return run == self.run and seq <= self.seq
 
 
 class Conflict(Exception):
@@ -393,6 +411,15 @@ class EventStore(Protocol):
         ...
 
 
+class ReceiptStore(Protocol):
+    """What the agents' requests applied (Receipt): read and written inside the batch
+    (`Transactions.batch`) that applies them, so a receipt is kept exactly when its
+    request's writes are."""
+
+    def receipt_of(self, worker: str, stream: str) -> Receipt | None: ...
+    def keep_receipt(self, receipt: Receipt) -> None: ...
+
+
 class UsageStore(Protocol):
     """Fair share's usage (controllers/fairshare.py), kept across restarts."""
 
@@ -408,6 +435,7 @@ class UsageStore(Protocol):
 class Store(
     Maintenance,
     UsageStore,
+    ReceiptStore,
     JobStore,
     ArrayStore,
     ProjectStore,

@@ -18,6 +18,7 @@ __all__ = [
     "meta",
     "metadata",
     "projects",
+    "receipts",
     "tokens",
     "usage",
     "usage_charged",
@@ -163,4 +164,17 @@ usage_charged = sa.Table(
     metadata,
     sa.Column("job", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
+)
+
+# The last request of each kind ("reports", "events") each worker's agent had applied, with
+# its answer (store/sql/receipts.py): one sent again after an unknown outcome (a broker
+# killed after its commit, before answering) is answered again, not applied twice.
+receipts = sa.Table(
+    "receipts",
+    metadata,
+    sa.Column("worker", sa.String(253), primary_key=True),
+    sa.Column("stream", sa.String(16), primary_key=True),
+    sa.Column("run", sa.String(64), nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("answer", sa.Text, nullable=False),
 )

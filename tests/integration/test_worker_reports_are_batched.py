@@ -149,13 +149,19 @@ async def test_reports_made_while_a_request_is_in_flight_go_together_in_the_next
             release.set()
     first, second = wire.report_posts
     assert len(wire.exchanges) == 2
-    assert first.body == {"reports": [{"job": a, "verb": "started"}], "events": []}
+    delivery = {"run": link.run, "seq": 1}
+    assert first.body == {
+        "reports": [{"job": a, "verb": "started"}],
+        "events": [],
+        "delivery": delivery,
+    }
     assert second.body == {
         "reports": [
             {"job": a, "verb": "complete", "exit_code": 0},
             {"job": b, "verb": "started"},
         ],
         "events": [],
+        "delivery": delivery | {"seq": 2},  # the batches are numbered in the agent's run
     }
     assert [r["status"] for r in first.answer["results"] + second.answer["results"]] == [200] * 3
     assert await phase(api, a) == "Succeeded"

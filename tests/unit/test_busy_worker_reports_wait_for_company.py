@@ -22,7 +22,7 @@ class Recorder:
     def __init__(self) -> None:
         self.batches: list[list[tuple[int, str]]] = []
 
-    async def send(self, reports: list[BatchedReport]) -> list[ReportResult]:
+    async def send(self, number: int, reports: list[BatchedReport]) -> list[ReportResult]:
         self.batches.append([(r["job"], r["verb"]) for r in reports])
         return [ReportResult(job=r["job"], status=200) for r in reports]
 

@@ -1,8 +1,16 @@
-"""Worker-facing routes: registration, lease, the reports of the seed, logs and events."""
+"""Worker-facing routes: registration, lease, the reports of the seed, logs and events.
+
+A batch of reports and a batch of events each name their `delivery` (the agent's run and
+the request's number): the answer is kept as the worker's receipt in the transaction that
+applies it, and a request that comes again after an unknown outcome (a broker killed
+after its commit, before answering; the agent then sends it to the next broker) is
+answered from the receipt without being applied twice.
+"""
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -19,11 +27,12 @@ from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.verbs import drain, lease_holder, refill, reports, worker_lease
-from jobd.store.base import Conflict, EventRecord, NotFound
+from jobd.store.base import Conflict, EventRecord, NotFound, Receipt
 from jobd.wire import routes
 from jobd.wire.models import (
     REPORT_BODIES,
     Completion,
+    Delivery,
     DrainQuery,
     Heartbeat,
     LogsAppendQuery,
@@ -256,27 +265,65 @@ def run_report_batch(
     plan: refill.Refill | None = None,
 ) -> dict[str, Any]:
     _check_sender(state, name, body.instance, body.epoch)  # refuses the whole batch
+    with state.store.batch():
+        answer = _answered_before(state, name, "reports", body.delivery)
+        if answer is None:
+            answer = _apply_reports(state, name, body, who, plan)
+            _keep_receipt(state, name, "reports", body.delivery, answer)
+    return answer
+
+
+def _apply_reports(
+    state: BrokerState,
+    name: str,
+    body: ReportBatch,
+    who: Principal | None,
+    plan: refill.Refill | None,
+) -> dict[str, Any]:
+    """Each report of the batch, its events and the refill, in the caller's batch."""
     results: list[dict[str, Any]] = []
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
-    with state.store.batch():
-        for item in body.reports:
-            handler, model = _REPORTS[item.verb], REPORT_BODIES[item.verb]
-            fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
-            report = model.model_validate({"worker": name, **fields}, strict=False)
-            try:
-                job = written.get(item.job) or reported_job_or_404(state, item.job)
-                written[item.job] = job = handler(state, job, report)
-            except _REFUSED as exc:
-                status = status_for(exc)
-                results.append({"job": item.job, "status": status, "detail": str(exc)})
-            else:
-                results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
-        events = _records(state, name, body.events, who)
-        if events:
-            state.store.append_events(events)
-        if plan is not None:
-            refill.refill(state.ctx, plan, written.values())
+    for item in body.reports:
+        handler, model = _REPORTS[item.verb], REPORT_BODIES[item.verb]
+        fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
+        report = model.model_validate({"worker": name, **fields}, strict=False)
+        try:
+            job = written.get(item.job) or reported_job_or_404(state, item.job)
+            written[item.job] = job = handler(state, job, report)
+        except _REFUSED as exc:
+            status = status_for(exc)
+            results.append({"job": item.job, "status": status, "detail": str(exc)})
+        else:
+            results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
+    events = _records(state, name, body.events, who)
+    if events:
+        state.store.append_events(events)
+    if plan is not None:
+        refill.refill(state.ctx, plan, written.values())
     return {"results": results, "events": len(events)}
+
+
+def _answered_before(
+    state: BrokerState, worker: str, stream: str, delivery: Delivery | None
+) -> dict[str, Any] | None:
+    """What this request was answered when it was applied before (it came again after
+    an unknown outcome); None when it is new, or names no delivery."""
+    if delivery is None:
+        return None
+    receipt = state.store.receipt_of(worker, stream)
+    if receipt is None or not receipt.repeats(delivery.run, delivery.seq):
+        return None
+    answer: dict[str, Any] = json.loads(receipt.answer)
+    return answer
+
+
+def _keep_receipt(
+    state: BrokerState, worker: str, stream: str, delivery: Delivery | None, answer: Any
+) -> None:
+    """The request's receipt, in the transaction that applied it."""
+    if delivery is not None:
+        said = json.dumps(answer, separators=(",", ":"))
+        state.store.keep_receipt(Receipt(worker, stream, delivery.run, delivery.seq, said))
 
 
 def _records(
@@ -321,8 +368,17 @@ async def ingest_events(
 ) -> str:
     access.as_worker(who, body.worker)
     records = _records(state, body.worker, body.events, who)
-    await state.ctx.runner.run(state.store.append_events, records)
-    return encode_json({"accepted": len(records)})
+    return encode_json(await state.ctx.runner.run(_ingest, state, body, records))
+
+
+def _ingest(state: BrokerState, body: WorkerEvents, records: list[EventRecord]) -> Any:
+    with state.store.batch():
+        answer = _answered_before(state, body.worker, "events", body.delivery)
+        if answer is None:
+            state.store.append_events(records)
+            answer = {"accepted": len(records)}
+            _keep_receipt(state, body.worker, "events", body.delivery, answer)
+    return answer
 
 
 INGEST_EVENTS = FastRoute(routes.INGEST_EVENTS, ingest_events)
