@@ -200,10 +200,15 @@ def cutting_proxy(lab: Lab, broker_pid: int) -> Standin:
         body = handler.rfile.read(length)
         upstream = http.client.HTTPConnection("127.0.0.1", int(lab.first.rsplit(":", 1)[1]))
         headers = {k: v for k, v in handler.headers.items() if k.lower() != "connection"}
-        upstream.request(handler.command, handler.path, body, headers)
-        answer = upstream.getresponse()
-        data = answer.read()
-        upstream.close()
+        try:
+            upstream.request(handler.command, handler.path, body, headers)
+            answer = upstream.getresponse()
+            data = answer.read()
+        except OSError:  # the broker is gone (killed below, for a request at once)
+            handler.close_connection = True
+            return
+        finally:
+            upstream.close()
         if handler.path.endswith("/reports") and b'"complete"' in body and not cut.is_set():
             os.kill(broker_pid, signal.SIGKILL)  # after its commit, before its answer
             handler.close_connection = True  # the agent hears no answer at all

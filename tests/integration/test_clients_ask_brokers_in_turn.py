@@ -1,0 +1,140 @@
+"""Which broker of several a client asks, when it asks the next, and where a 307 leads.
+
+`Brokers` is the choice without I/O; the clients are driven against real HTTP servers on
+this host (the standard library's), each answering as a broker in one state would: down
+(nothing listening), 503, 307 to another, or 200.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from jobd.cli.broker_client import JobdClient
+from jobd.wire import calls
+from jobd.wire.errors import ApiError, BrokerUnreachable, Redirected
+from jobd.wire.failover import Brokers, leader_url, split_servers
+from jobd.wire.plain_async import open_async_client
+
+DOWN = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+class Broker(http.server.ThreadingHTTPServer):
+    """Answers every request `status`, a job for 200, a leader's URL for 307."""
+
+    def __init__(self, status: int, leader: str | None = None) -> None:
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                server.seen.append((self.command, self.path))
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.dumps({"metadata": {"id": 1, "name": server.url}}).encode()
+                self.send_response(status)
+                if status == 307 and leader is not None:
+                    self.send_header("Location", leader + self.path)
+                    self.send_header("X-Jobd-Leader", leader)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.seen: list[tuple[str, str]] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def brokers() -> Iterator[dict[str, Broker]]:
+    leader = Broker(200)
+    made = {"leader": leader, "standby": Broker(307, leader.url), "busy": Broker(503)}
+    yield made
+    for broker in made.values():
+        broker.shutdown()
+        broker.server_close()
+
+
+def test_the_list_is_split_and_each_address_checked() -> None:
+    assert split_servers(" http://a:1/ , unix:///run/jobd.sock,") == [
+        "http://a:1",
+        "unix:///run/jobd.sock",
+    ]
+    with pytest.raises(ValueError, match="names no broker"):
+        split_servers(" , ")
+    with pytest.raises(ValueError, match="'ftp://a'"):
+        split_servers("http://a,ftp://a")
+
+
+def test_the_broker_that_answered_is_asked_first_and_one_that_failed_no_longer() -> None:
+    brokers = Brokers("http://a,http://b,http://c")
+    assert brokers.order() == ["http://a", "http://b", "http://c"]
+    brokers.answered("http://c")
+    assert brokers.order() == ["http://c", "http://a", "http://b"]
+    brokers.failed("http://c")
+    assert brokers.order() == ["http://a", "http://b", "http://c"]
+    brokers.answered("http://d")  # a leader a 307 named joins the list
+    assert brokers.order()[0] == "http://d" and "http://d" in brokers.urls
+
+
+def test_a_write_that_may_have_been_applied_is_not_sent_to_the_next() -> None:
+    brokers, read, write = Brokers("http://a,http://b"), calls.get_job(1), calls.cancel_job(1)
+    refused = BrokerUnreachable("http://a", "refused", sent=False)
+    cut = BrokerUnreachable("http://a", "lost the connection")
+    assert brokers.try_next(refused, write) and brokers.try_next(cut, read)
+    assert not brokers.try_next(cut, write)
+    assert brokers.try_next(ApiError(503, "no leader"), write)
+    assert not brokers.try_next(ApiError(409, "conflict"), write)
+
+
+def test_a_307_names_the_leader_by_its_header_or_by_its_location() -> None:
+    call = calls.get_job(7)
+    assert leader_url(Redirected("s", "http://l:1/", None), call) == "http://l:1"
+    moved = Redirected("s", None, "http://l:1/prefix/jobs/7?x=1")
+    assert leader_url(moved, call) == "http://l:1/prefix"
+    with pytest.raises(ApiError) as refused:
+        leader_url(Redirected("s", "ftp://l", None), call)
+    assert refused.value.status == 503
+
+
+def test_the_cli_client_passes_a_down_and_a_503_broker_and_follows_a_307(
+    brokers: dict[str, Broker],
+) -> None:
+    standby, busy, leader = brokers["standby"], brokers["busy"], brokers["leader"]
+    with JobdClient(f"{DOWN},{busy.url},{standby.url}", None) as client:
+        assert client.cancel_job(1)["metadata"]["name"] == leader.url
+        assert client.server == leader.url  # asked first from now on
+        assert client.get_job(1)["metadata"]["name"] == leader.url
+    assert standby.seen == [("POST", "/jobs/1/cancel")]
+    assert leader.seen == [("POST", "/jobs/1/cancel"), ("GET", "/jobs/1")]
+    with JobdClient(f"{DOWN},{busy.url}", None) as client, pytest.raises(ApiError) as said:
+        client.get_job(1)
+    assert said.value.status == 503
+    unreachable = pytest.raises(BrokerUnreachable, match="no jobd broker of")
+    with JobdClient(f"{DOWN},http://127.0.0.1:7", None) as client, unreachable:
+        client.get_job(1)
+
+
+def test_the_agents_client_does_the_same(brokers: dict[str, Broker]) -> None:
+    standby, busy, leader = brokers["standby"], brokers["busy"], brokers["leader"]
+
+    async def main() -> Any:
+        servers = f"{DOWN},{busy.url},{standby.url}"
+        async with open_async_client(servers, None) as client:
+            answer = await client.run(calls.cancel_job(1))
+            return answer, client.server
+
+    answer, preferred = anyio.run(main)
+    assert answer["metadata"]["name"] == leader.url and preferred == leader.url
+    assert leader.seen == [("POST", "/jobs/1/cancel")]
