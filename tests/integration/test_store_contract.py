@@ -50,6 +50,7 @@ from jobd.store import (
     open_store,
 )
 from jobd.store import schema as t
+from jobd.store.base import Receipt
 
 # The store's contract is tested with made-up events: it stores any, whatever they say.
 pytestmark = pytest.mark.forged_events
@@ -898,3 +899,23 @@ def test_killed_writer_leaves_a_consistent_store(tmp_path: Path, when: str) -> N
         assert store.update_job(job).metadata.resource_version == revision + 2
     finally:
         store.close()
+
+
+def test_a_receipt_is_kept_exactly_when_the_batch_that_keeps_it_commits(store: SQLStore) -> None:
+    assert store.receipt_of("w1", "reports") is None
+    with store.batch():
+        store.keep_receipt(Receipt("w1", "reports", "run1", 1, '{"results":[]}'))
+        assert store.receipt_of("w1", "reports") == Receipt(
+            "w1", "reports", "run1", 1, '{"results":[]}'
+        )  # read in the batch's own transaction
+    store.keep_receipt(Receipt("w1", "reports", "run1", 2, "{}"))  # replaced, not added
+    store.keep_receipt(Receipt("w1", "events", "run1", 1, "{}"))  # each stream its own
+    kept = store.receipt_of("w1", "reports")
+    assert kept is not None and kept.seq == 2
+    assert kept.repeats("run1", 2) and kept.repeats("run1", 1)
+    assert not kept.repeats("run1", 3) and not kept.repeats("run2", 1)
+    with pytest.raises(RuntimeError), store.batch():
+        store.keep_receipt(Receipt("w1", "reports", "run1", 3, "{}"))
+        raise RuntimeError("the batch fails")
+    kept = store.receipt_of("w1", "reports")
+    assert kept is not None and kept.seq == 2  # rolled back with its batch
