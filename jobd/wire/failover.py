@@ -79,6 +79,14 @@ class Brokers:
         if url == self.preferred:
             self.preferred = self.urls[(self.urls.index(url) + 1) % len(self.urls)]
 
+    def pass_over(self, url: str, exc: Exception, call: Call[Any]) -> Exception:
+        """`exc` of the broker at `url`, to be raised now when it does not let the call go
+        to the next broker; else the broker is marked failed and `exc` returned."""
+        if not self.try_next(exc, call):
+            raise exc
+        self.failed(url)
+        return exc
+
     def try_next(self, exc: Exception, call: Call[Any]) -> bool:
         """Whether `exc` from one broker lets the call go to the next one."""
         if isinstance(exc, BrokerUnreachable):
@@ -156,16 +164,13 @@ class FailoverClient(_Clients[_Sender], Closing):
 
     def run(self, call: Call[T]) -> T:
         """The first answer's value; ApiError / BrokerUnreachable when none could take it."""
-        brokers, failures = self.brokers, []
-        for url in brokers.order():
+        failures: list[Exception] = []
+        for url in self.brokers.order():
             try:
                 return self._run_at(url, call)
             except (ApiError, BrokerUnreachable) as exc:
-                if not brokers.try_next(exc, call):
-                    raise
-                brokers.failed(url)
-                failures.append(exc)
-        raise brokers.all_failed(failures)
+                failures.append(self.brokers.pass_over(url, exc, call))
+        raise self.brokers.all_failed(failures)
 
     def _run_at(self, url: str, call: Call[T]) -> T:
         try:
@@ -189,16 +194,13 @@ class AsyncFailoverClient(_Clients[_AsyncSender], AsyncClosing):
 
     async def run(self, call: Call[T]) -> T:
         """The first answer's value; ApiError / BrokerUnreachable when none could take it."""
-        brokers, failures = self.brokers, []
-        for url in brokers.order():
+        failures: list[Exception] = []
+        for url in self.brokers.order():
             try:
                 return await self._run_at(url, call)
             except (ApiError, BrokerUnreachable) as exc:
-                if not brokers.try_next(exc, call):
-                    raise
-                brokers.failed(url)
-                failures.append(exc)
-        raise brokers.all_failed(failures)
+                failures.append(self.brokers.pass_over(url, exc, call))
+        raise self.brokers.all_failed(failures)
 
     async def _run_at(self, url: str, call: Call[T]) -> T:
         try:
