@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import http.server
 import json
+import pwd
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import h11
 import pytest
 
 from jobd.cli.broker_client import JobdClient
@@ -21,6 +23,7 @@ from jobd.wire import calls
 from jobd.wire.errors import ApiError, BrokerUnreachable, Redirected
 from jobd.wire.failover import Brokers, leader_url, split_servers
 from jobd.wire.plain_async import open_async_client
+from jobd.worker.relay import Relay
 
 DOWN = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
@@ -138,3 +141,26 @@ def test_the_agents_client_does_the_same(brokers: dict[str, Broker]) -> None:
     answer, preferred = anyio.run(main)
     assert answer["metadata"]["name"] == leader.url and preferred == leader.url
     assert leader.seen == [("POST", "/jobs/1/cancel")]
+
+
+def test_the_relay_on_a_workers_host_does_the_same(brokers: dict[str, Broker]) -> None:
+    """The relay forwards a user's request as it came: past a broker down (and the agent's
+    socket-only URL, which it cannot vouch through) and a 503, on through a 307."""
+    standby, busy, leader = brokers["standby"], brokers["busy"], brokers["leader"]
+    servers = f"unix:///run/jobd/jobd.sock,{DOWN},{busy.url},{standby.url}"
+    relay = Relay(servers, "worker-token", "w1")
+    nobody = pwd.getpwnam("nobody").pw_uid
+
+    async def main() -> list[tuple[int, Any]]:
+        answers = []
+        for method, target in (("GET", "/jobs/1"), ("POST", "/jobs/1/cancel")):
+            request = h11.Request(method=method, target=target, headers=[("Host", "relay")])
+            status, _, body = await relay._answer(nobody, request, b"")
+            answers.append((status, json.loads(body)["metadata"]["name"]))
+        await relay._http().aclose()
+        return answers
+
+    assert anyio.run(main) == [(200, leader.url), (200, leader.url)]
+    assert standby.seen == [("GET", "/jobs/1")]  # the leader is asked first after that
+    assert leader.seen == [("GET", "/jobs/1"), ("POST", "/jobs/1/cancel")]
+    assert relay.brokers.preferred == leader.url
