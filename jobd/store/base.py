@@ -100,18 +100,13 @@ class RunCharge(NamedTuple):
 
 class Receipt(NamedTuple):
     """The last request of a kind (`stream`: "reports", "events") a worker's agent had
-    applied, and what it was answered: a request sent again after an unknown outcome
-    (`run` and `seq` the same) is answered this again, never applied twice."""
+    applied: one sent again after an unknown outcome (the same `run`, a `seq` not past
+    this one) is acknowledged, never applied twice."""
 
     worker: str
     stream: str
     run: str  # the agent's run: made at each start of the agent
     seq: int  # its requests of this stream, counted from 1
-    answer: str  # the JSON answered
-
-    def repeats(self, run: str, seq: int) -> bool:
-        """Whether the request (`run`, `seq`) was applied already."""
-        return run == self.run and seq <= self.seq
 
 
 class Conflict(Exception):
@@ -412,12 +407,15 @@ class EventStore(Protocol):
 
 
 class ReceiptStore(Protocol):
-    """What the agents' requests applied (Receipt): read and written inside the batch
-    (`Transactions.batch`) that applies them, so a receipt is kept exactly when its
-    request's writes are."""
+    """What the agents' requests applied (Receipt), claimed inside the batch
+    (`Transactions.batch`) that applies them, so a receipt moves exactly when its
+    request's writes commit."""
+
+    def claim_delivery(self, worker: str, stream: str, run: str, seq: int) -> bool:
+        """Record the request as applied; False (nothing recorded) when it was already."""
+        ...
 
     def receipt_of(self, worker: str, stream: str) -> Receipt | None: ...
-    def keep_receipt(self, receipt: Receipt) -> None: ...
 
 
 class UsageStore(Protocol):

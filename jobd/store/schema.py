@@ -166,9 +166,9 @@ usage_charged = sa.Table(
     sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
 )
 
-# The last request of each kind ("reports", "events") each worker's agent had applied, with
-# its answer (store/sql/receipts.py): one sent again after an unknown outcome (a broker
-# killed after its commit, before answering) is answered again, not applied twice.
+# The last request of each kind ("reports", "events") each worker's agent had applied
+# (store/sql/receipts.py): one sent again after an unknown outcome (a broker killed after
+# its commit, before answering) is acknowledged, not applied twice.
 receipts = sa.Table(
     "receipts",
     metadata,
@@ -176,5 +176,4 @@ receipts = sa.Table(
     sa.Column("stream", sa.String(16), primary_key=True),
     sa.Column("run", sa.String(64), nullable=False),
     sa.Column("seq", sa.BigInteger, nullable=False),
-    sa.Column("answer", sa.Text, nullable=False),
 )

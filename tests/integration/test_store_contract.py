@@ -901,21 +901,19 @@ def test_killed_writer_leaves_a_consistent_store(tmp_path: Path, when: str) -> N
         store.close()
 
 
-def test_a_receipt_is_kept_exactly_when_the_batch_that_keeps_it_commits(store: SQLStore) -> None:
+def test_a_delivery_is_claimed_once_and_only_when_its_batch_commits(store: SQLStore) -> None:
     assert store.receipt_of("w1", "reports") is None
     with store.batch():
-        store.keep_receipt(Receipt("w1", "reports", "run1", 1, '{"results":[]}'))
-        assert store.receipt_of("w1", "reports") == Receipt(
-            "w1", "reports", "run1", 1, '{"results":[]}'
-        )  # read in the batch's own transaction
-    store.keep_receipt(Receipt("w1", "reports", "run1", 2, "{}"))  # replaced, not added
-    store.keep_receipt(Receipt("w1", "events", "run1", 1, "{}"))  # each stream its own
-    kept = store.receipt_of("w1", "reports")
-    assert kept is not None and kept.seq == 2
-    assert kept.repeats("run1", 2) and kept.repeats("run1", 1)
-    assert not kept.repeats("run1", 3) and not kept.repeats("run2", 1)
+        assert store.claim_delivery("w1", "reports", "run1", 1)
+        assert not store.claim_delivery("w1", "reports", "run1", 1)  # in the same batch
+    assert not store.claim_delivery("w1", "reports", "run1", 1)  # sent again
+    assert store.claim_delivery("w1", "reports", "run1", 2)  # the next: moved on
+    assert not store.claim_delivery("w1", "reports", "run1", 1)  # an older one
+    assert store.claim_delivery("w1", "events", "run1", 1)  # each stream its own
+    assert store.claim_delivery("w1", "reports", "run2", 1)  # a new run of the agent
+    assert store.receipt_of("w1", "reports") == Receipt("w1", "reports", "run2", 1)
     with pytest.raises(RuntimeError), store.batch():
-        store.keep_receipt(Receipt("w1", "reports", "run1", 3, "{}"))
+        assert store.claim_delivery("w1", "reports", "run2", 2)
         raise RuntimeError("the batch fails")
-    kept = store.receipt_of("w1", "reports")
-    assert kept is not None and kept.seq == 2  # rolled back with its batch
+    assert store.receipt_of("w1", "reports") == Receipt("w1", "reports", "run2", 1)
+    assert store.claim_delivery("w1", "reports", "run2", 2)  # rolled back: not applied

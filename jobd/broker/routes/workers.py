@@ -1,16 +1,15 @@
 """Worker-facing routes: registration, lease, the reports of the seed, logs and events.
 
 A batch of reports and a batch of events each name their `delivery` (the agent's run and
-the request's number): the answer is kept as the worker's receipt in the transaction that
-applies it, and a request that comes again after an unknown outcome (a broker killed
-after its commit, before answering; the agent then sends it to the next broker) is
-answered from the receipt without being applied twice.
+the request's number), claimed as the worker's receipt in the transaction that applies
+it: a request that comes again after an unknown outcome (a broker killed after its
+commit, before answering; the agent then sends it to the next broker) is acknowledged
+without being applied twice, each report with where its job stands now.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -27,7 +26,7 @@ from jobd.broker.state import BrokerState, reported_job_or_404, state_of
 from jobd.controllers import transitions, workers
 from jobd.controllers.errors import TransitionError
 from jobd.controllers.verbs import drain, lease_holder, refill, reports, worker_lease
-from jobd.store.base import Conflict, EventRecord, NotFound, Receipt
+from jobd.store.base import Conflict, EventRecord, NotFound
 from jobd.wire import routes
 from jobd.wire.models import (
     REPORT_BODIES,
@@ -266,11 +265,9 @@ def run_report_batch(
 ) -> dict[str, Any]:
     _check_sender(state, name, body.instance, body.epoch)  # refuses the whole batch
     with state.store.batch():
-        answer = _answered_before(state, name, "reports", body.delivery)
-        if answer is None:
-            answer = _apply_reports(state, name, body, who, plan)
-            _keep_receipt(state, name, "reports", body.delivery, answer)
-    return answer
+        if _claimed(state, name, "reports", body.delivery):
+            return _apply_reports(state, name, body, who, plan)
+    return _acknowledged(state, body)
 
 
 def _apply_reports(
@@ -303,27 +300,22 @@ def _apply_reports(
     return {"results": results, "events": len(events)}
 
 
-def _answered_before(
-    state: BrokerState, worker: str, stream: str, delivery: Delivery | None
-) -> dict[str, Any] | None:
-    """What this request was answered when it was applied before (it came again after
-    an unknown outcome); None when it is new, or names no delivery."""
+def _claimed(state: BrokerState, worker: str, stream: str, delivery: Delivery | None) -> bool:
+    """Whether the request is to be applied: it names no delivery, or one not applied
+    before (then claimed, in the caller's transaction)."""
     if delivery is None:
-        return None
-    receipt = state.store.receipt_of(worker, stream)
-    if receipt is None or not receipt.repeats(delivery.run, delivery.seq):
-        return None
-    answer: dict[str, Any] = json.loads(receipt.answer)
-    return answer
+        return True
+    return state.store.claim_delivery(worker, stream, delivery.run, delivery.seq)
 
 
-def _keep_receipt(
-    state: BrokerState, worker: str, stream: str, delivery: Delivery | None, answer: Any
-) -> None:
-    """The request's receipt, in the transaction that applied it."""
-    if delivery is not None:
-        said = json.dumps(answer, separators=(",", ":"))
-        state.store.keep_receipt(Receipt(worker, stream, delivery.run, delivery.seq, said))
+def _acknowledged(state: BrokerState, body: ReportBatch) -> dict[str, Any]:
+    """The answer to a batch applied before: each report taken, with its job's phase now."""
+    results: list[dict[str, Any]] = []
+    for item in body.reports:
+        job = state.ctx.view.bound.get(item.job) or state.store.get_job(item.job)
+        phase = {} if job is None else {"phase": str(job.status.phase)}
+        results.append({"job": item.job, "status": 200, **phase})
+    return {"results": results, "events": len(body.events)}
 
 
 def _records(
@@ -372,13 +364,11 @@ async def ingest_events(
 
 
 def _ingest(state: BrokerState, body: WorkerEvents, records: list[EventRecord]) -> Any:
+    """The events appended, once per delivery (a repeat is acknowledged alike)."""
     with state.store.batch():
-        answer = _answered_before(state, body.worker, "events", body.delivery)
-        if answer is None:
+        if _claimed(state, body.worker, "events", body.delivery):
             state.store.append_events(records)
-            answer = {"accepted": len(records)}
-            _keep_receipt(state, body.worker, "events", body.delivery, answer)
-    return answer
+    return {"accepted": len(records)}
 
 
 INGEST_EVENTS = FastRoute(routes.INGEST_EVENTS, ingest_events)

@@ -1,8 +1,8 @@
 """Receipts of the agents' requests, so a report sent again after a failover is applied once.
 
 `receipts` holds, per worker and kind of request ("reports", "events"), the last one its
-agent had applied (the agent's run and the request's number) and its answer; it is
-written in the transaction that applies the request (store/sql/receipts.py).
+agent had applied (the agent's run and the request's number); it is claimed in the
+transaction that applies the request (store/sql/receipts.py).
 
 Revision ID: 0012
 Revises: 0009
@@ -22,7 +22,6 @@ def upgrade() -> None:
         sa.Column("stream", sa.String(16), primary_key=True),
         sa.Column("run", sa.String(64), nullable=False),
         sa.Column("seq", sa.BigInteger, nullable=False),
-        sa.Column("answer", sa.Text, nullable=False),
     )
 
 
