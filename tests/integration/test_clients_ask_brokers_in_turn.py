@@ -29,7 +29,8 @@ DOWN = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
 
 class Broker(http.server.ThreadingHTTPServer):
-    """Answers every request `status`, a job for 200, a leader's URL for 307."""
+    """Answers every request `status`, a job for 200, a leader's URL for 307; status 0:
+    hangs up without an answer, as a broker killed while it held a watch."""
 
     def __init__(self, status: int, leader: str | None = None) -> None:
         server = self
@@ -38,7 +39,12 @@ class Broker(http.server.ThreadingHTTPServer):
             def _any(self) -> None:
                 server.seen.append((self.command, self.path))
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = json.dumps({"metadata": {"id": 1, "name": server.url}}).encode()
+                if status == 0:
+                    self.close_connection = True
+                    return
+                # A job, and a watch page too (of no change, at revision 42).
+                answer = {"metadata": {"id": 1, "name": server.url}, "changes": [], "revision": 42}
+                body = json.dumps(answer).encode()
                 self.send_response(status)
                 if status == 307 and leader is not None:
                     self.send_header("Location", leader + self.path)
@@ -164,3 +170,19 @@ def test_the_relay_on_a_workers_host_does_the_same(brokers: dict[str, Broker]) -
     assert standby.seen == [("GET", "/jobs/1")]  # the leader is asked first after that
     assert leader.seen == [("GET", "/jobs/1"), ("POST", "/jobs/1/cancel")]
     assert relay.brokers.preferred == leader.url
+
+
+def test_a_watch_cut_off_resumes_from_its_revision_on_the_next_broker(
+    brokers: dict[str, Broker],
+) -> None:
+    """A read goes on to the next broker even when it was sent: the same watch, from the
+    same revision, so no change is missed and nothing is listed again."""
+    killed, leader = Broker(0), brokers["leader"]
+    try:
+        with JobdClient(f"{killed.url},{leader.url}", None) as client:
+            assert client.watch(41, timeout=1).revision == 42
+        assert killed.seen == [("GET", "/watch?since=41&kind=Job&timeout=1")]
+        assert leader.seen == killed.seen
+    finally:
+        killed.shutdown()
+        killed.server_close()
