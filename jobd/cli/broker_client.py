@@ -78,16 +78,23 @@ class _Sender(Protocol):
 
 
 def _sender(
-    server: str, token: str | None, timeout: float, transport: httpx.BaseTransport | None
+    server: str,
+    token: str | None,
+    timeout: float,
+    transport: httpx.BaseTransport | None,
+    connect_timeout: float,
 ) -> _Sender:
     from jobd.cli.plain_http import PlainClient, plain_http_serves
 
     local = server.startswith("unix:")  # a Unix socket: the standard library's too
     if transport is None and (local or plain_http_serves(server)):
-        return PlainClient(server, token, timeout=timeout)
+        return PlainClient(server, token, timeout=timeout, connect_timeout=connect_timeout)
+    import httpx
+
     from jobd.wire.client import Client
 
-    return Client(server, token, timeout=timeout, transport=transport)
+    timeouts = httpx.Timeout(timeout, connect=connect_timeout)
+    return Client(server, token, timeout=timeouts, transport=transport)
 
 
 class JobdClient(Closing):
@@ -102,12 +109,15 @@ class JobdClient(Closing):
         timeout: float = 15.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        from jobd.wire.failover import FailoverClient
+        from jobd.wire.failover import FailoverClient, connect_timeout
+
+        servers = server or default_server()
+        opening = connect_timeout(servers, timeout)
 
         def connect(url: str) -> _Sender:
-            return _sender(url, token, timeout, transport)
+            return _sender(url, token, timeout, transport, opening)
 
-        self._sender = FailoverClient(server or default_server(), connect)
+        self._sender = FailoverClient(servers, connect)
 
     @property
     def server(self) -> str:

@@ -52,6 +52,7 @@ class PlainClient(Closing):
         token: str | None,
         *,
         timeout: float = 15.0,
+        connect_timeout: float | None = None,
         user_agent: str = "jobd-client",
     ) -> None:
         self.server = server.rstrip("/")
@@ -67,6 +68,7 @@ class PlainClient(Closing):
         if token and socket_path is None:  # the socket knows the caller by its uid
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         self._connection: http.client.HTTPConnection
         if socket_path is not None:
             self._connection = _UnixConnection(socket_path, timeout=timeout)
@@ -115,8 +117,12 @@ class PlainClient(Closing):
                 connection.sock.settimeout(timeout)
                 return
             connection.close()
+        connection.timeout = min(timeout, self.connect_timeout)
         try:
             connection.connect()
+            assert connection.sock is not None
+            connection.sock.settimeout(timeout)
+            connection.timeout = timeout
         except OSError:  # refused, no such host, or no answer in time
             connection.close()
             said = "cannot reach the jobd broker at {server} (is `jobd dev` running?)"

@@ -21,7 +21,7 @@ from jobd.discovery import usable_token
 from jobd.wire.calls import Call
 from jobd.wire.closing import AsyncClosing, Closing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message, redirected
-from jobd.wire.failover import AsyncFailoverClient, FailoverClient
+from jobd.wire.failover import AsyncFailoverClient, FailoverClient, connect_timeout
 from jobd.wire.plain_http import HOLD_MARGIN_S, UNIX_HOST, unix_socket_path
 
 __all__ = [
@@ -189,8 +189,10 @@ def open_brokers(
 ) -> FailoverClient:
     """A `Client` for each broker `servers` names, asked in turn (failover.py)."""
 
+    timeouts = httpx.Timeout(timeout, connect=connect_timeout(servers, timeout))
+
     def connect(url: str) -> Client:
-        return Client(url, token, timeout=timeout, user_agent=user_agent)
+        return Client(url, token, timeout=timeouts, user_agent=user_agent)
 
     return FailoverClient(servers, connect)
 
@@ -200,7 +202,9 @@ def open_brokers_async(
 ) -> AsyncFailoverClient:
     """An `AsyncClient` for each broker `servers` names, asked in turn (failover.py)."""
 
+    timeouts = httpx.Timeout(timeout, connect=connect_timeout(servers, timeout))
+
     def connect(url: str) -> AsyncClient:
-        return AsyncClient(url, token, timeout=timeout, user_agent=user_agent)
+        return AsyncClient(url, token, timeout=timeouts, user_agent=user_agent)
 
     return AsyncFailoverClient(servers, connect)

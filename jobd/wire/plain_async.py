@@ -32,7 +32,7 @@ import h11
 from jobd.discovery import usable_token
 from jobd.wire.closing import AsyncClosing
 from jobd.wire.errors import ApiError, BrokerUnreachable, error_message, redirected
-from jobd.wire.failover import AsyncFailoverClient
+from jobd.wire.failover import AsyncFailoverClient, connect_timeout
 from jobd.wire.plain_http import HOLD_MARGIN_S, Reply, plain_http_serves, request_body, target
 
 if TYPE_CHECKING:
@@ -163,8 +163,9 @@ class _Connection:
 class _Timeouts:
     """httpx's four timeouts of one request; a held call's read outlasts its hold."""
 
-    def __init__(self, seconds: float, hold: float | None) -> None:
-        self.connect = self.write = self.pool = seconds
+    def __init__(self, seconds: float, hold: float | None, connect: float) -> None:
+        self.write = self.pool = seconds
+        self.connect = min(seconds, connect)
         self.read = seconds if hold is None else hold + HOLD_MARGIN_S
 
 
@@ -190,6 +191,7 @@ class PlainAsyncClient(AsyncClosing):
         timeout: float = 10.0,
         max_connections: int = 4,
         user_agent: str = "jobd-client",
+        connect_timeout: float | None = None,
     ) -> None:
         self.server = server.rstrip("/")
         parts = urlsplit(self.server)
@@ -198,6 +200,7 @@ class PlainAsyncClient(AsyncClosing):
         self._host, self._port = parts.hostname, parts.port or 80
         self._base_path = parts.path.rstrip("/")
         self.timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         host = parts.netloc.rpartition("@")[2]  # as httpx says it: host[:port]
         self._headers = [
             ("Host", host),
@@ -222,7 +225,7 @@ class PlainAsyncClient(AsyncClosing):
         return call.parse(cast("httpx.Response", reply))
 
     async def _send(self, call: Call[Any]) -> Reply:
-        timeouts = _Timeouts(self.timeout, call.hold)
+        timeouts = _Timeouts(self.timeout, call.hold, self.connect_timeout)
         head, body = self._request(call)
         await self._take_slot(timeouts.pool)
         try:
@@ -308,10 +311,17 @@ def open_async_client(
     failover.py): this one for a plain http:// broker; the wire's httpx `AsyncClient` for
     an https:// one, a Unix socket, or behind a proxy the environment names."""
 
+    opening = connect_timeout(server, timeout)
+
     def connect(url: str) -> PlainAsyncClient | AsyncClientType:
         if plain_http_serves(url):
             return PlainAsyncClient(
-                url, token, timeout=timeout, max_connections=max_connections, user_agent=user_agent
+                url,
+                token,
+                timeout=timeout,
+                max_connections=max_connections,
+                user_agent=user_agent,
+                connect_timeout=opening,
             )
         import httpx
 
@@ -320,7 +330,8 @@ def open_async_client(
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
-        return AsyncClient(url, token, timeout=timeout, limits=limits, user_agent=user_agent)
+        timeouts = httpx.Timeout(timeout, connect=opening)
+        return AsyncClient(url, token, timeout=timeouts, limits=limits, user_agent=user_agent)
 
     return AsyncFailoverClient(server, connect)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import http.server
 import json
 import pwd
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +23,13 @@ import pytest
 from jobd.cli.broker_client import JobdClient
 from jobd.wire import calls
 from jobd.wire.errors import ApiError, BrokerUnreachable, Redirected
-from jobd.wire.failover import Brokers, leader_url, split_servers
+from jobd.wire.failover import (
+    FAILOVER_CONNECT_S,
+    Brokers,
+    connect_timeout,
+    leader_url,
+    split_servers,
+)
 from jobd.wire.plain_async import open_async_client
 from jobd.worker.relay import Relay
 
@@ -186,3 +194,27 @@ def test_a_watch_cut_off_resumes_from_its_revision_on_the_next_broker(
     finally:
         killed.shutdown()
         killed.server_close()
+
+
+def test_a_broker_whose_host_drops_connections_costs_a_short_connect_timeout(
+    brokers: dict[str, Broker],
+) -> None:
+    """A listener that never accepts, its queue full, drops the next connection's packets,
+    as a host that is down does: of several brokers, the next is asked after
+    FAILOVER_CONNECT_S, not after the whole timeout."""
+    leader = brokers["leader"]
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(0)
+    queued = [socket.create_connection(silent.getsockname(), timeout=2)]  # the queue's one
+    dropping = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        assert connect_timeout(f"{dropping},{leader.url}", 15.0) == FAILOVER_CONNECT_S
+        assert connect_timeout(leader.url, 15.0) == 15.0  # one broker: as before
+        began = time.monotonic()
+        with JobdClient(f"{dropping},{leader.url}", None, timeout=15.0) as client:
+            assert client.get_job(1)["metadata"]["name"] == leader.url
+        assert time.monotonic() - began < FAILOVER_CONNECT_S + 5
+    finally:
+        for connection in [*queued, silent]:
+            connection.close()
