@@ -43,7 +43,7 @@ import h11
 from jobd.logconfig import get_logger
 from jobd.wire import routes as r
 from jobd.wire.errors import LEADER_HEADER
-from jobd.wire.failover import Brokers
+from jobd.wire.failover import Brokers, connect_timeout
 from jobd.wire.plain_http import HOLD_MARGIN_S
 from jobd.wire.routes import find_route
 
@@ -105,8 +105,9 @@ class Relay:
         if self._client is None:
             import httpx
 
+            opening = connect_timeout(self.server, 15.0)  # of several brokers: 3 s each
             self._client = httpx.AsyncClient(
-                headers=self._headers, timeout=httpx.Timeout(15.0, read=_HOLD_S)
+                headers=self._headers, timeout=httpx.Timeout(15.0, read=_HOLD_S, connect=opening)
             )
         return self._client
 
