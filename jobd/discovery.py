@@ -111,12 +111,16 @@ def default_token(server: str) -> str | None:
     """`JOBD_TOKEN`, else the local broker's `<data dir>/admin.token`, else None.
 
     The token file belongs to the broker on this machine, so it is only offered to a server
-    on this machine: an admin token must never leak to some other host by default.
+    on this machine: an admin token must never leak to some other host by default (of
+    several brokers, comma-separated, every one must be on this machine).
     """
     token = usable_token(os.environ.get("JOBD_TOKEN"), "JOBD_TOKEN")
     if token:
         return token
-    if not _is_local(server):
+    # A Unix socket knows its caller by uid: it needs no token, and is never sent one.
+    tcp = [one.strip() for one in server.split(",") if one.strip()]
+    tcp = [one for one in tcp if not one.startswith("unix:")]
+    if not tcp or not all(_is_local(one) for one in tcp):
         return None
     try:
         return (data_dir() / "admin.token").read_text().strip() or None

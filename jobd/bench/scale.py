@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
@@ -92,6 +93,7 @@ class SimWorker:
     running: dict[int, int] = field(default_factory=dict)  # job -> attempt
     informer: AsyncInformer | None = None
     reports: ReportBatcher = field(init=False)
+    run: str = field(default_factory=lambda: uuid.uuid4().hex)  # its batches' delivery run
 
     def __post_init__(self) -> None:
         self.reports = ReportBatcher(self._send_reports)
@@ -126,8 +128,11 @@ class SimWorker:
         finally:
             self.running.pop(job_id, None)
 
-    async def _send_reports(self, reports: list[BatchedReport]) -> list[ReportResult]:
-        results = await self._send(calls.send_reports(self.name, {"reports": reports}))
+    async def _send_reports(self, number: int, reports: list[BatchedReport]) -> list[ReportResult]:
+        # Numbered as the agent numbers its batches, so the broker keeps their receipts.
+        delivery = {"run": self.run, "seq": number}
+        body = {"reports": reports, "delivery": delivery}
+        results = await self._send(calls.send_reports(self.name, body))
         self.fleet.failures += sum(r.status >= 300 for r in results)
         return results
 

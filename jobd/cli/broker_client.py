@@ -1,13 +1,14 @@
 """The `job` CLI's client of the broker (and the worker's token look-up).
 
 `JobdClient` is the synchronous client of `jobd.wire` with a method per operation the
-CLI uses; `job get -w` and `job wait` follow jobs through the wire's informer
-(`job_changes`). It sends each call through the standard library's HTTP client to an
-http:// broker (`plain_http.py`: httpx is not even imported), and through the wire's httpx
-`Client` to an https:// one, through a proxy, or over a transport a test hands in. The
-requests, the envelopes of the answers and the two exceptions (`ApiError`,
-`BrokerUnreachable`) are the wire's, re-exported here for the CLI. Next stage: the
-broker's routes in `jobd/broker/`.
+CLI uses, over every broker the server names (several, comma-separated: the wire's
+`FailoverClient` asks the next when one is down and follows a standby's 307); `job get
+-w` and `job wait` follow jobs through the wire's informer (`job_changes`). It sends each
+call through the standard library's HTTP client to an http:// broker (`plain_http.py`:
+httpx is not even imported), and through the wire's httpx `Client` to an https:// one,
+through a proxy, or over a transport a test hands in. The requests, the envelopes of the
+answers and the two exceptions (`ApiError`, `BrokerUnreachable`) are the wire's,
+re-exported here for the CLI. Next stage: the broker's routes in `jobd/broker/`.
 
 Configuration follows CONTRACT.md §2 and §8: `default_server()`, `data_dir()` and
 `default_token()` (from `jobd.discovery`, which needs no httpx) give the values a flag
@@ -77,20 +78,28 @@ class _Sender(Protocol):
 
 
 def _sender(
-    server: str, token: str | None, timeout: float, transport: httpx.BaseTransport | None
+    server: str,
+    token: str | None,
+    timeout: float,
+    transport: httpx.BaseTransport | None,
+    connect_timeout: float,
 ) -> _Sender:
     from jobd.cli.plain_http import PlainClient, plain_http_serves
 
     local = server.startswith("unix:")  # a Unix socket: the standard library's too
     if transport is None and (local or plain_http_serves(server)):
-        return PlainClient(server, token, timeout=timeout)
+        return PlainClient(server, token, timeout=timeout, connect_timeout=connect_timeout)
+    import httpx
+
     from jobd.wire.client import Client
 
-    return Client(server, token, timeout=timeout, transport=transport)
+    timeouts = httpx.Timeout(timeout, connect=connect_timeout)
+    return Client(server, token, timeout=timeouts, transport=transport)
 
 
 class JobdClient(Closing):
-    """A synchronous client of one broker; use it as a context manager or call close()."""
+    """A synchronous client of the brokers `server` names (one, or several comma-separated
+    to fail over between); use it as a context manager or call close()."""
 
     def __init__(
         self,
@@ -100,8 +109,20 @@ class JobdClient(Closing):
         timeout: float = 15.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._sender = _sender(server or default_server(), token, timeout, transport)
-        self.server = self._sender.server
+        from jobd.wire.failover import FailoverClient, connect_timeout
+
+        servers = server or default_server()
+        opening = connect_timeout(servers, timeout)
+
+        def connect(url: str) -> _Sender:
+            return _sender(url, token, timeout, transport, opening)
+
+        self._sender = FailoverClient(servers, connect)
+
+    @property
+    def server(self) -> str:
+        """The broker asked first: the one that answered last."""
+        return self._sender.server
 
     def run(self, call: Call[T]) -> T:
         """Send the call; its answer's value, or ApiError / BrokerUnreachable."""

@@ -41,7 +41,8 @@ class ConfigError(Exception):
 
 
 class Context(BaseModel):
-    """One broker: where it is, where its token is, the project to default to."""
+    """One broker (or several that fail over): where it is, where its token is, the
+    project to default to."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -52,8 +53,10 @@ class Context(BaseModel):
     @field_validator("server")
     @classmethod
     def _is_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://", "unix:///")):
-            raise ValueError(f"{value!r} is not an http://, https:// or unix:///PATH URL")
+        """One broker's URL, or several comma-separated (failed over between)."""
+        for url in [] if value is None else value.split(","):
+            if not url.strip().startswith(("http://", "https://", "unix:///")):
+                raise ValueError(f"{url!r} is not an http://, https:// or unix:///PATH URL")
         return value
 
 

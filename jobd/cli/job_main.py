@@ -197,8 +197,10 @@ def _usage_sentence(exc: click.UsageError) -> str:
 
 
 def _check_server(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not value.startswith(("http://", "https://", "unix:///")):
-        raise click.BadParameter(f"{value!r} is not an http://, https:// or unix:///PATH URL")
+    """One broker's URL, or several comma-separated (failed over between)."""
+    for url in [] if value is None else value.split(","):
+        if not url.strip().startswith(("http://", "https://", "unix:///")):
+            raise click.BadParameter(f"{url!r} is not an http://, https:// or unix:///PATH URL")
     return value
 
 
@@ -216,9 +218,9 @@ def _complete_context(
     envvar="JOBD_URL",
     callback=_check_server,
     show_envvar=True,
-    help="The broker's URL, or unix:///PATH for its Unix socket [default: the context's, "
-    "else JOBD_SOCKET, else a local broker's socket when no token is given, else "
-    "http://127.0.0.1:8765].",
+    help="The broker's URL, or unix:///PATH for its Unix socket; several, comma-separated, "
+    "to fail over between brokers [default: the context's, else JOBD_SOCKET, else a local "
+    "broker's socket when no token is given, else http://127.0.0.1:8765].",
 )
 @click.option(
     "--token",

@@ -25,7 +25,8 @@ _NO_SDK = "jobd mcp: the MCP server needs the optional extra: pip install 'jobd[
     "--server",
     envvar="JOBD_URL",
     show_envvar=True,
-    help="The broker's URL, or unix:///PATH for its Unix socket. [default: JOBD_SOCKET, "
+    help="The broker's URL, or unix:///PATH for its Unix socket; several, comma-separated, "
+    "to fail over between brokers. [default: JOBD_SOCKET, "
     "else a local broker's socket when no token is given, else http://127.0.0.1:8765]",
 )
 @click.option(

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from jobd.discovery import usable_token
 from jobd.wire import protocol
 from jobd.wire.closing import Closing
-from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message, redirected
 from jobd.wire.plain_http import (
     HOLD_MARGIN_S,
     UNIX_HOST,
@@ -54,6 +54,7 @@ class PlainClient(Closing):
         token: str | None,
         *,
         timeout: float = 15.0,
+        connect_timeout: float | None = None,
         user_agent: str = "jobd-client",
     ) -> None:
         self.server = server.rstrip("/")
@@ -73,6 +74,7 @@ class PlainClient(Closing):
         if token and socket_path is None:  # the socket knows the caller by its uid
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         self._connection: http.client.HTTPConnection
         if socket_path is not None:
             self._connection = _UnixConnection(socket_path, timeout=timeout)
@@ -85,6 +87,9 @@ class PlainClient(Closing):
         reply = self._send(call)
         if reply.is_error:
             raise ApiError(reply.status_code, error_message(reply))
+        moved = redirected(self.server, reply)
+        if moved is not None:  # a standby's: failover.py sends the call on
+            raise moved
         return call.parse(cast("httpx.Response", reply))
 
     def _send(self, call: Call[Any]) -> Reply:
@@ -118,17 +123,21 @@ class PlainClient(Closing):
                 connection.sock.settimeout(timeout)
                 return
             connection.close()
+        connection.timeout = min(timeout, self.connect_timeout)
         try:
             connection.connect()
+            assert connection.sock is not None
+            connection.sock.settimeout(timeout)
+            connection.timeout = timeout
         except OSError:  # refused, no such host, or no answer in time
             connection.close()
             said = "cannot reach the jobd broker at {server} (is `jobd dev` running?)"
             if isinstance(connection, _UnixConnection):
                 said = "cannot reach the jobd broker at {server} (is `jobd broker` running?)"
-            raise self._unreachable(said) from None
+            raise self._unreachable(said, sent=False) from None
 
-    def _unreachable(self, message: str) -> BrokerUnreachable:
-        return BrokerUnreachable(self.server, message.format(server=self.server))
+    def _unreachable(self, message: str, *, sent: bool = True) -> BrokerUnreachable:
+        return BrokerUnreachable(self.server, message.format(server=self.server), sent=sent)
 
     def close(self) -> None:
         self._connection.close()

@@ -404,7 +404,10 @@ class AgentConnection:
     """How `jobd worker` reaches its broker (`jobd dev`'s agent is handed both)."""
 
     server: str = setting(
-        "--server", "JOBD_URL", "The broker's URL.", default="http://127.0.0.1:8765"
+        "--server",
+        "JOBD_URL",
+        "The broker's URL; several, comma-separated, to fail over between brokers.",
+        default="http://127.0.0.1:8765",
     )
     token: str | None = setting(
         "--token", "JOBD_TOKEN", "Bearer token. [default: <data-dir>/admin.token]"

@@ -122,7 +122,7 @@ def relay_socket(given: str | None, server: str) -> socket.socket | None:
     not to be had (said on stderr; a --socket given that cannot be had ends the worker)."""
     if given == "none" or (given is None and os.geteuid() != 0):
         return None
-    if server.startswith("unix:"):
+    if all(url.strip().startswith("unix:") for url in server.split(",")):
         # Over the broker's own socket the agent is its uid, not its token: it could vouch
         # for nobody, and must not pass its callers on as itself.
         click.echo("jobd: no relay socket: the broker is reached over its own socket", err=True)

@@ -44,7 +44,7 @@ class AsyncClient(AsyncClosing):
         found = find_broker(server, token, token_file, context)
         self.server = found.server
         self.project = found.project
-        self._wire = wire.AsyncClient(
+        self._wire = wire.open_brokers_async(
             found.server, found.token, timeout=timeout, user_agent="jobd-sdk"
         )
 

@@ -32,7 +32,8 @@ LOG_HOLD_S = 30.0
 
 
 class Client(Closing):
-    """A client of one broker; use it as a context manager, or close() it.
+    """A client of the broker (or of several, comma-separated, asked in turn: a standby's
+    307 is followed, a broker down passed over); use it as a context manager, or close() it.
 
     `server`, `token`, `token_file` and `context` stand for `job`'s flags: each not given
     is read from the environment (JOBD_URL, JOBD_TOKEN, JOBD_TOKEN_FILE, JOBD_CONTEXT),
@@ -51,7 +52,9 @@ class Client(Closing):
         found = find_broker(server, token, token_file, context)
         self.server = found.server
         self.project = found.project  # the context's default project, if it names one
-        self._wire = wire.Client(found.server, found.token, timeout=timeout, user_agent="jobd-sdk")
+        self._wire = wire.open_brokers(
+            found.server, found.token, timeout=timeout, user_agent="jobd-sdk"
+        )
 
     # -- making jobs
 

@@ -48,6 +48,8 @@ __all__ = [
     "NotFound",
     "Op",
     "ProjectStore",
+    "Receipt",
+    "ReceiptStore",
     "RunCharge",
     "StorageFull",
     "Store",
@@ -94,6 +96,17 @@ class RunCharge(NamedTuple):
     user: str
     value: float
     at: float
+
+
+class Receipt(NamedTuple):
+    """The last request of a kind (`stream`: "reports", "events") a worker's agent had
+    applied: one sent again after an unknown outcome (the same `run`, a `seq` not past
+    this one) is acknowledged, never applied twice."""
+
+    worker: str
+    stream: str
+    run: str  # the agent's run: made at each start of the agent
+    seq: int  # its requests of this stream, counted from 1
 
 
 class Conflict(Exception):
@@ -393,6 +406,18 @@ class EventStore(Protocol):
         ...
 
 
+class ReceiptStore(Protocol):
+    """What the agents' requests applied (Receipt), claimed inside the batch
+    (`Transactions.batch`) that applies them, so a receipt moves exactly when its
+    request's writes commit."""
+
+    def claim_delivery(self, worker: str, stream: str, run: str, seq: int) -> bool:
+        """Record the request as applied; False (nothing recorded) when it was already."""
+        ...
+
+    def receipt_of(self, worker: str, stream: str) -> Receipt | None: ...
+
+
 class UsageStore(Protocol):
     """Fair share's usage (controllers/fairshare.py), kept across restarts."""
 
@@ -408,6 +433,7 @@ class UsageStore(Protocol):
 class Store(
     Maintenance,
     UsageStore,
+    ReceiptStore,
     JobStore,
     ArrayStore,
     ProjectStore,

@@ -19,6 +19,7 @@ __all__ = [
     "meta",
     "metadata",
     "projects",
+    "receipts",
     "tokens",
     "usage",
     "usage_charged",
@@ -176,4 +177,16 @@ usage_charged = sa.Table(
     metadata,
     sa.Column("job", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
+)
+
+# The last request of each kind ("reports", "events") each worker's agent had applied
+# (store/sql/receipts.py): one sent again after an unknown outcome (a broker killed after
+# its commit, before answering) is acknowledged, not applied twice.
+receipts = sa.Table(
+    "receipts",
+    metadata,
+    sa.Column("worker", sa.String(253), primary_key=True),
+    sa.Column("stream", sa.String(16), primary_key=True),
+    sa.Column("run", sa.String(64), nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
 )

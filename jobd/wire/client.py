@@ -5,7 +5,9 @@ agent, how a `Call` becomes a request (a held call's read timeout outlasts the b
 hold), and how an answer becomes a value or one of two exceptions with a one-sentence
 message: `ApiError` when the broker refused, `BrokerUnreachable` when it could not be
 reached. `Client` sends calls synchronously (the CLI), `AsyncClient` asynchronously (the
-worker, whose retries and batching sit on top, in `jobd.worker.reporting`).
+worker, whose retries and batching sit on top, in `jobd.worker.reporting`), each to one
+broker; `open_brokers` and `open_brokers_async` give one per broker of a comma-separated
+list, asked in turn (`failover.py`: the SDK's clients).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from jobd.discovery import usable_token
 from jobd.wire import protocol
 from jobd.wire.calls import Call
 from jobd.wire.closing import AsyncClosing, Closing
-from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message, redirected
+from jobd.wire.failover import AsyncFailoverClient, FailoverClient, connect_timeout
 from jobd.wire.plain_http import HOLD_MARGIN_S, UNIX_HOST, unix_socket_path
 from jobd.wire.protocol import PROTOCOL_HEADER
 
@@ -31,6 +34,8 @@ __all__ = [
     "BrokerUnreachable",
     "Client",
     "error_message",
+    "open_brokers",
+    "open_brokers_async",
 ]
 
 T = TypeVar("T")
@@ -88,12 +93,20 @@ class BaseClient:
     def _answer(self, call: Call[T], response: httpx.Response) -> T:
         if response.is_error:
             raise ApiError(response.status_code, error_message(response))
+        moved = redirected(self.server, response)
+        if moved is not None:  # a standby's: failover.py sends the call on
+            raise moved
         return call.parse(response)
 
     def _unreachable(self, exc: httpx.TransportError) -> BrokerUnreachable:
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.UnsupportedProtocol):
+        unsent = httpx.ConnectError | httpx.ConnectTimeout | httpx.UnsupportedProtocol
+        if isinstance(exc, unsent):
             message = f"cannot reach the jobd broker at {self.server} (is `jobd dev` running?)"
-        elif isinstance(exc, httpx.TimeoutException):
+            return BrokerUnreachable(self.server, message, sent=False)
+        if isinstance(exc, httpx.PoolTimeout):  # waited for a connection: nothing went out
+            message = f"the jobd broker at {self.server} did not answer in time"
+            return BrokerUnreachable(self.server, message, sent=False)
+        if isinstance(exc, httpx.TimeoutException):
             message = f"the jobd broker at {self.server} did not answer in time"
         else:
             message = f"lost the connection to the jobd broker at {self.server} ({exc})"
@@ -171,3 +184,29 @@ class AsyncClient(BaseClient, AsyncClosing):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def open_brokers(
+    servers: str, token: str | None, *, timeout: float = 15.0, user_agent: str = "jobd-client"
+) -> FailoverClient:
+    """A `Client` for each broker `servers` names, asked in turn (failover.py)."""
+
+    timeouts = httpx.Timeout(timeout, connect=connect_timeout(servers, timeout))
+
+    def connect(url: str) -> Client:
+        return Client(url, token, timeout=timeouts, user_agent=user_agent)
+
+    return FailoverClient(servers, connect)
+
+
+def open_brokers_async(
+    servers: str, token: str | None, *, timeout: float = 10.0, user_agent: str = "jobd-client"
+) -> AsyncFailoverClient:
+    """An `AsyncClient` for each broker `servers` names, asked in turn (failover.py)."""
+
+    timeouts = httpx.Timeout(timeout, connect=connect_timeout(servers, timeout))
+
+    def connect(url: str) -> AsyncClient:
+        return AsyncClient(url, token, timeout=timeouts, user_agent=user_agent)
+
+    return AsyncFailoverClient(servers, connect)

@@ -1,5 +1,6 @@
-"""The two ways a call to the broker fails, as the clients raise them (`client.py`), and
-the one sentence a refusal is said in.
+"""The two ways a call to the broker fails, as the clients raise them (`client.py`), the
+one sentence a refusal is said in, and `Redirected`: a standby's 307 naming the leader,
+which the clients follow (`failover.py`).
 
 Apart from the clients, and plain standard library, so that what only catches them (the
 `job` command's error lines, the agent) need not load httpx to do it, nor the plain
@@ -10,7 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["ApiError", "BrokerUnreachable", "error_message"]
+__all__ = [
+    "LEADER_HEADER",
+    "ApiError",
+    "BrokerUnreachable",
+    "Redirected",
+    "error_message",
+    "redirected",
+]
 
 
 class ApiError(Exception):
@@ -23,12 +31,28 @@ class ApiError(Exception):
 
 
 class BrokerUnreachable(ConnectionError):
-    """No answer from the broker: refused, unresolvable, timed out or cut off."""
+    """No answer from the broker: refused, unresolvable, timed out or cut off.
 
-    def __init__(self, server: str, message: str) -> None:
+    `sent`: the request may have reached the broker (the connection failed after it
+    went out), so a write may have been applied; False when no connection was made.
+    """
+
+    def __init__(self, server: str, message: str, *, sent: bool = True) -> None:
         super().__init__(message)
         self.server = server
         self.message = message
+        self.sent = sent
+
+
+class Redirected(Exception):
+    """A standby broker's 307: the same request is for the leader at `leader` (its
+    `X-Jobd-Leader`), or at `location` (the whole URL) when that header is missing."""
+
+    def __init__(self, server: str, leader: str | None, location: str | None) -> None:
+        super().__init__(f"the broker at {server} sent the request on to {leader or location}")
+        self.server = server
+        self.leader = leader
+        self.location = location
 
 
 if TYPE_CHECKING:  # a type only: a Protocol class costs every client its making
@@ -42,6 +66,9 @@ if TYPE_CHECKING:  # a type only: a Protocol class costs every client its making
 
         @property
         def reason_phrase(self) -> str: ...
+
+        @property
+        def headers(self) -> Any: ...
 
         def json(self) -> Any: ...
 
@@ -60,3 +87,14 @@ def error_message(response: Answer) -> str:
         where = ".".join(str(p) for p in first.get("loc", []) if p != "body")
         return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
     return f"the broker answered {response.status_code} {response.reason_phrase}"
+
+
+LEADER_HEADER = "X-Jobd-Leader"
+
+
+def redirected(server: str, response: Answer) -> Redirected | None:
+    """The Redirected a 307 answer means; None for any other answer."""
+    if response.status_code != 307:
+        return None
+    headers = response.headers
+    return Redirected(server, headers.get(LEADER_HEADER), headers.get("Location"))

@@ -32,6 +32,7 @@ from jobd.wire.errors import ApiError, BrokerUnreachable
 
 if TYPE_CHECKING:  # the agent sends with its plain client and never loads httpx
     from jobd.wire.client import Client
+    from jobd.wire.failover import FailoverClient
     from jobd.wire.plain_async import AsyncSender
 
 __all__ = [
@@ -195,7 +196,7 @@ class Informer:
 
     def __init__(
         self,
-        client: Client,
+        client: Client | FailoverClient,
         jobs: JobFilter,
         *,
         known: Sequence[Document] = (),

@@ -65,6 +65,7 @@ __all__ = [
     "BatchedReport",
     "BlockersQuery",
     "Completion",
+    "Delivery",
     "DrainQuery",
     "ErrorBody",
     "EventsQuery",
@@ -397,9 +398,29 @@ class WorkerEvent(_Body):
     fields: dict[str, Any] = Field(default_factory=dict)
 
 
+class Delivery(_Body):
+    """Which request of its kind this is, so one sent again after an unknown outcome (the
+    connection cut after it went out; a broker killed after its commit, before answering)
+    is answered again and not applied twice: `run` is the agent's run (made at each of its
+    starts), `seq` counts that run's requests of the kind, one in flight at a time. The
+    broker keeps the last applied per worker, with its answer, in the same transaction."""
+
+    run: Instance
+    seq: StoreInt = Field(ge=1)
+
+
+def _delivery_field() -> Any:
+    return Field(
+        default=None,
+        description="The request's number within the agent's run: one applied already is "
+        "answered again, not applied twice (absent: applied as it comes)",
+    )
+
+
 class WorkerEvents(_Body):
     worker: str
     events: list[WorkerEvent]
+    delivery: Delivery | None = _delivery_field()
 
 
 class Report(_Body):
@@ -508,6 +529,7 @@ class ReportBatch(_Body):
     epoch: StoreInt | None = _epoch_field()
     reports: list[BatchedReport] = Field(default_factory=list)
     events: list[WorkerEvent] = Field(default_factory=list)
+    delivery: Delivery | None = _delivery_field()
 
 
 # -- tokens (admins only) --------------------------------------------------------------------

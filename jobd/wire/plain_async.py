@@ -12,7 +12,8 @@ hold), and as httpcore does, a kept-alive connection idle longer than KEEPALIVE_
 closed by the broker is replaced before anything is sent on it, with no retry of a
 request once sent. One connection per request in flight (the watch, a report batch, a
 heartbeat at once), at most `max_connections`. An https:// broker or a proxy in the
-environment goes through the wire's httpx `AsyncClient` (`open_async_client` chooses).
+environment goes through the wire's httpx `AsyncClient` (`open_async_client` chooses, for
+each broker of the agent's list: failover.py asks them in turn).
 Next stage: the broker's routes.
 """
 
@@ -31,7 +32,8 @@ import h11
 from jobd.discovery import usable_token
 from jobd.wire import protocol
 from jobd.wire.closing import AsyncClosing
-from jobd.wire.errors import ApiError, BrokerUnreachable, error_message
+from jobd.wire.errors import ApiError, BrokerUnreachable, error_message, redirected
+from jobd.wire.failover import AsyncFailoverClient, connect_timeout
 from jobd.wire.plain_http import HOLD_MARGIN_S, Reply, plain_http_serves, request_body, target
 from jobd.wire.protocol import PROTOCOL_HEADER
 
@@ -163,8 +165,9 @@ class _Connection:
 class _Timeouts:
     """httpx's four timeouts of one request; a held call's read outlasts its hold."""
 
-    def __init__(self, seconds: float, hold: float | None) -> None:
-        self.connect = self.write = self.pool = seconds
+    def __init__(self, seconds: float, hold: float | None, connect: float) -> None:
+        self.write = self.pool = seconds
+        self.connect = min(seconds, connect)
         self.read = seconds if hold is None else hold + HOLD_MARGIN_S
 
 
@@ -190,6 +193,7 @@ class PlainAsyncClient(AsyncClosing):
         timeout: float = 10.0,
         max_connections: int = 4,
         user_agent: str = "jobd-client",
+        connect_timeout: float | None = None,
     ) -> None:
         self.server = server.rstrip("/")
         parts = urlsplit(self.server)
@@ -198,6 +202,7 @@ class PlainAsyncClient(AsyncClosing):
         self._host, self._port = parts.hostname, parts.port or 80
         self._base_path = parts.path.rstrip("/")
         self.timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         host = parts.netloc.rpartition("@")[2]  # as httpx says it: host[:port]
         self._headers = [
             ("Host", host),
@@ -217,10 +222,13 @@ class PlainAsyncClient(AsyncClosing):
         reply = await self._send(call)
         if reply.is_error:
             raise ApiError(reply.status_code, error_message(reply))
+        moved = redirected(self.server, reply)
+        if moved is not None:  # a standby's: failover.py sends the call on
+            raise moved
         return call.parse(cast("httpx.Response", reply))
 
     async def _send(self, call: Call[Any]) -> Reply:
-        timeouts = _Timeouts(self.timeout, call.hold)
+        timeouts = _Timeouts(self.timeout, call.hold, self.connect_timeout)
         head, body = self._request(call)
         await self._take_slot(timeouts.pool)
         try:
@@ -239,7 +247,7 @@ class PlainAsyncClient(AsyncClosing):
                     await self._slots.acquire()
             except TimeoutError:
                 said = "the jobd broker at {server} did not answer in time"
-                raise self._unreachable(said) from None
+                raise self._unreachable(said, sent=False) from None
 
     async def _exchange(
         self, connection: _Connection, head: h11.Request, body: bytes | None, timeouts: _Timeouts
@@ -274,7 +282,7 @@ class PlainAsyncClient(AsyncClosing):
                 stream = await anyio.connect_tcp(self._host, self._port)
         except (OSError, TimeoutError):  # refused, no such host, or no answer in time
             said = "cannot reach the jobd broker at {server} (is `jobd dev` running?)"
-            raise self._unreachable(said) from None
+            raise self._unreachable(said, sent=False) from None
         return _Connection(stream)
 
     def _request(self, call: Call[Any]) -> tuple[h11.Request, bytes | None]:
@@ -285,8 +293,8 @@ class PlainAsyncClient(AsyncClosing):
         path = target(self._base_path, call)
         return h11.Request(method=call.method, target=path, headers=headers), body
 
-    def _unreachable(self, message: str) -> BrokerUnreachable:
-        return BrokerUnreachable(self.server, message.format(server=self.server))
+    def _unreachable(self, message: str, *, sent: bool = True) -> BrokerUnreachable:
+        return BrokerUnreachable(self.server, message.format(server=self.server), sent=sent)
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
@@ -301,21 +309,34 @@ def open_async_client(
     timeout: float = 10.0,
     max_connections: int = 4,
     user_agent: str = "jobd-client",
-) -> PlainAsyncClient | AsyncClientType:
-    """This client for a plain http:// broker; the wire's httpx `AsyncClient` for an
-    https:// one or behind a proxy the environment names (httpx honours those)."""
-    if plain_http_serves(server):
-        return PlainAsyncClient(
-            server, token, timeout=timeout, max_connections=max_connections, user_agent=user_agent
+) -> AsyncFailoverClient:
+    """A client of each broker `server` names (several, comma-separated, asked in turn:
+    failover.py): this one for a plain http:// broker; the wire's httpx `AsyncClient` for
+    an https:// one, a Unix socket, or behind a proxy the environment names."""
+
+    opening = connect_timeout(server, timeout)
+
+    def connect(url: str) -> PlainAsyncClient | AsyncClientType:
+        if plain_http_serves(url):
+            return PlainAsyncClient(
+                url,
+                token,
+                timeout=timeout,
+                max_connections=max_connections,
+                user_agent=user_agent,
+                connect_timeout=opening,
+            )
+        import httpx
+
+        from jobd.wire.client import AsyncClient
+
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
         )
-    import httpx
+        timeouts = httpx.Timeout(timeout, connect=opening)
+        return AsyncClient(url, token, timeout=timeouts, limits=limits, user_agent=user_agent)
 
-    from jobd.wire.client import AsyncClient
-
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
-    return AsyncClient(server, token, timeout=timeout, limits=limits, user_agent=user_agent)
+    return AsyncFailoverClient(server, connect)
 
 
 def _reason(exc: BaseException) -> str:

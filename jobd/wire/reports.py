@@ -8,8 +8,11 @@ drain the jobs of eight slots end a few milliseconds apart, and each request cos
 agent and the broker far more CPU than each report in it. Only `started`, `progress` and
 `complete` linger: `stopping` and `checkpoint-complete` (a preemption under way) go at
 once, and take along whatever lingers. Each report carries the run's
-attempt (`status.attempt`), so the broker refuses one of another run (fencing). How a
-batch is sent is the caller's `send`: the agent's retries it until the broker answers and
+attempt (`status.attempt`), so the broker refuses one of another run (fencing). Batches
+are numbered from 1; one whose send was cancelled before its answer came may have been
+applied, so it is kept whole and sent again first, under its number (the broker answers
+a number it applied without applying it again: `delivery`). How a batch is sent is the
+caller's `send`: the agent's retries it until the broker answers and
 lets its queued events ride along (`jobd.worker.reporting`); the bench's simulated
 workers send it as they are.
 """
@@ -32,8 +35,9 @@ __all__ = ["BUSY_S", "LINGER_S", "BatchedReport", "ReportBatcher", "SendBatch", 
 # fields within the model's bounds (worker/hooks/ending.wire_completion, api/progress.py).
 BatchedReport = dict[str, Any]
 
-# Sends one batch of reports; each one's result, in order (fewer: the rest were refused).
-SendBatch = Callable[[list[BatchedReport]], Awaitable[list[ReportResult]]]
+# Sends one batch of reports, by its number; each one's result, in order (fewer: the rest
+# were refused). The same number always comes with the same reports.
+SendBatch = Callable[[int, list[BatchedReport]], Awaitable[list[ReportResult]]]
 # A worker that sent a batch less than this long ago is busy: its next batch lingers
 # LINGER_S for company (a job's end is then told at most that much later).
 BUSY_S = 0.05
@@ -59,6 +63,9 @@ class ReportBatcher:
         self._in_flight: anyio.Event | None = None  # set when the batch being sent is answered
         self._last_sent = float("-inf")  # anyio.current_time() of the last batch sent
         self._hurry = anyio.Event()  # set: a report that may not linger is pending
+        self._number = 0  # of the last batch made
+        # A batch sent (perhaps applied) whose answer never came: sent again, whole, first.
+        self._sealed: list[_Pending] | None = None
 
     async def report(self, job_id: int, verb: str, attempt: int | None = None, **body: Any) -> None:
         """Returns once the broker has answered the batch that carried the report."""
@@ -83,21 +90,24 @@ class ReportBatcher:
 
     async def _send_pending(self) -> None:
         self._in_flight = anyio.Event()  # lingering counts as in flight: others wait
-        batch: list[_Pending] = []
         try:
-            if self._linger_s and anyio.current_time() - self._last_sent < BUSY_S:
-                with anyio.move_on_after(self._linger_s):
-                    await self._hurry.wait()  # reports made meanwhile go too
-            batch, self._reports = self._reports, []
-            self._hurry = anyio.Event()
+            if self._sealed is None:
+                if self._linger_s and anyio.current_time() - self._last_sent < BUSY_S:
+                    with anyio.move_on_after(self._linger_s):
+                        await self._hurry.wait()  # reports made meanwhile go too
+                self._sealed, self._reports = self._reports, []
+                self._number += 1
+                self._hurry = anyio.Event()
+            batch = self._sealed
             self._last_sent = anyio.current_time()
-            await self._send([p.item for p in batch])
+            await self._send(self._number, [p.item for p in batch])
+            self._sealed = None
             for pending in batch:  # each answered on its own, or the whole batch refused
                 pending.answered.set()
         finally:
-            # Cancelled: whoever reports next sends these too.
-            self._reports = [p for p in batch if not p.answered.is_set()] + self._reports
-            if any(p.item["verb"] not in _LINGERING_VERBS for p in self._reports):
+            # Cancelled: a sealed batch is sent again by whoever reports next, the rest after.
+            waiting = self._reports + (self._sealed or [])
+            if any(p.item["verb"] not in _LINGERING_VERBS for p in waiting):
                 self._hurry.set()
             self._in_flight.set()
             self._in_flight = None

@@ -18,6 +18,11 @@ What is relayed is kept small, and the worker token never becomes the caller's:
   dropped before the agent adds its own; the answer carries only the broker's status,
   body and the few headers a client reads.
 
+Of several brokers (the agent's `--server` list), a request goes to the one that answered
+last, to the next when one cannot be reached (a write only when nothing was sent) or
+answers 503, and a standby's 307 is followed once to the leader (wire/failover.py says
+the same for every client).
+
 Standard library and h11 (which the agent's plain client already uses), plus httpx to
 reach the broker, imported at the first relayed request: a root worker offers the socket
 by default, and an agent nobody asks through keeps httpx's memory for nothing.
@@ -37,6 +42,8 @@ import h11
 
 from jobd.logconfig import get_logger
 from jobd.wire import routes as r
+from jobd.wire.errors import LEADER_HEADER
+from jobd.wire.failover import Brokers, connect_timeout
 from jobd.wire.plain_http import HOLD_MARGIN_S
 from jobd.wire.routes import find_route
 
@@ -84,10 +91,13 @@ _MAX_HEAD = 64 * 1024
 
 
 class Relay:
-    """Relays one host's users' requests to the broker at `server`, vouching for each."""
+    """Relays one host's users' requests to the broker at `server` (or the brokers, comma-
+    separated: their http(s):// ones), vouching for each."""
 
     def __init__(self, server: str, token: str | None, worker: str) -> None:
         self.server, self.worker = server, worker
+        tcp = [url for url in server.split(",") if not url.strip().startswith("unix:")]
+        self.brokers = Brokers(",".join(tcp))
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client: httpx.AsyncClient | None = None
 
@@ -95,10 +105,9 @@ class Relay:
         if self._client is None:
             import httpx
 
+            opening = connect_timeout(self.server, 15.0)  # of several brokers: 3 s each
             self._client = httpx.AsyncClient(
-                base_url=self.server,
-                headers=self._headers,
-                timeout=httpx.Timeout(15.0, read=_HOLD_S),
+                headers=self._headers, timeout=httpx.Timeout(15.0, read=_HOLD_S, connect=opening)
             )
         return self._client
 
@@ -149,12 +158,7 @@ class Relay:
         import httpx  # loaded by _http: a dict lookup
 
         try:
-            answer = await http.request(
-                request.method.decode(),
-                request.target.decode("ascii"),
-                headers=headers,
-                content=body,
-            )
+            answer = await self._relayed(http, request, headers, body)
         except httpx.TransportError as exc:
             said = f"worker {self.worker} cannot reach the broker at {self.server} ({exc})"
             return _json(502, said)
@@ -162,6 +166,46 @@ class Relay:
             (k.encode(), answer.headers[k].encode()) for k in _PASSED_BACK if k in answer.headers
         ]
         return answer.status_code, back, answer.content
+
+    async def _relayed(
+        self,
+        http: httpx.AsyncClient,
+        request: h11.Request,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> httpx.Response:
+        """The answer of the first broker that takes the request (no 503), a 307 followed
+        once to the leader it names; the last 503, or the last TransportError, when none
+        did. A write cut off after it went out is not sent again: it may have been applied."""
+        import httpx  # loaded by _http: a dict lookup
+
+        brokers = self.brokers
+        method, target = request.method.decode(), request.target.decode("ascii")
+        answer: httpx.Response | None = None
+        failure: Exception | None = None
+        for url in brokers.order():
+            try:
+                answer = await http.request(method, url + target, headers=headers, content=body)
+                if answer.status_code == 307 and "location" in answer.headers:
+                    moved_to = answer.headers.get(LEADER_HEADER, url).rstrip("/")
+                    location = answer.headers["location"]
+                    answer = await http.request(method, location, headers=headers, content=body)
+                    url = moved_to
+            except httpx.TransportError as exc:
+                unsent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                if not unsent and method != "GET":
+                    raise
+                brokers.failed(url)
+                failure = exc
+                continue
+            if answer.status_code != 503:
+                brokers.answered(url)
+                return answer
+            brokers.failed(url)
+        if answer is not None:
+            return answer
+        assert failure is not None
+        raise failure
 
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body

@@ -5,6 +5,11 @@ is briefly unreachable, so it is retried with backoff until the broker answers; 
 answer is final (the broker decided otherwise, e.g. the job was cancelled meanwhile),
 but for 426: the broker does not take this agent's protocol version (wire/protocol.py),
 which an upgrade of one side ends, so it is retried too, and said at most once a minute.
+A request sent again may have been applied already (the broker died after its commit,
+before answering, and the next broker takes the retry), so each batch of reports and
+each batch of events names its `delivery`: this run of the agent and the request's
+number within its kind, the same each time it is sent; the broker applies a delivery
+once and answers it again from its receipt after that (broker/routes/workers.py).
 Requests are the wire's calls (`jobd.wire.calls`), sent by one of its async clients, reports
 batched by its `ReportBatcher` (`jobd.wire.reports`); this module adds the retries and
 the events that ride along.
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,6 +64,11 @@ class BrokerLink:
     # The rank this worker runs of each multi-host job here (its reports say it); a job
     # of one node has none, and its reports stay as they always were.
     ranks: dict[int, int] = field(default_factory=dict)
+    # This run's deliveries: the run, the number of the last events' request, and the
+    # batch of reports sent but not yet answered (its number and body, sent again as is).
+    run: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _events_sent: int = 0
+    _unanswered: tuple[int, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self._batcher = ReportBatcher(self._send_reports)
@@ -130,17 +141,16 @@ class BrokerLink:
             reports = [(verb, {**body, "rank": rank}) for verb, body in reports]
         await self._batcher.report_many(job_id, reports, attempt)
 
-    async def _send_reports(self, reports: list[BatchedReport]) -> list[ReportResult]:
-        """One batch, sent until answered, with the events queued so far."""
-        events, self._events = self._events, []  # they ride along
-        sent = False
-        try:
-            body = self.signed({"reports": reports, "events": events})
-            results = await self.call(calls.send_reports(self.worker, body)) or []
-            sent = True
-        finally:
-            if not sent:  # cancelled: whoever reports next sends these too
-                self._events = events + self._events
+    async def _send_reports(self, number: int, reports: list[BatchedReport]) -> list[ReportResult]:
+        """Batch `number`, sent until answered, with the events queued when it was made:
+        the same body each time, however often it is sent (or cancelled and sent again)."""
+        if self._unanswered is None or self._unanswered[0] != number:
+            events, self._events = self._events, []  # they ride along
+            delivery = {"run": self.run, "seq": number}
+            body = self.signed({"reports": reports, "events": events, "delivery": delivery})
+            self._unanswered = (number, body)
+        results = await self.call(calls.send_reports(self.worker, self._unanswered[1])) or []
+        self._unanswered = None
         # Each report is answered on its own; an error of the broker's fails the whole
         # request, which call() sends again until it is answered.
         for item, result in zip(reports, results, strict=False):
@@ -173,7 +183,10 @@ class BrokerLink:
                     await anyio.sleep(wait)  # a batch may take them meanwhile
                     continue
                 batch, self._events = self._events, []
-                await self.call(calls.ingest_events({"worker": self.worker, "events": batch}))
+                self._events_sent += 1
+                delivery = {"run": self.run, "seq": self._events_sent}
+                body = {"worker": self.worker, "events": batch, "delivery": delivery}
+                await self.call(calls.ingest_events(body))
 
 
 def _json_value(value: Any) -> Any:

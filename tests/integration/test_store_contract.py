@@ -50,6 +50,7 @@ from jobd.store import (
     open_store,
 )
 from jobd.store import schema as t
+from jobd.store.base import Receipt
 
 # The store's contract is tested with made-up events: it stores any, whatever they say.
 pytestmark = pytest.mark.forged_events
@@ -898,3 +899,21 @@ def test_killed_writer_leaves_a_consistent_store(tmp_path: Path, when: str) -> N
         assert store.update_job(job).metadata.resource_version == revision + 2
     finally:
         store.close()
+
+
+def test_a_delivery_is_claimed_once_and_only_when_its_batch_commits(store: SQLStore) -> None:
+    assert store.receipt_of("w1", "reports") is None
+    with store.batch():
+        assert store.claim_delivery("w1", "reports", "run1", 1)
+        assert not store.claim_delivery("w1", "reports", "run1", 1)  # in the same batch
+    assert not store.claim_delivery("w1", "reports", "run1", 1)  # sent again
+    assert store.claim_delivery("w1", "reports", "run1", 2)  # the next: moved on
+    assert not store.claim_delivery("w1", "reports", "run1", 1)  # an older one
+    assert store.claim_delivery("w1", "events", "run1", 1)  # each stream its own
+    assert store.claim_delivery("w1", "reports", "run2", 1)  # a new run of the agent
+    assert store.receipt_of("w1", "reports") == Receipt("w1", "reports", "run2", 1)
+    with pytest.raises(RuntimeError), store.batch():
+        assert store.claim_delivery("w1", "reports", "run2", 2)
+        raise RuntimeError("the batch fails")
+    assert store.receipt_of("w1", "reports") == Receipt("w1", "reports", "run2", 1)
+    assert store.claim_delivery("w1", "reports", "run2", 2)  # rolled back: not applied

@@ -2,9 +2,10 @@
 
 BrokerLink talks to the broker app in-process through httpx.ASGITransport, wrapped by a
 `Wire` that records every request and its answer, can hold one request open until the
-test lets it go, and can answer one request 503 itself. The broker app answers every
-request that reaches it. No controllers run (the ASGI lifespan is not started), so jobs
-are bound to the worker here, the way the scheduler would.
+test lets it go, can answer one request 503 itself, and can cut one off after the broker
+answered it (the outcome the agent cannot know: a broker killed after its commit). The
+broker app answers every request that reaches it. No controllers run (the ASGI lifespan
+is not started), so jobs are bound to the worker here, the way the scheduler would.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class Wire(httpx.AsyncBaseTransport):
         self.holding = anyio.Event()  # set once the held request has arrived
         self._release: anyio.Event | None = None
         self._fail_next: int | None = None
+        self._cut_next = False
+
+    def cut_next(self) -> None:
+        """The next request reaches the app, which applies and answers it; the answer is
+        then lost, as when the broker dies between its commit and its answer."""
+        self._cut_next = True
 
     def hold_next(self) -> anyio.Event:
         """The next request waits, unsent to the app, until the returned event is set."""
@@ -90,6 +97,9 @@ class Wire(httpx.AsyncBaseTransport):
         await response.aread()
         exchange.status = response.status_code
         exchange.answer = json.loads(response.content) if response.content else None
+        if self._cut_next:
+            self._cut_next = False
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
         return response
 
     @property
@@ -149,13 +159,19 @@ async def test_reports_made_while_a_request_is_in_flight_go_together_in_the_next
             release.set()
     first, second = wire.report_posts
     assert len(wire.exchanges) == 2
-    assert first.body == {"reports": [{"job": a, "verb": "started"}], "events": []}
+    delivery = {"run": link.run, "seq": 1}
+    assert first.body == {
+        "reports": [{"job": a, "verb": "started"}],
+        "events": [],
+        "delivery": delivery,
+    }
     assert second.body == {
         "reports": [
             {"job": a, "verb": "complete", "exit_code": 0},
             {"job": b, "verb": "started"},
         ],
         "events": [],
+        "delivery": delivery | {"seq": 2},  # the batches are numbered in the agent's run
     }
     assert [r["status"] for r in first.answer["results"] + second.answer["results"]] == [200] * 3
     assert await phase(api, a) == "Succeeded"
@@ -368,3 +384,59 @@ async def test_a_hook_added_to_the_list_runs_at_each_stage_in_order(
         ("cleanup", AttemptPhase.REPORTED),
     ]
     assert execution.phase is AttemptPhase.DONE
+
+
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
+async def test_a_batch_sent_again_after_its_answer_was_lost_is_applied_once(
+    broker: Broker,
+) -> None:
+    """The broker applies a batch and its answer never arrives: the agent sends the same
+    batch (the same delivery) again, and it is acknowledged with nothing applied twice:
+    its events are counted once, the job ends once with one attempt."""
+    api, wire, link = broker.api, broker.wire, broker.link
+    a = await bound_job(api, "a")
+    attempt = (await api.get(f"/jobs/{a}")).json()["status"].get("attempt")
+    link.event("process_spawned", a, pid=4242)
+    wire.cut_next()
+    with anyio.fail_after(5):
+        await link.report_many(a, [("started", {}), ("complete", {"exit_code": 0})])
+    first, again = wire.report_posts
+    assert again.body == first.body  # the same delivery, its events with it
+    assert [r["phase"] for r in first.answer["results"]] == ["Running", "Succeeded"]
+    # Acknowledged, each report with where its job stands now.
+    assert [(r["status"], r["phase"]) for r in again.answer["results"]] == [(200, "Succeeded")] * 2
+    spawned = (await api.get("/events", params={"type": "process_spawned"})).json()["items"]
+    assert len(spawned) == 1
+    job = (await api.get(f"/jobs/{a}")).json()
+    assert job["status"]["phase"] == "Succeeded"
+    assert job["status"].get("attempt") == attempt  # no second run of it
+    for kind in ("job_started", "job_finished"):
+        found = (await api.get("/events", params={"type": kind, "job": a})).json()["items"]
+        assert len(found) == 1, kind
+
+
+@pytest.mark.forged_events  # made-up events and fields, as a worker may post
+async def test_the_broker_applies_a_delivery_once_and_a_batch_without_one_each_time(
+    broker: Broker,
+) -> None:
+    """What the receipt adds: the same events posted twice are recorded twice unless the
+    batch names its delivery; a new delivery of the same run is applied."""
+    api = broker.api
+    event = {"event": "process_spawned", "job": None, "fields": {"pid": 1}}
+    delivery = {"run": "run1", "seq": 1}
+    bodies = [
+        {"reports": [], "events": [event]},
+        {"reports": [], "events": [event]},
+        {"reports": [], "events": [event], "delivery": delivery},
+        {"reports": [], "events": [event], "delivery": delivery},
+        {"reports": [], "events": [event], "delivery": delivery | {"seq": 2}},
+    ]
+    answers = [(await api.post(REPORTS, json=body)).json() for body in bodies]
+    assert [answer["events"] for answer in answers] == [1] * 5  # the repeat answered alike
+    spawned = (await api.get("/events", params={"type": "process_spawned"})).json()["items"]
+    assert len(spawned) == 4  # twice without a delivery, seq 1 once, seq 2 once
+    for seq in (1, 1, 2):  # the events' own requests, likewise
+        body = {"worker": WORKER, "events": [event], "delivery": {"run": "run1", "seq": seq}}
+        assert (await api.post("/events", json=body)).json() == {"accepted": 1}
+    spawned = (await api.get("/events", params={"type": "process_spawned"})).json()["items"]
+    assert len(spawned) == 6

@@ -96,8 +96,13 @@ def test_http_goes_plain_and_https_or_a_proxy_goes_through_httpx(
 ) -> None:
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    assert isinstance(open_async_client("http://127.0.0.1:9", None), PlainAsyncClient)
-    assert isinstance(open_async_client("https://127.0.0.1:9", None), wire_client.AsyncClient)
+
+    def client_of(url: str) -> object:  # the client each broker of the list is asked with
+        return open_async_client(url, None).client(url)
+
+    assert isinstance(client_of("http://127.0.0.1:9"), PlainAsyncClient)
+    assert isinstance(client_of("https://127.0.0.1:9"), wire_client.AsyncClient)
+    assert isinstance(client_of("unix:///run/jobd/jobd.sock"), wire_client.AsyncClient)
     monkeypatch.setenv("ALL_PROXY", "http://proxy.example:3128")
-    assert isinstance(open_async_client("http://127.0.0.1:9", None), wire_client.AsyncClient)
+    assert isinstance(client_of("http://127.0.0.1:9"), wire_client.AsyncClient)
     assert urlsplit(SERVER).path == "/prefix"

@@ -21,9 +21,15 @@ LONG = 30.0  # a linger no test may wait out: a report that lingered fails its d
 class Recorder:
     def __init__(self) -> None:
         self.batches: list[list[tuple[int, str]]] = []
+        self.numbers: list[int] = []
+        self.stall = False  # the next send never gets its answer (until cancelled)
 
-    async def send(self, reports: list[BatchedReport]) -> list[ReportResult]:
+    async def send(self, number: int, reports: list[BatchedReport]) -> list[ReportResult]:
         self.batches.append([(r["job"], r["verb"]) for r in reports])
+        self.numbers.append(number)
+        if self.stall:
+            self.stall = False
+            await anyio.sleep_forever()
         return [ReportResult(job=r["job"], status=200) for r in reports]
 
 
@@ -89,3 +95,18 @@ async def test_a_stop_under_way_is_told_at_once_and_takes_the_lingering_reports_
         [(2, "complete"), (3, "stopping")],
         [(3, "checkpoint-complete")],
     ]
+
+
+async def test_a_batch_cancelled_in_flight_is_sent_again_whole_under_its_number() -> None:
+    """A batch that went out may have been applied: a report made meanwhile never joins
+    it, so the broker can tell the same batch (its number) when it comes again."""
+    sent = Recorder()
+    batcher = ReportBatcher(sent.send, linger_s=0)
+    with anyio.fail_after(5):
+        await batcher.report(1, "started")
+        sent.stall = True
+        with anyio.move_on_after(0.05):
+            await batcher.report(2, "started")  # sent, its answer never comes: cancelled
+        await batcher.report(3, "started")
+    assert sent.batches == [[(1, "started")], [(2, "started")], [(2, "started")], [(3, "started")]]
+    assert sent.numbers == [1, 2, 2, 3]

@@ -68,6 +68,7 @@ def test_a_named_context_beats_the_current_one_and_defaults_fill_the_rest(config
     [
         ("contexts: [", "is not valid YAML"),
         ("contexts: {lab: {server: gpu1}}", "contexts.lab.server: 'gpu1' is not an http://"),
+        ("contexts: {lab: {server: 'http://a,gpu2'}}", "contexts.lab.server: 'gpu2' is not an"),
         ("current: lab", "current: Extra inputs are not permitted"),
     ],
 )
@@ -82,3 +83,13 @@ def test_no_file_is_no_context(config: Path) -> None:
     config.unlink()
     assert load_config() == Config()
     assert resolve_connection(None, None, None, None).server == "http://127.0.0.1:8765"
+
+
+def test_a_context_may_name_several_brokers_and_its_token_goes_to_them(
+    config: Path, tmp_path: Path
+) -> None:
+    both = f"{LAB},https://gpu2.lab:8765"
+    lab = load_config().contexts["lab"].model_dump() | {"server": both}
+    save_config(Config(current_context="lab", contexts={"lab": Context(**lab)}))
+    chosen = resolve_connection(None, None, None, None)
+    assert (chosen.server, chosen.token) == (both, "lab-secret")

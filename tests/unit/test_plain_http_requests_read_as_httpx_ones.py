@@ -76,10 +76,14 @@ def test_http_goes_plain_and_https_or_a_proxy_goes_through_httpx(
         monkeypatch.delenv(name, raising=False)
     assert plain_http_serves("http://127.0.0.1:8765")
     assert not plain_http_serves("https://broker.example:8765")
-    assert isinstance(JobdClient("http://127.0.0.1:9")._sender, PlainClient)
-    assert isinstance(JobdClient("https://127.0.0.1:9")._sender, wire_client.Client)
+
+    def sender_of(url: str, **given: Any) -> object:  # the client that broker is asked with
+        return JobdClient(url, **given)._sender.client(url)
+
+    assert isinstance(sender_of("http://127.0.0.1:9"), PlainClient)
+    assert isinstance(sender_of("https://127.0.0.1:9"), wire_client.Client)
     fake = httpx.MockTransport(lambda r: httpx.Response(200))
-    assert isinstance(JobdClient("http://127.0.0.1:9", transport=fake)._sender, wire_client.Client)
+    assert isinstance(sender_of("http://127.0.0.1:9", transport=fake), wire_client.Client)
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     assert not plain_http_serves("http://127.0.0.1:8765")
 

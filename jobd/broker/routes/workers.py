@@ -1,4 +1,11 @@
-"""Worker-facing routes: registration, lease, the reports of the seed, logs and events."""
+"""Worker-facing routes: registration, lease, the reports of the seed, logs and events.
+
+A batch of reports and a batch of events each name their `delivery` (the agent's run and
+the request's number), claimed as the worker's receipt in the transaction that applies
+it: a request that comes again after an unknown outcome (a broker killed after its
+commit, before answering; the agent then sends it to the next broker) is acknowledged
+without being applied twice, each report with where its job stands now.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from jobd.wire import routes
 from jobd.wire.models import (
     REPORT_BODIES,
     Completion,
+    Delivery,
     DrainQuery,
     Heartbeat,
     LogsAppendQuery,
@@ -266,27 +274,58 @@ def run_report_batch(
     plan: refill.Refill | None = None,
 ) -> dict[str, Any]:
     _check_sender(state, name, body.instance, body.epoch)  # refuses the whole batch
+    with state.store.batch():
+        if _claimed(state, name, "reports", body.delivery):
+            return _apply_reports(state, name, body, who, plan)
+    return _acknowledged(state, body)
+
+
+def _apply_reports(
+    state: BrokerState,
+    name: str,
+    body: ReportBatch,
+    who: Principal | None,
+    plan: refill.Refill | None,
+) -> dict[str, Any]:
+    """Each report of the batch, its events and the refill, in the caller's batch."""
     results: list[dict[str, Any]] = []
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
-    with state.store.batch():
-        for item in body.reports:
-            handler, model = _REPORTS[item.verb], REPORT_BODIES[item.verb]
-            fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
-            report = model.model_validate({"worker": name, **fields}, strict=False)
-            try:
-                job = written.get(item.job) or reported_job_or_404(state, item.job)
-                written[item.job] = job = handler(state, job, report)
-            except _REFUSED as exc:
-                status = status_for(exc)
-                results.append({"job": item.job, "status": status, "detail": str(exc)})
-            else:
-                results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
-        events = _records(state, name, body.events, who)
-        if events:
-            state.store.append_events(events)
-        if plan is not None:
-            refill.refill(state.ctx, plan, written.values())
+    for item in body.reports:
+        handler, model = _REPORTS[item.verb], REPORT_BODIES[item.verb]
+        fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
+        report = model.model_validate({"worker": name, **fields}, strict=False)
+        try:
+            job = written.get(item.job) or reported_job_or_404(state, item.job)
+            written[item.job] = job = handler(state, job, report)
+        except _REFUSED as exc:
+            status = status_for(exc)
+            results.append({"job": item.job, "status": status, "detail": str(exc)})
+        else:
+            results.append({"job": item.job, "status": 200, "phase": str(job.status.phase)})
+    events = _records(state, name, body.events, who)
+    if events:
+        state.store.append_events(events)
+    if plan is not None:
+        refill.refill(state.ctx, plan, written.values())
     return {"results": results, "events": len(events)}
+
+
+def _claimed(state: BrokerState, worker: str, stream: str, delivery: Delivery | None) -> bool:
+    """Whether the request is to be applied: it names no delivery, or one not applied
+    before (then claimed, in the caller's transaction)."""
+    if delivery is None:
+        return True
+    return state.store.claim_delivery(worker, stream, delivery.run, delivery.seq)
+
+
+def _acknowledged(state: BrokerState, body: ReportBatch) -> dict[str, Any]:
+    """The answer to a batch applied before: each report taken, with its job's phase now."""
+    results: list[dict[str, Any]] = []
+    for item in body.reports:
+        job = state.ctx.view.bound.get(item.job) or state.store.get_job(item.job)
+        phase = {} if job is None else {"phase": str(job.status.phase)}
+        results.append({"job": item.job, "status": 200, **phase})
+    return {"results": results, "events": len(body.events)}
 
 
 def _records(
@@ -345,8 +384,15 @@ async def ingest_events(
 ) -> str:
     access.as_worker(who, body.worker)
     records = _records(state, body.worker, body.events, who)
-    await state.ctx.runner.run(state.store.append_events, records)
-    return encode_json({"accepted": len(records)})
+    return encode_json(await state.ctx.runner.run(_ingest, state, body, records))
+
+
+def _ingest(state: BrokerState, body: WorkerEvents, records: list[EventRecord]) -> Any:
+    """The events appended, once per delivery (a repeat is acknowledged alike)."""
+    with state.store.batch():
+        if _claimed(state, body.worker, "events", body.delivery):
+            state.store.append_events(records)
+    return {"accepted": len(records)}
 
 
 INGEST_EVENTS = FastRoute(routes.INGEST_EVENTS, ingest_events)

@@ -6,8 +6,8 @@ Listeners hear of the change only after the commit (engine.py).
 
 A module per resource, each a mixin over one engine (engine.py) and its transaction
 (statements.py): jobs, arrays, projects, workers, tokens, changes (the feed and its
-compaction), events, and maintenance (migrations, health, the WAL's copy). `SQLStore`
-composes them, so a caller holds one object and calls `store.get_job(...)`.
+compaction), events, the agents' receipts, and maintenance (migrations, health, the
+WAL's copy). `SQLStore` composes them, so a caller holds one object and calls `store.get_job(...)`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from jobd.store.sql.events import SQLEvents
 from jobd.store.sql.jobs import random_uuids
 from jobd.store.sql.maintenance import PROBE_FREE_BYTES, SQLMaintenance
 from jobd.store.sql.projects import SQLProjects
+from jobd.store.sql.receipts import SQLReceipts
 from jobd.store.sql.statements import Tx
 from jobd.store.sql.tokens import SQLTokens
 from jobd.store.sql.usage import SQLUsage
@@ -47,6 +48,7 @@ class SQLStore(
     SQLEvents,
     SQLMaintenance,
     SQLUsage,
+    SQLReceipts,
 ):
     """Store implementation over any SQLAlchemy engine (SQLite file or PostgreSQL)."""
 
