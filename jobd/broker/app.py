@@ -3,7 +3,7 @@
 Routes are thin: validate, call one function of the controllers package, render. This
 module is the factory: it owns the lifespan (the controller manager, the projects file
 watcher, change-feed compaction, the caches' periodic resync, the watch on observed
-time), authentication, and how
+time, the follower of other brokers' commits), authentication, and how
 errors become HTTP statuses.
 """
 
@@ -101,6 +101,8 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
                 "tokens": partial(_tokens_forever, state),
                 "notify": state.outbox.run,
             }
+            if state.follows:
+                tasks["follow"] = state.follower.run
             if config.projects_file is not None:
                 tasks["projects_file"] = partial(
                     watch_projects_file, state.ctx, config.projects_file

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from jobd.store import schema as t
-from jobd.store.base import CommitListener, StoreUnavailable
+from jobd.store.base import Change, CommitListener, EventRecord, StoreUnavailable
 from jobd.store.faults import describe_store, storage_fault
 from jobd.store.sql.delivery import Delivery
 from jobd.store.sql.statements import HotStatements, Tx
@@ -249,8 +249,15 @@ class SQLEngine:
                 yield tx
                 tx.flush()
             # Committed: now, and only now, may anyone hear of it, in commit order.
-            self._delivery.committed(tx.changes, tx.events)
+            self._queue_commit(tx.changes, tx.events)
         self._delivery.deliver()
+
+    def _queue_commit(self, changes: list[Change], events: list[EventRecord]) -> None:
+        """Queue a commit of this store's for its listeners; under the write lock.
+
+        store/sql/follow.py adds what other brokers committed before it, when it follows.
+        """
+        self._delivery.committed(changes, events)
 
     @contextmanager
     def batch(self, durable: bool = False) -> Iterator[None]:
