@@ -226,7 +226,7 @@ async def _compact_forever(state: BrokerState) -> None:
 async def _tokens_forever(state: BrokerState, flush_every: int = 60) -> None:
     """Tokens made or revoked against the store directly (`jobd token`) count within a
     second; when each token was last used is written once a minute, never per request."""
-    ticks = 0
+    ticks, failing = 0, False
     while True:
         await anyio.sleep(1.0)
         ticks += 1
@@ -235,7 +235,11 @@ async def _tokens_forever(state: BrokerState, flush_every: int = 60) -> None:
             if ticks % flush_every == 0:
                 state.tokens.flush()
         except StoreUnavailable as exc:  # tried again next second: the table stays as read
-            log.warning("tokens_not_reloaded", error=str(exc))
+            if not failing:  # once while the store is away, not every second
+                log.warning("tokens_not_reloaded", error=str(exc))
+            failing = True
+            continue
+        failing = False
 
 
 async def _checkpoint_forever(state: BrokerState, interval_s: float = 1.0) -> None:
