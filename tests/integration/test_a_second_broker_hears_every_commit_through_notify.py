@@ -18,12 +18,13 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+import sqlalchemy as sa
 from structlog.testing import capture_logs
 
 from jobd.api.models import ObjectMeta, Project
 from jobd.broker.state import BrokerConfig
 from jobd.store.base import Change, EventRecord, Gone
-from jobd.store.sql import SQLStore, open_store
+from jobd.store.sql import SQLStore, normalize_url, open_store
 from tests.integration.conftest import TOKEN, broker_client, broker_state, job_document
 
 pytestmark = [pytest.mark.postgres, pytest.mark.anyio]
@@ -219,3 +220,33 @@ async def test_a_follower_away_past_the_compaction_rebuilds_from_the_store(
     assert [e["event"] for e in logs if e["event"] == "follower_rebuilding"] == [
         "follower_rebuilding"
     ]
+
+
+def _drop_listeners(url: str) -> int:
+    """End the LISTEN connections on the test's database, as a server restart would."""
+    admin = sa.create_engine(normalize_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with admin.connect() as conn:
+            ended = conn.execute(
+                sa.text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                )
+            )
+            return int(ended.scalar_one())
+    finally:
+        admin.dispose()
+
+
+async def test_a_lost_listen_connection_is_opened_again_and_misses_nothing(
+    postgres_url: str, leader: httpx.AsyncClient, standby: httpx.AsyncClient
+) -> None:
+    await anyio.sleep(0.2)  # the standby listens
+    listed = (await standby.get("/jobs")).json()
+    with capture_logs() as logs:
+        assert _drop_listeners(postgres_url) == 1
+        missed = await _create_through(leader, "while-not-listening")
+        answer = await _watch(standby, listed["revision"])
+    assert [c["object"]["metadata"]["id"] for c in answer.json()["changes"]] == [missed]
+    said = [e["event"] for e in logs if e["event"].startswith("store_")]
+    assert said == ["store_unreachable", "store_reachable"]

@@ -71,8 +71,8 @@ class Follower:
 
     async def _listen(self) -> None:
         async with self.store.change_signal() as signal:
-            await self._follow(None)  # what was committed while nobody listened
             self._back()
+            await self._follow(None)  # what was committed while nobody listened
             while True:
                 await self._follow(await signal.wait(self.safety_net_s))
 
