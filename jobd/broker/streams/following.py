@@ -77,6 +77,8 @@ class Follower:
                 await self._follow(await signal.wait(self.safety_net_s))
 
     async def _follow(self, notified: int | None) -> None:
+        if notified is not None and notified <= self.store.heard:
+            return  # this broker's own commit, heard already: no hop to the store's thread
         found = await self.runner.run(self.store.follow, notified)
         if found:
             self.followed += found
