@@ -64,17 +64,18 @@ class Follower:
                 await self._listen()
             except StoreUnavailable as exc:
                 self._away(exc)
-            except Gone as exc:
-                await self._rebuild(str(exc))
-                continue
             await anyio.sleep(self.retry_s)
 
     async def _listen(self) -> None:
         async with self.store.change_signal() as signal:
             self._back()
-            await self._follow(None)  # what was committed while nobody listened
+            notified = None  # first, what was committed while nobody listened
             while True:
-                await self._follow(await signal.wait(self.safety_net_s))
+                try:
+                    await self._follow(notified)
+                except Gone as exc:
+                    await self._rebuild(str(exc))
+                notified = await signal.wait(self.safety_net_s)
 
     async def _follow(self, notified: int | None) -> None:
         if notified is not None and notified <= self.store.heard:

@@ -74,9 +74,8 @@ class SQLFollow(SQLChanges):
         was heard already (this store's own commit). Returns how many were queued.
         """
         with self._lock:
-            if self._lost is not None:
-                lost, self._lost = self._lost, None
-                raise Gone(lost)
+            if self._lost is not None:  # until `follow_from` starts afresh
+                raise Gone(self._lost)
             if notified is not None and notified <= self._heard:
                 return 0
             found = self._read_after(self._heard, None)
