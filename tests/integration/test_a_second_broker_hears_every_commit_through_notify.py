@@ -49,9 +49,18 @@ def writer(postgres_url: str) -> Iterator[SQLStore]:
 
 @pytest.fixture
 def follower(postgres_url: str) -> Iterator[SQLStore]:
+    """A second store on the database, following from its revision at the start."""
     opened = open_store(postgres_url)
+    opened.follow_from(opened.revision())
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def heard(follower: SQLStore) -> Heard:
+    listener = Heard()
+    follower.subscribe(listener)
+    return listener
 
 
 def _project(name: str) -> Project:
@@ -66,11 +75,8 @@ def _written(store: SQLStore, count: int, prefix: str = "p") -> list[int]:
 
 
 async def test_a_notification_names_the_commit_and_the_follow_reads_it_once(
-    writer: SQLStore, follower: SQLStore
+    writer: SQLStore, follower: SQLStore, heard: Heard
 ) -> None:
-    heard = Heard()
-    follower.subscribe(heard)
-    follower.follow_from(follower.revision())
     async with follower.change_signal() as signal:
         start = time.monotonic()
         [revision] = _written(writer, 1)
@@ -82,10 +88,9 @@ async def test_a_notification_names_the_commit_and_the_follow_reads_it_once(
     assert woke_s < 1.0  # milliseconds, in fact; a second leaves room for a loaded machine
 
 
-async def test_many_commits_are_heard_in_order_once(writer: SQLStore, follower: SQLStore) -> None:
-    heard = Heard()
-    follower.subscribe(heard)
-    follower.follow_from(follower.revision())
+async def test_many_commits_are_heard_in_order_once(
+    writer: SQLStore, follower: SQLStore, heard: Heard
+) -> None:
     written = []
     async with follower.change_signal() as signal:
         for batch in range(5):
@@ -96,12 +101,9 @@ async def test_many_commits_are_heard_in_order_once(writer: SQLStore, follower: 
 
 
 def test_an_own_commit_after_a_gap_is_heard_after_what_came_before(
-    writer: SQLStore, follower: SQLStore
+    writer: SQLStore, follower: SQLStore, heard: Heard
 ) -> None:
     """A standby that becomes leader before it read the old leader's last commits."""
-    heard = Heard()
-    follower.subscribe(heard)
-    follower.follow_from(follower.revision())
     theirs = _written(writer, 3, prefix="theirs-")
     mine = _written(follower, 1, prefix="mine-")
     assert heard.revisions == theirs + mine
@@ -111,7 +113,6 @@ def test_an_own_commit_after_a_gap_is_heard_after_what_came_before(
 def test_a_follower_behind_the_compaction_is_told_gone(
     writer: SQLStore, follower: SQLStore
 ) -> None:
-    follower.follow_from(follower.revision())
     _written(writer, 5)
     writer.compact(keep=1)
     with pytest.raises(Gone):
