@@ -251,3 +251,22 @@ async def test_a_lost_listen_connection_is_opened_again_and_misses_nothing(
     assert [c["object"]["metadata"]["id"] for c in answer.json()["changes"]] == [missed]
     said = [e["event"] for e in logs if e["event"].startswith("store_")]
     assert said == ["store_unreachable", "store_reachable"]
+
+
+async def test_watchers_on_the_standby_see_every_change_in_order_once(
+    writer: SQLStore, leader: httpx.AsyncClient, standby: httpx.AsyncClient
+) -> None:
+    since = (await standby.get("/jobs")).json()["revision"]
+    seen: list[int] = []
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(_create_through, leader, f"many-{i}")
+        while len(seen) < 20:  # 20 creates: at least 20 changes
+            answer = (await _watch(standby, since)).json()
+            seen += [change["revision"] for change in answer["changes"]]
+            since = answer["revision"]
+    await anyio.sleep(0.3)  # and whatever the creates' commits held besides
+    answer = (await _watch(standby, since, timeout=0)).json()
+    seen += [change["revision"] for change in answer["changes"]]
+    stored = [c.revision for c in writer.changes_since(seen[0] - 1) if c.kind == "Job"]
+    assert seen == stored
