@@ -209,7 +209,9 @@ def _deferred(controller: str, key: str, exc: StoreUnavailable, delay: float) ->
     now = time.monotonic()
     if now - _Deferring.said_at >= _Deferring.every_s:
         _Deferring.said_at = now
-        log.warning("reconcile_deferred", controller=controller, key=key, error=str(exc))
+        log.warning(
+            "reconcile_deferred", controller=controller, key=key, error=str(exc), retry_s=delay
+        )
 
 
 async def _offer_all_keys(reconciler: Reconciler, queue: WorkQueue) -> None:
