@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -183,7 +182,7 @@ async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
         try:
             result = await reconciler.reconcile(key)
         except StoreUnavailable as exc:
-            _deferred(reconciler.name, key, exc, queue.add_rate_limited(key))
+            _deferred(reconciler.name, key, exc, queue)
         except Exception:
             delay = queue.add_rate_limited(key)
             log.exception("reconcile_failed", controller=reconciler.name, key=key, retry_s=delay)
@@ -202,11 +201,12 @@ class _Deferring:
     every_s = 60.0
 
 
-def _deferred(controller: str, key: str, exc: StoreUnavailable, delay: float) -> None:
+def _deferred(controller: str, key: str, exc: StoreUnavailable, queue: WorkQueue) -> None:
     """A pass the store could not serve: retried with the key's backoff like any failure,
     and logged at most once a minute, not once a key and a try. The broker says the store
     is away itself (`store_unreachable`, `store_write_failing`, /readyz)."""
-    now = time.monotonic()
+    delay = queue.add_rate_limited(key)
+    now = queue.clock.monotonic()
     if now - _Deferring.said_at >= _Deferring.every_s:
         _Deferring.said_at = now
         log.warning(
