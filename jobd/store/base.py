@@ -389,8 +389,9 @@ class Following(Protocol):
     @property
     def heard(self) -> int: ...  # the newest revision the listeners were handed
     def follow_from(self, revision: int) -> None: ...
-    def follow(self, notified: int | None = None) -> int:
-        """Hand the listeners every change after `heard`; Gone when one was compacted."""
+    def follow(self, notified: int | None = None, limit: int = 1000) -> int:
+        """Hand the listeners the changes after `heard`, at most `limit`; how many.
+        Gone when one was compacted before it was read."""
         ...
 
     def change_signal(self) -> AbstractAsyncContextManager[ChangeWaiter]: ...

@@ -39,6 +39,7 @@ log = get_logger()
 
 SAFETY_NET_S = 3.0  # a read without a notification, at the latest after this
 RETRY_S = 0.5  # between tries to listen again while the database is away
+PAGE = 1000  # changes read and handed on at a time
 
 
 class Follower:
@@ -55,6 +56,7 @@ class Follower:
     ) -> None:
         self.store, self.runner, self.feed, self.wiring = store, runner, feed, wiring
         self.safety_net_s, self.retry_s = safety_net_s, retry_s
+        self.page = PAGE
         self.away_since: float | None = None  # when the store was found unreachable
         self.followed = 0  # changes of other brokers handed to the listeners
 
@@ -80,10 +82,14 @@ class Follower:
     async def _follow(self, notified: int | None) -> None:
         if notified is not None and notified <= self.store.heard:
             return  # this broker's own commit, heard already: no hop to the store's thread
-        found = await self.runner.run(self.store.follow, notified)
-        if found:
-            self.followed += found
-            self.feed.events_added.notify()
+        while True:  # a page at a time, so the broker's own writes are not held up
+            found = await self.runner.run(self.store.follow, notified, self.page)
+            if found:
+                self.followed += found
+                self.feed.events_added.notify()
+            if found < self.page:
+                return
+            notified = None
 
     async def _rebuild(self, why: str) -> None:
         """Start following from the store's revision now, every listener reloaded."""

@@ -67,29 +67,30 @@ class SQLFollow(SQLChanges):
             params.setdefault(key, value)
         return listening(params, self.where)
 
-    def follow(self, notified: int | None = None) -> int:
-        """Queue every change after the revision heard, in order, and deliver them.
+    def follow(self, notified: int | None = None, limit: int = FOLLOW_PAGE) -> int:
+        """Queue the changes after the revision heard, in order, and deliver them.
 
         `notified`: the newest revision a notification named; nothing is read when that
-        was heard already (this store's own commit). Returns how many were queued.
+        was heard already (this store's own commit). At most `limit` are read, so the
+        write lock is held for one page: returns how many, and `limit` means more may
+        be waiting.
         """
         with self._lock:
             if self._lost is not None:  # until `follow_from` starts afresh
                 raise Gone(self._lost)
             if notified is not None and notified <= self._heard:
                 return 0
-            found = self._read_after(self._heard, None)
+            found = self.changes_since(self._heard, limit)
             self._queue_followed(found)
         self._delivery.deliver()
         return len(found)
 
-    def _read_after(self, revision: int, before: int | None) -> list[Change]:
-        """Every change after `revision` (and below `before`), page by page."""
+    def _read_after(self, revision: int, before: int) -> list[Change]:
+        """Every change after `revision` and below `before`, page by page."""
         found: list[Change] = []
         while True:
             page = self.changes_since(revision, FOLLOW_PAGE)
-            if before is not None:
-                page = [change for change in page if change.revision < before]
+            page = [change for change in page if change.revision < before]
             found += page
             if len(page) < FOLLOW_PAGE:
                 return found
