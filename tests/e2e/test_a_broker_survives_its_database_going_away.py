@@ -23,9 +23,7 @@ import httpx
 import pytest
 
 from tests.e2e.harness import Lab
-from tests.own_postgres import OwnPostgres, own_postgres
-
-__all__ = ["own_postgres"]  # the fixture, used by name
+from tests.own_postgres import OwnPostgres
 
 pytestmark = pytest.mark.postgres
 
