@@ -33,7 +33,7 @@ from jobd.logconfig import get_logger
 from jobd.store.base import Gone, Store, StoreUnavailable
 from jobd.store.runner import StoreRunner
 
-__all__ = ["RETRY_S", "SAFETY_NET_S", "Follower"]
+__all__ = ["PAGE", "RETRY_S", "SAFETY_NET_S", "Follower"]
 
 log = get_logger()
 
