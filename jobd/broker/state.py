@@ -15,6 +15,7 @@ from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
 from jobd.broker.metrics.fairshare import FairShareCollector
+from jobd.broker.metrics.following import FollowerCollector
 from jobd.broker.metrics.gpus import GpuReadings
 from jobd.broker.metrics.registry import build_registry
 from jobd.broker.notify.outbox import NotifyConfig, Outbox
@@ -138,6 +139,8 @@ class BrokerState:
             self.wiring.stale.add("events_file")
         self.storage = StorageWatch(self.store, self.manager, self.wiring, self.events)
         self.follower = Follower(self.store, self.ctx.runner, self.feed, self.wiring)
+        if self.follows:
+            self.metrics.register(FollowerCollector(self.follower))
         self.tasks_down: dict[str, str] = {}  # lifespan loops that failed, until restarted
 
     def release_waiters(self) -> None:

@@ -271,3 +271,17 @@ async def test_watchers_on_the_standby_see_every_change_in_order_once(
     seen += [change["revision"] for change in answer["changes"]]
     stored = [c.revision for c in writer.changes_since(seen[0] - 1) if c.kind == "Job"]
     assert seen == stored
+    metrics = _metrics((await standby.get("/metrics")).text)
+    assert metrics["jobd_store_reachable"] == 1
+    assert metrics["jobd_store_followed_revision"] == writer.revision()
+    assert metrics["jobd_store_followed_changes_total"] >= len(seen)
+
+
+def _metrics(text: str) -> dict[str, float]:
+    """The exposition's unlabelled samples, by name."""
+    return {
+        name: float(value)
+        for line in text.splitlines()
+        if not line.startswith("#") and "{" not in line and line.count(" ") == 1
+        for name, value in [line.split(" ")]
+    }
