@@ -6,13 +6,15 @@ A real `jobd broker` and `jobd worker` on a PostgreSQL server the test starts it
 and run by the worker. The server is restarted (`pg_ctl restart -m fast`) during the
 load, then stopped for a while and started again. Every job the broker acknowledged
 (201) is in the store afterwards and runs to its end; every other answer was 503; the
-broker never exits; while the database is down `/readyz` fails and `/healthz` does not;
-the outage is logged once, not per request or per loop.
+broker never exits; while the database is down `/readyz` fails and `/healthz` does not,
+and `/metrics` says `jobd_store_reachable 0`; the outage is logged once, not per
+request or per loop.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -93,6 +95,14 @@ def _succeeded(lab: Lab) -> set[int]:
     return {job["metadata"]["id"] for job in listed}
 
 
+def _reachable(lab: Lab) -> str:
+    """`jobd_store_reachable` as /metrics says it."""
+    text = httpx.get(f"{lab.url}/metrics", timeout=5).text
+    found = re.search(r"^jobd_store_reachable (\S+)$", text, re.MULTILINE)
+    assert found is not None, "no jobd_store_reachable in /metrics"
+    return found.group(1)
+
+
 def _status(lab: Lab, path: str) -> int:
     return httpx.get(f"{lab.url}{path}", timeout=5).status_code
 
@@ -110,6 +120,7 @@ def test_restarts_and_an_outage_lose_no_acknowledged_job(
         own_postgres.wait_gone()
         time.sleep(1.5)
         assert (_status(lab, "/readyz"), _status(lab, "/healthz")) == (503, 200)
+        assert _reachable(lab) == "0.0"
         own_postgres.start()
         started = time.monotonic()
         outage_back_s = load.first_success_after(started)
@@ -123,6 +134,7 @@ def test_restarts_and_an_outage_lose_no_acknowledged_job(
     assert set(status for _, status in load.answers) <= {201, 503}
     assert lab.processes["broker"].poll() is None
     lab.wait_until(lambda: _status(lab, "/readyz") == 200, timeout=SERVICE_BACK_S)
+    lab.wait_until(lambda: _reachable(lab) == "1.0", timeout=SERVICE_BACK_S)
     lab.wait_until(lambda: _succeeded(lab) >= set(load.acknowledged))  # stored, and run
     logged = _logged(lab)
     # Said once an outage (the restart may be too short for the broker to notice), and
