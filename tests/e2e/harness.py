@@ -229,7 +229,7 @@ class Lab:
     that need more than `jobd dev`'s one worker. Each test file adds its own workers
     (`start`) and helpers; `close` stops them all and ends what their jobs left."""
 
-    def __init__(self, root: Path, *broker_flags: str) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -243,7 +243,7 @@ class Lab:
             "PYTHONPATH": str(REPO),
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}  # by log name
-        self.start("broker", "broker", "--port", str(port), *broker_flags)
+        self.start("broker", "broker", "--port", str(port))
         self.wait_until(lambda: httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200)
 
     def start(self, log: str, *args: str) -> None:

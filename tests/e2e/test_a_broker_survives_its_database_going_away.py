@@ -76,9 +76,22 @@ class Load:
         self.api.close()
 
 
+class PostgresLab(Lab):
+    """A lab whose broker keeps its store on the given PostgreSQL."""
+
+    def __init__(self, root: Path, db: str) -> None:
+        self.db = db
+        super().__init__(root)
+
+    def start(self, log: str, *args: str) -> None:
+        if args[:1] == ("broker",):
+            args = (*args, "--db", self.db)
+        super().start(log, *args)
+
+
 @pytest.fixture
 def lab(tmp_path: Path, own_postgres: OwnPostgres) -> Iterator[Lab]:
-    running = Lab(tmp_path, "--db", own_postgres.url)
+    running = PostgresLab(tmp_path, own_postgres.url)
     running.start("worker", "worker", "--name", "w1", "--slots", "4")
     running.wait_workers(1)
     yield running
