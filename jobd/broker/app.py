@@ -3,7 +3,7 @@
 Routes are thin: validate, call one function of the controllers package, render. This
 module is the factory: it owns the lifespan (the controller manager, the projects file
 watcher, change-feed compaction, the caches' periodic resync, the watch on observed
-time), authentication, and how
+time, the follower of other brokers' commits), authentication, and how
 errors become HTTP statuses.
 """
 
@@ -102,6 +102,8 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
                 "tokens": partial(_tokens_forever, state),
                 "notify": state.outbox.run,
             }
+            if state.follows:
+                tasks["follow"] = state.follower.run
             if config.projects_file is not None:
                 tasks["projects_file"] = partial(
                     watch_projects_file, state.ctx, config.projects_file
@@ -227,7 +229,7 @@ async def _compact_forever(state: BrokerState) -> None:
 async def _tokens_forever(state: BrokerState, flush_every: int = 60) -> None:
     """Tokens made or revoked against the store directly (`jobd token`) count within a
     second; when each token was last used is written once a minute, never per request."""
-    ticks = 0
+    ticks, failing = 0, False
     while True:
         await anyio.sleep(1.0)
         ticks += 1
@@ -236,7 +238,11 @@ async def _tokens_forever(state: BrokerState, flush_every: int = 60) -> None:
             if ticks % flush_every == 0:
                 state.tokens.flush()
         except StoreUnavailable as exc:  # tried again next second: the table stays as read
-            log.warning("tokens_not_reloaded", error=str(exc))
+            if not failing:  # once while the store is away, not every second
+                log.warning("tokens_not_reloaded", error=str(exc))
+            failing = True
+            continue
+        failing = False
 
 
 async def _checkpoint_forever(state: BrokerState, interval_s: float = 1.0) -> None:

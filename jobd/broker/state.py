@@ -15,12 +15,14 @@ from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
 from jobd.broker.metrics.events import EventMetrics
 from jobd.broker.metrics.fairshare import FairShareCollector
+from jobd.broker.metrics.following import FollowerCollector
 from jobd.broker.metrics.gpus import GpuReadings
 from jobd.broker.metrics.registry import build_registry
 from jobd.broker.notify.outbox import NotifyConfig, Outbox
 from jobd.broker.storage import StorageWatch
 from jobd.broker.streams.eventlog import DEFAULT_EVENTS_KEEP, DEFAULT_EVENTS_MAX_BYTES, EventLog
 from jobd.broker.streams.feed import ChangeFeed
+from jobd.broker.streams.following import Follower
 from jobd.broker.streams.joblogs import DEFAULT_MAX_LOG_BYTES, JobLogs
 from jobd.broker.wiring import Wiring, broker_listeners
 from jobd.controllers.clock import Clock, SystemClock
@@ -94,6 +96,11 @@ class BrokerState:
             config.log_dir, self.store, config.events_max_bytes, config.events_keep
         )
         self.feed = ChangeFeed(self.store)
+        # On PostgreSQL other brokers may share the store: their commits are heard from
+        # the feed's revision on (streams/following.py), before this one writes anything.
+        self.follows = not config.store_url.startswith("sqlite")
+        if self.follows:
+            self.store.follow_from(self.feed.revision)
         self.logs = JobLogs(config.log_dir, config.max_log_bytes, config.log_grace_s)
         clock = clock or SystemClock()
         # SQLite answers in microseconds, on the loop; PostgreSQL in round trips, off it.
@@ -131,6 +138,9 @@ class BrokerState:
         if self.events.behind:  # completing the file at start failed: retried until it works
             self.wiring.stale.add("events_file")
         self.storage = StorageWatch(self.store, self.manager, self.wiring, self.events)
+        self.follower = Follower(self.store, self.ctx.runner, self.feed, self.wiring)
+        if self.follows:
+            self.metrics.register(FollowerCollector(self.follower))
         self.tasks_down: dict[str, str] = {}  # lifespan loops that failed, until restarted
 
     def release_waiters(self) -> None:

@@ -23,7 +23,7 @@ import structlog
 
 from jobd.controllers.clock import Clock, SystemClock
 from jobd.logconfig import get_logger
-from jobd.store.base import Change
+from jobd.store.base import Change, StoreUnavailable
 
 __all__ = [
     "DONE",
@@ -181,6 +181,8 @@ async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
         structlog.contextvars.bind_contextvars(key=key, reconcile_id=next(_reconcile_ids))
         try:
             result = await reconciler.reconcile(key)
+        except StoreUnavailable as exc:
+            _deferred(reconciler.name, key, exc, queue)
         except Exception:
             delay = queue.add_rate_limited(key)
             log.exception("reconcile_failed", controller=reconciler.name, key=key, retry_s=delay)
@@ -190,6 +192,26 @@ async def run_controller(reconciler: Reconciler, queue: WorkQueue) -> None:
                 queue.add_after(key, result.requeue_after)
         finally:
             queue.done(key)
+
+
+class _Deferring:
+    """When a pass the store could not serve was last logged (monotonic seconds)."""
+
+    said_at = -math.inf
+    every_s = 60.0
+
+
+def _deferred(controller: str, key: str, exc: StoreUnavailable, queue: WorkQueue) -> None:
+    """A pass the store could not serve: retried with the key's backoff like any failure,
+    and logged at most once a minute, not once a key and a try. The broker says the store
+    is away itself (`store_unreachable`, `store_write_failing`, /readyz)."""
+    delay = queue.add_rate_limited(key)
+    now = queue.clock.monotonic()
+    if now - _Deferring.said_at >= _Deferring.every_s:
+        _Deferring.said_at = now
+        log.warning(
+            "reconcile_deferred", controller=controller, key=key, error=str(exc), retry_s=delay
+        )
 
 
 async def _offer_all_keys(reconciler: Reconciler, queue: WorkQueue) -> None:

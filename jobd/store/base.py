@@ -2,8 +2,8 @@
 
 `Store` is the union of the parts: `JobStore`, `ArrayStore`, `ProjectStore`,
 `WorkerStore` (each with `Transactions`: subscribe, batch, revision), `TokenStore`,
-`ChangeFeedStore`, `EventStore` and `Maintenance`. A consumer that needs one part (the
-token table, the events.jsonl writer, the storage watch) names that part.
+`ChangeFeedStore`, `Following`, `EventStore` and `Maintenance`. A consumer that needs
+one part (the token table, the events.jsonl writer, the storage watch) names that part.
 
 Every write is a compare-and-swap on `metadata.resource_version`, which is a global,
 monotonic revision (like etcd's): the same number orders the change feed, so a watcher
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -36,11 +36,13 @@ __all__ = [
     "ArrayStore",
     "Change",
     "ChangeFeedStore",
+    "ChangeWaiter",
     "CommitListener",
     "Conflict",
     "EventRecord",
     "EventStore",
     "Fits",
+    "Following",
     "Gone",
     "JobStore",
     "Kind",
@@ -387,6 +389,27 @@ class ChangeFeedStore(Protocol):
     def compact(self, keep: int) -> int: ...
 
 
+class ChangeWaiter(Protocol):
+    """A LISTEN connection: the newest revision another commit notified (follow.py)."""
+
+    async def wait(self, timeout_s: float) -> int | None: ...
+
+
+class Following(Protocol):
+    """Other brokers' commits to the same PostgreSQL store, heard in revision order with
+    this broker's own, by the same listeners (store/sql/follow.py)."""
+
+    @property
+    def heard(self) -> int: ...  # the newest revision the listeners were handed
+    def follow_from(self, revision: int) -> None: ...
+    def follow(self, notified: int | None = None, limit: int = 1000) -> int:
+        """Hand the listeners the changes after `heard`, at most `limit`; how many.
+        Gone when one was compacted before it was read."""
+        ...
+
+    def change_signal(self) -> AbstractAsyncContextManager[ChangeWaiter]: ...
+
+
 class EventStore(Protocol):
     """The event record: appended by workers, read by `job events` and events.jsonl."""
 
@@ -440,6 +463,7 @@ class Store(
     WorkerStore,
     TokenStore,
     ChangeFeedStore,
+    Following,
     EventStore,
     Protocol,
 ):

@@ -7,6 +7,7 @@ instants of virtual time rather than real-time sleeps that a loaded machine stre
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
@@ -15,9 +16,10 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from jobd.controllers import queueing
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.queueing import DONE, Result, WorkQueue, run_controller
-from jobd.store.base import Change
+from jobd.store.base import Change, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -359,3 +361,30 @@ async def test_the_lines_logged_in_one_pass_share_a_reconcile_id_of_their_own() 
     assert len({k1, j1, k2}) == 3
     assert all(e["controller"] == "recorder" for e in logs)
     assert "reconcile_id" not in structlog.contextvars.get_contextvars(), "bound in its task"
+
+
+class _StoreAway(_Recorder):
+    """Its passes fail as they do while the database is away."""
+
+    async def reconcile(self, key: str) -> Result:
+        self.runs.append(self.clock.monotonic())
+        raise StoreUnavailable("the store at db could not be reached: Connection refused")
+
+
+async def test_a_store_away_is_retried_with_backoff_and_logged_once_a_minute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(queueing._Deferring, "said_at", -math.inf)
+    queue = _queue(base_backoff_s=1.0, max_backoff_s=30.0)
+    assert isinstance(queue.clock, FakeClock)
+    rec = _StoreAway(queue.clock)
+    queue.add("a")
+    queue.add("b")
+    with capture_logs() as logs:
+        async with _controller(queue, rec):
+            for _ in range(8):  # both keys, retried at 1, 2, 4, 8, 16, 30, 30 s...
+                _advance(queue, 30.0)
+                await _settle()
+    assert len(rec.runs) >= 14, "every key is tried again, with its backoff"
+    said = [e["event"] for e in logs if e["event"].startswith("reconcile_")]
+    assert said == ["reconcile_deferred"] * 5  # at 0 s, then once a minute up to 240 s

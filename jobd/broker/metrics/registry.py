@@ -36,7 +36,7 @@ from jobd.api.models import Job, Phase, WorkerPhase
 from jobd.broker.metrics.gpus import GpuCollector, GpuReadings
 from jobd.controllers.gangs import gpus_on
 from jobd.controllers.view import ClusterView
-from jobd.store.base import Store
+from jobd.store.base import Store, StoreUnavailable
 
 __all__ = ["ClusterCollector", "build_registry", "exposition"]
 
@@ -79,9 +79,8 @@ class ClusterCollector(Collector):
         self.store, self.view, self.feed = store, view, feed
 
     def collect(self) -> Iterator[Metric]:
-        yield self._jobs()
+        yield from self._stored()
         yield self._workers()
-        yield self._oldest_queued()
         yield from self._per_worker()
         yield from self._progress()
         revision = GaugeMetricFamily(
@@ -89,6 +88,15 @@ class ClusterCollector(Collector):
         )
         revision.add_metric([], self.feed.revision)
         yield revision
+
+    def _stored(self) -> Iterator[Metric]:
+        """The families read from the store, left out while it cannot be read: the rest
+        of the scrape (what the broker holds, `jobd_store_reachable`) still answers."""
+        try:
+            found = [self._jobs(), self._oldest_queued()]
+        except StoreUnavailable:
+            return
+        yield from found
 
     def _jobs(self) -> Metric:
         counts = self.store.count_jobs_by_phase()

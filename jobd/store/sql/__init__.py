@@ -6,8 +6,9 @@ Listeners hear of the change only after the commit (engine.py).
 
 A module per resource, each a mixin over one engine (engine.py) and its transaction
 (statements.py): jobs, arrays, projects, workers, tokens, changes (the feed and its
-compaction), events, the agents' receipts, and maintenance (migrations, health, the
-WAL's copy). `SQLStore` composes them, so a caller holds one object and calls `store.get_job(...)`.
+compaction), follow (other brokers' commits, heard), events, the agents' receipts, and
+maintenance (migrations, health, the WAL's copy). `SQLStore` composes them, so a caller
+holds one object and calls `store.get_job(...)`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobd.store.sql.arrays import SQLArrays
-from jobd.store.sql.changes import SQLChanges
 from jobd.store.sql.engine import normalize_url
 from jobd.store.sql.events import SQLEvents
+from jobd.store.sql.follow import SQLFollow
 from jobd.store.sql.jobs import random_uuids
 from jobd.store.sql.maintenance import PROBE_FREE_BYTES, SQLMaintenance
 from jobd.store.sql.projects import SQLProjects
@@ -44,7 +45,7 @@ class SQLStore(
     SQLProjects,
     SQLWorkers,
     SQLTokens,
-    SQLChanges,
+    SQLFollow,
     SQLEvents,
     SQLMaintenance,
     SQLUsage,

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from jobd.store import schema as t
-from jobd.store.base import CommitListener, StoreUnavailable
+from jobd.store.base import Change, CommitListener, EventRecord, StoreUnavailable
 from jobd.store.faults import describe_store, storage_fault
 from jobd.store.sql.delivery import Delivery
 from jobd.store.sql.statements import HotStatements, Tx
@@ -30,11 +30,33 @@ __all__ = ["PING_AFTER_IDLE_S", "SQLEngine", "normalize_url", "ping_when_idle"]
 
 
 def normalize_url(url: str) -> str:
-    """Accept the plain `postgresql://` users write; SQLAlchemy wants the driver named."""
+    """Accept the plain `postgresql://` users write; SQLAlchemy wants the driver named.
+
+    Several hosts, as libpq writes them (`postgresql://u@a:5432,b:5433/db`), are
+    handed on in SQLAlchemy's form for them (`?host=a:5432&host=b:5433`), which reads
+    no port from a list; the driver gets them all, with `target_session_attrs` and the
+    rest of the query as they were written.
+    """
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
+            url = "postgresql+psycopg://" + url[len(prefix) :]
+    if url.startswith("postgresql"):
+        return _hosts_in_query(url)
     return url
+
+
+def _hosts_in_query(url: str) -> str:
+    """`scheme://user@a:1,b:2/db?q` as `scheme://user@/db?host=a:1&host=b:2&q`; any other
+    URL as it is (one host; several without ports, which SQLAlchemy passes as they are)."""
+    scheme, _, rest = url.partition("://")
+    split = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:split], rest[split:]
+    user, at, hosts = netloc.rpartition("@")
+    if "," not in hosts or ":" not in hosts:
+        return url
+    path, _, query = tail.partition("?")
+    given = "&".join(f"host={host}" for host in hosts.split(",") if host)
+    return f"{scheme}://{user}{at}{path or '/'}?{given}" + (f"&{query}" if query else "")
 
 
 # A pooled PostgreSQL connection idle longer than this is asked `SELECT 1` before use.
@@ -249,8 +271,15 @@ class SQLEngine:
                 yield tx
                 tx.flush()
             # Committed: now, and only now, may anyone hear of it, in commit order.
-            self._delivery.committed(tx.changes, tx.events)
+            self._queue_commit(tx.changes, tx.events)
         self._delivery.deliver()
+
+    def _queue_commit(self, changes: list[Change], events: list[EventRecord]) -> None:
+        """Queue a commit of this store's for its listeners; under the write lock.
+
+        store/sql/follow.py adds what other brokers committed before it, when it follows.
+        """
+        self._delivery.committed(changes, events)
 
     @contextmanager
     def batch(self, durable: bool = False) -> Iterator[None]:
