@@ -433,6 +433,10 @@ class Fencing(Protocol):
         """Call `callback(epoch)` when a write finds its epoch gone (from the writing thread)."""
         ...
 
+    def end_idle_transactions(self, after_s: float) -> None:
+        """Have the database end a transaction of this store left idle past `after_s`."""
+        ...
+
 
 class Store(
     Fencing,
