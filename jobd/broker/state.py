@@ -151,6 +151,7 @@ class BrokerState:
             ctx.leases.clear()  # heartbeats went to the old leader: each worker gets a lease
             ctx.leases.heard.clear()
             self.wiring.resync()
+            self.events.complete()
             await_known_workers(ctx)
             fields = {"epoch": epoch, "url": self.config.advertise_url}
             self.store.append_events([EventRecord("leader_elected", fields=fields)])

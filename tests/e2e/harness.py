@@ -229,12 +229,12 @@ class Lab:
     that need more than `jobd dev`'s one worker. Each test file adds its own workers
     (`start`) and helpers; `close` stops them all and ends what their jobs left."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         self.root = root
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
-        self.env = base | {
+        self.env = base | (env or {}) | {
             "JOBD_DATA_DIR": str(root / "data"),
             "JOBD_LOG_DIR": str(root / "logs"),
             "JOBD_URL": self.url,
