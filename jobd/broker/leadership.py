@@ -72,9 +72,9 @@ class Leadership:
             timings,
         )
         self.elected = lease is not None  # False: SQLite, the one broker, always leading
-        self.is_leader = not self.elected
+        self._leading = not self.elected
         self.epoch = 0
-        self.leader_url: str | None = None if self.elected else advertise_url
+        self._leader_url: str | None = None if self.elected else advertise_url
         self.gained: list[Callable[[int], Awaitable[None]]] = []
         self.lost: list[Callable[[], None]] = []
         self._renewed = 0.0  # time.monotonic() of the last renewal that took
@@ -82,6 +82,25 @@ class Leadership:
         if self.elected:
             store.fence(0)  # a standby until elected: no write leaves this process
             store.on_fenced_out(self._fenced_out)
+
+    @property
+    def is_leader(self) -> bool:
+        """Leading, and renewed within the renew deadline by this process's clock.
+
+        A leader that wakes from a pause past its deadline answers as a standby at once,
+        before its next renewal finds the lease taken (and its writes are refused by the
+        store meanwhile in any case).
+        """
+        if not self._leading or not self.elected:
+            return self._leading
+        return time.monotonic() - self._renewed <= self.timings.renew_deadline_s
+
+    @property
+    def leader_url(self) -> str | None:
+        """The leader's advertised URL as last read; None while nobody is known to lead."""
+        if self._leading and not self.is_leader:
+            return None  # this broker's own lease is in doubt
+        return self._leader_url
 
     @classmethod
     def on_postgresql(
@@ -104,7 +123,7 @@ class Leadership:
             return
         self._loop = asyncio.get_running_loop()
         while True:
-            if self.is_leader:
+            if self._leading:
                 await self._renew()
             else:
                 await self._campaign()
@@ -116,17 +135,17 @@ class Leadership:
             epoch = await anyio.to_thread.run_sync(self.lease.take)
             if epoch is None:
                 holder = await anyio.to_thread.run_sync(self.lease.read)
-                self.leader_url = holder.url if holder.live else None
+                self._leader_url = holder.url if holder.live else None
                 return
         except Exception as exc:  # the database away, a lock wait past its timeout
             log.warning("leader_election_failed", error=_first_line(exc))
-            self.leader_url = None
+            self._leader_url = None
             return
         await self._gain(epoch)
 
     async def _gain(self, epoch: int) -> None:
         self._renewed = time.monotonic()
-        self.epoch, self.is_leader, self.leader_url = epoch, True, self.advertise_url
+        self.epoch, self._leading, self._leader_url = epoch, True, self.advertise_url
         self.store.fence(epoch)
         log.info("leader_elected", epoch=epoch, url=self.advertise_url)
         try:
@@ -143,7 +162,7 @@ class Leadership:
         except Exception as exc:
             log.warning("leader_renew_failed", epoch=self.epoch, error=_first_line(exc))
             held = None  # not known: kept until the renew deadline passes
-        if not self.is_leader:  # fenced out meanwhile
+        if not self._leading:  # fenced out meanwhile
             return
         if held:
             self._renewed = time.monotonic()
@@ -158,15 +177,15 @@ class Leadership:
             self._loop.call_soon_threadsafe(self._fenced_out_on_loop, epoch)
 
     def _fenced_out_on_loop(self, epoch: int) -> None:
-        if self.is_leader and self.epoch == epoch:
+        if self._leading and self.epoch == epoch:
             self.step_down("fenced_out")
 
     def step_down(self, reason: str) -> None:
         """Stop leading now: no write leaves this process, the loops stop."""
-        if not self.is_leader or not self.elected:
+        if not self._leading or not self.elected:
             return
         self.store.fence(0)
-        self.is_leader, self.leader_url = False, None
+        self._leading, self._leader_url = False, None
         log.warning("leader_stepped_down", epoch=self.epoch, reason=reason)
         for callback in self.lost:
             try:
@@ -178,7 +197,7 @@ class Leadership:
         """On a clean stop: step down and give the lease up, so a standby need not wait."""
         if self.lease is None:
             return
-        epoch, leading = self.epoch, self.is_leader
+        epoch, leading = self.epoch, self._leading
         self.step_down("stopping")
         try:
             if leading:

@@ -234,7 +234,8 @@ class Lab:
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
-        self.env = base | (env or {}) | {
+        base |= env or {}  # a test's own settings for every process of the lab
+        self.env = base | {
             "JOBD_DATA_DIR": str(root / "data"),
             "JOBD_LOG_DIR": str(root / "logs"),
             "JOBD_URL": self.url,

@@ -75,7 +75,7 @@ class HALab(harness.Lab):
             "worker", "worker", "--server", self.proxy.url, "--name", "w1", "--gpus", "none",
             "--slots", "4", "--lease", "6", "--state-dir", str(root / "data" / "worker" / "w1"),
         )  # fmt: skip
-        self.wait_until(lambda: self.leader() is not None and self._has_worker())
+        self.wait_until(lambda: self.leader() is not None and self._has_worker(), timeout=90)
 
     def start_broker(self, name: str) -> None:
         port = harness._free_port()
@@ -84,7 +84,7 @@ class HALab(harness.Lab):
             name, "broker", "--port", str(port), "--socket", "none",
             "--data-dir", str(self.root / name), "--log-dir", str(self.root / name / "logs"),
         )  # fmt: skip
-        self.wait_until(lambda: self.readyz(name) == "standby")
+        self.wait_until(lambda: self.readyz(name) == "standby", timeout=90)
 
     def readyz(self, name: str) -> str | None:
         try:
@@ -119,13 +119,17 @@ class HALab(harness.Lab):
 
 
 class LeaderProxy:
-    """A TCP port that forwards each connection to the broker leading when it arrives."""
+    """A TCP port that forwards each connection to the broker leading when it arrives,
+    and cuts the connections to a broker that stopped leading (as a load balancer whose
+    readiness check fails does), so a kept-alive client connects again."""
 
     def __init__(self, lab: HALab) -> None:
         self.lab = lab
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self._leader_port: int | None = None
+        self._open: list[tuple[int, socket.socket, socket.socket]] = []  # port, both ends
+        self._lock = threading.Lock()
         self._closed = False
         threading.Thread(target=self._watch, daemon=True).start()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -134,8 +138,20 @@ class LeaderProxy:
         while not self._closed:
             ports = dict(self.lab.ports)
             leading = [p for n, p in ports.items() if self.lab.readyz(n) == "leader"]
-            self._leader_port = leading[0] if leading else None
+            port = leading[0] if len(leading) == 1 else None
+            if port != self._leader_port:
+                self._leader_port = port
+                self._cut_all_but(port)
             time.sleep(0.05)
+
+    def _cut_all_but(self, port: int | None) -> None:
+        with self._lock:
+            cut = [pair for pair in self._open if pair[0] != port]
+            self._open = [pair for pair in self._open if pair[0] == port]
+        for _, client, upstream in cut:
+            for end in (client, upstream):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
 
     def _accept(self) -> None:
         while not self._closed:
@@ -151,12 +167,15 @@ class LeaderProxy:
             except (OSError, AssertionError):
                 client.close()  # nobody leads this moment: the client retries
                 continue
+            with self._lock:
+                self._open.append((port, client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
 
     def close(self) -> None:
         self._closed = True
         self.listener.close()
+        self._cut_all_but(None)
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:
@@ -318,7 +337,9 @@ def _kill_the_leader_repeatedly(lab: HALab, rounds: int) -> list[float]:
         took = _takeover(lab, leader)
         times.append(took)
         assert took <= LEASE_S + TAKEOVER_SLACK_S, f"takeover took {took:.2f} s"
-        lab.start_broker(f"{leader}-{n}")  # the dead one's host comes back, as a standby
+        # The dead one's host comes back, as a standby (waited for: on a loaded machine a
+        # broker takes tens of seconds to start, and the next round needs a standby).
+        lab.start_broker(f"{leader}-{n}")
     submitter.stop()
     doc = _wait_phase(lab, graceful, "Preempted", "Failed", "Succeeded")
     assert doc["status"]["phase"] == "Preempted", doc["status"]
@@ -406,7 +427,4 @@ class _Send(threading.Thread):
 
 def _send_while_paused(port: int, headers: dict[str, str], root: Path) -> list[_Send]:
     """Creates that reach the paused broker's socket, to be read only once it wakes."""
-    return [
-        _Send(port, headers, _job(f"sent-to-paused-{i}", ["true"], root)) for i in range(5)
-    ]
-
+    return [_Send(port, headers, _job(f"sent-to-paused-{i}", ["true"], root)) for i in range(5)]
