@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
+import anyio.abc
 
 from jobd.logconfig import get_logger
 from jobd.store.base import Fencing
@@ -79,6 +80,8 @@ class Leadership:
         self.lost: list[Callable[[], None]] = []
         self._renewed = 0.0  # time.monotonic() of the last renewal that took
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._tg: anyio.abc.TaskGroup | None = None  # run()'s: where a start runs
+        self._starting = anyio.CancelScope()  # the gained callbacks' of the last election
         if self.elected:
             store.fence(0)  # a standby until elected: no write leaves this process
             store.on_fenced_out(self._fenced_out)
@@ -122,12 +125,14 @@ class Leadership:
         if self.lease is None:
             return
         self._loop = asyncio.get_running_loop()
-        while True:
-            if self._leading:
-                await self._renew()
-            else:
-                await self._campaign()
-            await anyio.sleep(self.timings.retry_period_s)
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            while True:
+                if self._leading:
+                    await self._renew()
+                else:
+                    await self._campaign()
+                await anyio.sleep(self.timings.retry_period_s)
 
     async def _campaign(self) -> None:
         assert self.lease is not None
@@ -148,12 +153,20 @@ class Leadership:
         self.epoch, self._leading, self._leader_url = epoch, True, self.advertise_url
         self.store.fence(epoch)
         log.info("leader_elected", epoch=epoch, url=self.advertise_url)
-        try:
-            for callback in self.gained:
-                await callback(epoch)
-        except Exception:  # e.g. the store went away meanwhile: another broker may lead
-            log.exception("leader_start_failed", epoch=epoch)
-            self.step_down("start_failed")
+        # Beside the renewals: a start slower than the lease (a loaded host rebuilding
+        # its caches) must not lose the lease it is starting under.
+        self._starting = anyio.CancelScope()
+        assert self._tg is not None
+        self._tg.start_soon(self._start, epoch, self._starting)
+
+    async def _start(self, epoch: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            try:
+                for callback in self.gained:
+                    await callback(epoch)
+            except Exception:  # e.g. the store went away meanwhile: another broker may lead
+                log.exception("leader_start_failed", epoch=epoch)
+                self.step_down("start_failed")
 
     async def _renew(self) -> None:
         assert self.lease is not None
@@ -186,6 +199,7 @@ class Leadership:
             return
         self.store.fence(0)
         self._leading, self._leader_url = False, None
+        self._starting.cancel()  # a start still under way stops here
         log.warning("leader_stepped_down", epoch=self.epoch, reason=reason)
         for callback in self.lost:
             try:
