@@ -31,6 +31,7 @@ from jobd.bench.cli import run_cli
 from jobd.bench.context import BenchContext, Size, Skipped
 from jobd.bench.databases import bench_db
 from jobd.bench.dispatch import run_dispatch, run_drain
+from jobd.bench.election import run_election
 from jobd.bench.footprint import run_footprint
 from jobd.bench.harness import Endpoint
 from jobd.bench.loaded import run_healthz
@@ -61,6 +62,7 @@ SCENARIOS: dict[str, Scenario] = {
 # Run only when named (`--scenario healthz`), not in the default set.
 OPT_IN: dict[str, Scenario] = {
     "healthz": run_healthz,
+    "election": run_election,
     "notify": run_notify,
     "placement-fair": run_placement_fair,
 }

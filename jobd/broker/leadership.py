@@ -81,7 +81,7 @@ class Leadership:
         self._renewed = 0.0  # time.monotonic() of the last renewal that took
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: anyio.abc.TaskGroup | None = None  # run()'s: where a start runs
-        self._starting = anyio.CancelScope()  # the gained callbacks' of the last election
+        self._starting: anyio.CancelScope | None = None  # the last election's start
         if self.elected:
             store.fence(0)  # a standby until elected: no write leaves this process
             store.on_fenced_out(self._fenced_out)
@@ -199,7 +199,8 @@ class Leadership:
             return
         self.store.fence(0)
         self._leading, self._leader_url = False, None
-        self._starting.cancel()  # a start still under way stops here
+        if self._starting is not None:
+            self._starting.cancel()  # a start still under way stops here
         log.warning("leader_stepped_down", epoch=self.epoch, reason=reason)
         for callback in self.lost:
             try:
