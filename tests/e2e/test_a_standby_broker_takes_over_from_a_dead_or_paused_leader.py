@@ -87,11 +87,7 @@ class HALab(harness.Lab):
         self.wait_until(lambda: self.readyz(name) == "standby", timeout=90)
 
     def readyz(self, name: str) -> str | None:
-        try:
-            answer = httpx.get(f"http://127.0.0.1:{self.ports[name]}/readyz", timeout=0.3)
-        except httpx.TransportError:
-            return None
-        return answer.text.strip() if answer.status_code == 200 else None
+        return readyz_at(self.ports[name])
 
     def leader(self) -> str | None:
         leading = [name for name in self.ports if self.readyz(name) == "leader"]
@@ -118,6 +114,15 @@ class HALab(harness.Lab):
         super().close()
 
 
+def readyz_at(port: int) -> str | None:
+    """What a broker's /readyz says: `leader`, `standby`, or None (down, paused, failing)."""
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=0.3)
+    except httpx.TransportError:
+        return None
+    return answer.text.strip() if answer.status_code == 200 else None
+
+
 class LeaderProxy:
     """A TCP port that forwards each connection to the broker leading when it arrives,
     and cuts the connections to a broker that stopped leading (as a load balancer whose
@@ -136,8 +141,8 @@ class LeaderProxy:
 
     def _watch(self) -> None:
         while not self._closed:
-            ports = dict(self.lab.ports)
-            leading = [p for n, p in ports.items() if self.lab.readyz(n) == "leader"]
+            ports = list(self.lab.ports.values())  # a copy: the test kills and starts brokers
+            leading = [p for p in ports if readyz_at(p) == "leader"]
             port = leading[0] if len(leading) == 1 else None
             if port != self._leader_port:
                 self._leader_port = port
