@@ -5,8 +5,9 @@ store/sql/leadership.py), and a **session advisory lock** plus an epoch row. For
 
 - the time a takeover takes once the holder is killed with SIGKILL: a holder process
   takes the lease (or the lock) and keeps it (renewing the row, or pinging its session,
-  every retry period); it is killed, and a candidate trying every retry period measures
-  how long until it holds it;
+  every retry period); it is killed, and a candidate trying as a standby broker does
+  (every retry period, or when the lease runs out if sooner) measures how long until it
+  holds it;
 - the cost of one renewal: its round trip (p50, p99) and the WAL it writes, over many.
 
 Opt-in (`--scenario election`), PostgreSQL only (`JOBD_BENCH_DB`). Short timings: a
@@ -75,8 +76,12 @@ async def run_election(ctx: BenchContext) -> Result:
         lease = LeaderLease(url, "candidate", "http://candidate", LEASE_S)
         lock = sa.create_engine(normalize_url(url), isolation_level="AUTOCOMMIT")
         try:
-            row_takeovers = _takeovers(_LEASE_HOLDER, plain, lambda: _take(lease), kills)
-            lock_takeovers = _takeovers(_LOCK_HOLDER, plain, lambda: _lock(lock), kills)
+            row_takeovers = _takeovers(
+                _LEASE_HOLDER, plain, lambda: _take(lease), lambda: _lease_left(lease), kills
+            )
+            lock_takeovers = _takeovers(
+                _LOCK_HOLDER, plain, lambda: _lock(lock), lambda: RETRY_S, kills
+            )
             epoch = lease.take() or 0
             row_renew = _renewals(renewals, lambda: lease.renew(epoch))
             row_wal = _renew_wal(lock, epoch)
@@ -117,6 +122,12 @@ def _take(lease: LeaderLease) -> bool:
     return taken is not None
 
 
+def _lease_left(lease: LeaderLease) -> float:
+    """As a standby broker waits (broker/leadership.py): a retry period, or until the
+    holder's lease runs out if that is sooner."""
+    return min(RETRY_S, max(lease.read().left_s, 0.0) + 0.01)
+
+
 def _lock(engine: sa.Engine) -> bool:
     with engine.connect() as conn:
         got = conn.execute(sa.text(f"SELECT pg_try_advisory_lock({LOCK_KEY})")).scalar()
@@ -130,11 +141,15 @@ def _ping(engine: sa.Engine) -> None:
         conn.execute(sa.text("SELECT 1"))
 
 
-def _takeovers(holder_code: str, url: str, try_take: Callable[[], bool], n: int) -> list[float]:
-    return [_takeover(holder_code, url, try_take) for _ in range(n)]
+def _takeovers(
+    holder_code: str, url: str, try_take: Callable[[], bool], next_try: Callable[[], float], n: int
+) -> list[float]:
+    return [_takeover(holder_code, url, try_take, next_try) for _ in range(n)]
 
 
-def _takeover(holder_code: str, url: str, try_take: Callable[[], bool]) -> float:
+def _takeover(
+    holder_code: str, url: str, try_take: Callable[[], bool], next_try: Callable[[], float]
+) -> float:
     """Start a holder, wait until it holds, SIGKILL it; seconds until `try_take` succeeds."""
     code = holder_code.format(lease=LEASE_S, retry=RETRY_S, key=LOCK_KEY)
     holder = subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE)
@@ -144,7 +159,7 @@ def _takeover(holder_code: str, url: str, try_take: Callable[[], bool]) -> float
         killed = time.monotonic()
         holder.send_signal(signal.SIGKILL)
         while not try_take():
-            time.sleep(RETRY_S)
+            time.sleep(next_try())
         return time.monotonic() - killed
     finally:
         holder.kill()

@@ -82,6 +82,7 @@ class Leadership:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: anyio.abc.TaskGroup | None = None  # run()'s: where a start runs
         self._starting: anyio.CancelScope | None = None  # the last election's start
+        self._resigned = False
         if self.elected:
             store.fence(0)  # a standby until elected: no write leaves this process
             store.on_fenced_out(self._fenced_out)
@@ -128,25 +129,33 @@ class Leadership:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             while True:
+                wait = self.timings.retry_period_s
                 if self._leading:
                     await self._renew()
                 else:
-                    await self._campaign()
-                await anyio.sleep(self.timings.retry_period_s)
+                    wait = await self._campaign()
+                await anyio.sleep(wait)
 
-    async def _campaign(self) -> None:
+    async def _campaign(self) -> float:
+        """One try at the lease; the seconds until the next: a retry period, or less
+        when the holder's lease runs out sooner (a takeover then waits for the lease
+        alone, not for the lease and a retry period)."""
         assert self.lease is not None
+        retry = self.timings.retry_period_s
+        if self._resigned:  # stopping: never elected again
+            return retry
         try:
             epoch = await anyio.to_thread.run_sync(self.lease.take)
             if epoch is None:
                 holder = await anyio.to_thread.run_sync(self.lease.read)
                 self._leader_url = holder.url if holder.live else None
-                return
+                return min(retry, max(holder.left_s, 0.0) + 0.01)
         except Exception as exc:  # the database away, a lock wait past its timeout
             log.warning("leader_election_failed", error=_first_line(exc))
             self._leader_url = None
-            return
+            return retry
         await self._gain(epoch)
+        return retry
 
     async def _gain(self, epoch: int) -> None:
         self._renewed = time.monotonic()
@@ -213,6 +222,7 @@ class Leadership:
         if self.lease is None:
             return
         epoch, leading = self.epoch, self._leading
+        self._resigned = True
         self.step_down("stopping")
         try:
             if leading:

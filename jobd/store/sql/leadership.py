@@ -113,9 +113,14 @@ def _lease_engine(url: str, timeout_s: float) -> Engine:
 
     An election waits for the leader's write transactions that hold the row (the
     fence); a lock wait past the timeout fails the try, and the next retry tries again.
+    A broker paused between a renewal's UPDATE and its COMMIT would hold the row until
+    it wakes: the server ends such a transaction after the same time.
     """
     ms = max(int(timeout_s * 1000), 100)
-    options = f"-c statement_timeout={ms} -c lock_timeout={ms}"
+    options = (
+        f"-c statement_timeout={ms} -c lock_timeout={ms} "
+        f"-c idle_in_transaction_session_timeout={ms}"
+    )
     return sa.create_engine(
         normalize_url(url),
         pool_size=1,
