@@ -21,19 +21,10 @@ import sqlalchemy as sa
 
 from jobd.api.models import ObjectMeta, Project
 from jobd.store.base import NotLeader
-from jobd.store.sql import SQLStore, open_store
+from jobd.store.sql import SQLStore
 from jobd.store.sql.leadership import LeaderLease
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[SQLStore]:
-    opened = open_store(postgres_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 @pytest.fixture
