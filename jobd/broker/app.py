@@ -98,10 +98,10 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
                 "storage_watch": state.storage.run,
                 "observed_time": state.ctx.observed.watch,
                 "tokens": partial(_tokens_forever, state),
-                "leadership": state.leadership.run,
             }
             for name, run in serving.items():
                 tg.start_soon(_keep_running, state, name, run)
+            await tg.start(state.leadership.run)  # the first try at the lease, then serve
             loops = LeaderLoops(state, tg, _leader_tasks(state))
             if state.leadership.is_leader:  # SQLite: the one broker, leading from the start
                 loops.start()

@@ -121,19 +121,30 @@ class Leadership:
         """`callback()` on stepping down, on the event loop, at once."""
         self.lost.append(callback)
 
-    async def run(self) -> None:
-        """Campaign while standing by, renew while leading, every retry period."""
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Campaign while standing by, renew while leading, every retry period.
+
+        `tg.start(run)` returns after the first try: a lone broker serves as the
+        leader from its first request (a write is not answered 503 while it starts).
+        """
         if self.lease is None:
+            task_status.started()
             return
         self._loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            started = False
             while True:
                 wait = self.timings.retry_period_s
                 if self._leading:
                     await self._renew()
                 else:
                     wait = await self._campaign()
+                if not started:
+                    task_status.started()
+                    started = True
                 await anyio.sleep(wait)
 
     async def _campaign(self) -> float:
