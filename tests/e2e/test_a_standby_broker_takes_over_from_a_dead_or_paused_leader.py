@@ -332,6 +332,7 @@ def _check_no_loss_no_double_start(lab: HALab, submitter: Submitter) -> None:
     runs = (lab.root / "runs.txt").read_text().split()
     twice = sorted({r for r in runs if runs.count(r) > 1})
     assert not twice, f"jobs started twice: {twice}"
+    print(f"acknowledged={len(submitter.acknowledged)} started={len(runs)} twice=0 lost=0")
 
 
 def _kill_the_leader_repeatedly(lab: HALab, rounds: int) -> list[float]:
