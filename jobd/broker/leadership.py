@@ -147,6 +147,13 @@ class Leadership:
                     started = True
                 await anyio.sleep(wait)
 
+    async def campaign(self) -> bool:
+        """One try at the lease now, outside `run` (an app served without its lifespan,
+        as tests serve it): True when this broker leads after it."""
+        if self.lease is not None and not self._leading:
+            await self._campaign()
+        return self.is_leader
+
     async def _campaign(self) -> float:
         """One try at the lease; the seconds until the next: a retry period, or less
         when the holder's lease runs out sooner (a takeover then waits for the lease
@@ -176,7 +183,9 @@ class Leadership:
         # Beside the renewals: a start slower than the lease (a loaded host rebuilding
         # its caches) must not lose the lease it is starting under.
         self._starting = anyio.CancelScope()
-        assert self._tg is not None
+        if self._tg is None:  # `campaign` outside `run`: the start runs here
+            await self._start(epoch, self._starting)
+            return
         self._tg.start_soon(self._start, epoch, self._starting)
 
     async def _start(self, epoch: int, scope: anyio.CancelScope) -> None:
