@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from jobd.api.models import ObjectMeta, Project
-from jobd.store.base import NotLeader
+from jobd.store.base import NotLeader, StoreUnavailable
 from jobd.store.sql import SQLStore
 from jobd.store.sql.leadership import LeaderLease
 
@@ -87,7 +87,9 @@ def test_the_old_epochs_write_is_refused_and_nothing_of_it_committed(
 def test_a_standby_is_refused_before_anything_is_sent_and_unfenced_takes_all(
     pg_store: SQLStore,
 ) -> None:
+    pg_store._write_error = StoreUnavailable("a paused leader's transaction was ended")
     pg_store.fence(0)
+    assert pg_store.write_error is None  # a standby's readiness: the store answers (ping)
     with pytest.raises(NotLeader):
         pg_store.put_project(_project("p"))
     pg_store.fence(None)

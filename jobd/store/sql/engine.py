@@ -222,7 +222,15 @@ class SQLEngine:
         self._write_error = None
 
     def fence(self, epoch: int | None) -> None:
-        """None: every write taken; 0: none (a standby); N: only while epoch N leads."""
+        """None: every write taken; 0: none (a standby); N: only while epoch N leads.
+
+        A new role starts with no write fault: a standby writes nothing, so the last
+        write's outcome (`write_error`, /readyz) would otherwise stay whatever failed as it
+        stepped down (a paused leader's transaction the server ended), for good; whether
+        the store answers is still asked of it (`ping`).
+        """
+        if epoch != self._epoch:
+            self._write_error = None
         self._epoch = epoch
 
     def on_fenced_out(self, callback: Callable[[int], None]) -> None:
