@@ -66,12 +66,8 @@ class Leadership:
         lease: LeaderLease | None = None,
         timings: LeaderTimings = LeaderTimings(),
     ) -> None:
-        self.store, self.advertise_url, self.lease, self.timings = (
-            store,
-            advertise_url,
-            lease,
-            timings,
-        )
+        self.store, self.lease, self.timings = store, lease, timings
+        self.advertise_url = advertise_url
         self.elected = lease is not None  # False: SQLite, the one broker, always leading
         self._leading = not self.elected
         self.epoch = 0
@@ -114,7 +110,8 @@ class Leadership:
         return cls(store, advertise_url, lease, timings)
 
     def on_gained(self, callback: Callable[[int], Awaitable[None]]) -> None:
-        """`await callback(epoch)` once elected, before the next renewal."""
+        """`await callback(epoch)` once elected, in a task beside the renewals; stepping
+        down cancels it if it is still running."""
         self.gained.append(callback)
 
     def on_lost(self, callback: Callable[[], None]) -> None:
