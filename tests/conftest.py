@@ -173,14 +173,24 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-@pytest.fixture
-def store(store_url: str) -> Iterator[SQLStore]:
-    """A migrated store on the backend of this parametrization, closed afterwards."""
-    opened = open_store(store_url)
+def _opened(url: str) -> Iterator[SQLStore]:
+    opened = open_store(url)
     try:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SQLStore]:
+    """A migrated store on the backend of this parametrization, closed afterwards."""
+    yield from _opened(store_url)
+
+
+@pytest.fixture
+def pg_store(postgres_url: str) -> Iterator[SQLStore]:
+    """A migrated store on a PostgreSQL database of the test's own, closed afterwards."""
+    yield from _opened(postgres_url)
 
 
 @pytest.fixture

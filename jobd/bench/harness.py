@@ -30,8 +30,12 @@ from jobd.store import sqlite_url
 from jobd.wire import routes
 from jobd.wire.client import AsyncClient
 
+# How many standby brokers to start beside each PostgreSQL broker (running_broker).
+STANDBYS_ENV = "JOBD_BENCH_STANDBYS"
+
 __all__ = [
     "REPO_ROOT",
+    "STANDBYS_ENV",
     "BrokerError",
     "BrokerProcess",
     "Endpoint",
@@ -278,15 +282,40 @@ async def running_broker(
     env: dict[str, str] | None = None,
     **kw: Any,
 ) -> AsyncIterator[tuple[BrokerProcess, httpx.AsyncClient]]:
-    """A started broker and a client of it; both closed on the way out."""
+    """A started broker and a client of it; both closed on the way out.
+
+    On PostgreSQL, `JOBD_BENCH_STANDBYS=N` starts N more brokers on the same store once
+    this one leads: standbys (broker/leadership.py), so a figure shows what their
+    presence costs the leader.
+    """
     broker = BrokerProcess(root, mode, slots, db_url, env)
     broker.spawn()
+    standbys: list[BrokerProcess] = []
     try:
         async with client(broker.endpoint, **kw) as http:
             await broker.wait_ready(http)
+            standbys = await _standbys(root, db_url, env)
             yield broker, http
     finally:
+        for standby in standbys:
+            standby.stop()
         broker.stop()
+
+
+async def _standbys(
+    root: Path, db_url: str | None, env: dict[str, str] | None
+) -> list[BrokerProcess]:
+    count = int(os.environ.get(STANDBYS_ENV) or 0)
+    if not count or db_url is None or db_url.startswith("sqlite"):
+        return []
+    started = []
+    for n in range(count):
+        standby = BrokerProcess(root / f"standby-{n}", "broker", db_url=db_url, env=env)
+        standby.spawn()
+        started.append(standby)
+        async with client(standby.endpoint) as http:
+            await standby.wait_ready(http)
+    return started
 
 
 def _descendants_cpu_s(root: int) -> float:

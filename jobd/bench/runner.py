@@ -31,6 +31,7 @@ from jobd.bench.cli import run_cli
 from jobd.bench.context import BenchContext, Size, Skipped
 from jobd.bench.databases import bench_db
 from jobd.bench.dispatch import run_dispatch, run_drain
+from jobd.bench.election import run_election
 from jobd.bench.footprint import run_footprint
 from jobd.bench.gangs import run_gang
 from jobd.bench.harness import Endpoint
@@ -62,6 +63,7 @@ SCENARIOS: dict[str, Scenario] = {
 # Run only when named (`--scenario healthz`), not in the default set.
 OPT_IN: dict[str, Scenario] = {
     "healthz": run_healthz,
+    "election": run_election,
     "notify": run_notify,
     "placement-fair": run_placement_fair,
     "gang": run_gang,

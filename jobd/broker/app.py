@@ -4,7 +4,8 @@ Routes are thin: validate, call one function of the controllers package, render.
 module is the factory: it owns the lifespan (the controller manager, the projects file
 watcher, change-feed compaction, the caches' periodic resync, the watch on observed
 time, the follower of other brokers' commits), authentication, and how
-errors become HTTP statuses.
+errors become HTTP statuses. The loops that write run only while this broker leads
+(`LeaderLoops`, started and stopped by broker/leadership.py); a standby serves reads.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import anyio.abc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -28,6 +30,7 @@ from jobd.broker.http.fastpath import FastRoutes
 from jobd.broker.http.protocol_check import WorkerProtocol
 from jobd.broker.http.request_timing import RequestTiming
 from jobd.broker.http.responses import ERROR_STATUSES, status_for, validation_detail
+from jobd.broker.http.standby import StandbyRedirect
 from jobd.broker.routes import arrays, jobs, system, tokens, workers
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import resync_forever
@@ -37,7 +40,7 @@ from jobd.logconfig import get_logger, redact_url
 from jobd.store.base import StoreUnavailable
 from jobd.wire import routes as wire_routes
 
-__all__ = ["create_app"]
+__all__ = ["LeaderLoops", "create_app"]
 
 # FastAPI's built-in OpenTelemetry hooks (newer releases) look up the tracer, meter and
 # logger providers — and the environment — on every request. jobd exports no traces, so
@@ -92,29 +95,27 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
-            tasks: dict[str, Callable[[], Awaitable[None]]] = {
-                "manager": state.manager.run,
-                "compact": partial(_compact_forever, state),
-                "checkpoint": partial(_checkpoint_forever, state),
-                "resync": partial(resync_forever, state.wiring, state.ctx),
+            serving: dict[str, Callable[[], Awaitable[None]]] = {
                 "storage_watch": state.storage.run,
                 "observed_time": state.ctx.observed.watch,
                 "tokens": partial(_tokens_forever, state),
-                "notify": state.outbox.run,
             }
-            if state.follows:
-                tasks["follow"] = state.follower.run
-            if config.projects_file is not None:
-                tasks["projects_file"] = partial(
-                    watch_projects_file, state.ctx, config.projects_file
-                )
-            for name, run in tasks.items():
+            if state.follows:  # leader and standby alike hear other brokers' commits
+                serving["follow"] = state.follower.run
+            for name, run in serving.items():
                 tg.start_soon(_keep_running, state, name, run)
+            await tg.start(state.leadership.run)  # the first try at the lease, then serve
+            loops = LeaderLoops(state, tg, _leader_tasks(state))
+            if state.leadership.is_leader:  # SQLite: the one broker, leading from the start
+                loops.start()
+            state.leadership.on_gained(loops.lead)
+            state.leadership.on_lost(loops.stop)
             log.info(
                 "broker_started", store=redact_url(config.store_url), log_dir=str(config.log_dir)
             )
             yield
             tg.cancel_scope.cancel()
+        state.leadership.resign()
         state.close()
 
     app = FastAPI(
@@ -136,8 +137,9 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_exception_handler(HTTPException, _http_error)
     fast = (*jobs.FAST, *arrays.FAST, *workers.FAST, *system.FAST)
     # The last added is the outermost: RequestTiming, TokenAuth, WorkerProtocol,
-    # BodyLimit, the fast path.
+    # BodyLimit, a standby's redirect of writes, the fast path.
     app.add_middleware(FastRoutes, state=state, routes=fast)
+    app.add_middleware(StandbyRedirect, leadership=state.leadership)
     app.add_middleware(BodyLimit)
     app.add_middleware(WorkerProtocol)
     app.add_middleware(TokenAuth, tokens=state.tokens, people=state.people)
@@ -159,6 +161,55 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
         return JSONResponse(_with_bearer_scheme(app.openapi()))
 
     return app
+
+
+def _leader_tasks(state: BrokerState) -> dict[str, Callable[[], Awaitable[None]]]:
+    """What only the leader runs: the reconcile loops, and every loop that writes."""
+    tasks: dict[str, Callable[[], Awaitable[None]]] = {
+        "manager": state.manager.run,
+        "compact": partial(_compact_forever, state),
+        "checkpoint": partial(_checkpoint_forever, state),
+        "resync": partial(resync_forever, state.wiring, state.ctx),
+        "notify": state.outbox.run,
+    }
+    if state.config.projects_file is not None:
+        tasks["projects_file"] = partial(watch_projects_file, state.ctx, state.config.projects_file)
+    return tasks
+
+
+class LeaderLoops:
+    """The leader's loops, started when this broker is elected and cancelled when it
+    steps down, inside the lifespan's task group (broker/leadership.py calls `lead` and
+    `stop`)."""
+
+    def __init__(
+        self,
+        state: BrokerState,
+        tg: anyio.abc.TaskGroup,
+        tasks: dict[str, Callable[[], Awaitable[None]]],
+    ) -> None:
+        self.state, self.tg, self.tasks = state, tg, tasks
+        self.scope: anyio.CancelScope | None = None
+
+    async def lead(self, epoch: int) -> None:
+        await self.state.lead(epoch)
+        self.start()
+
+    def start(self) -> None:
+        self.stop()
+        self.scope = anyio.CancelScope()
+        self.tg.start_soon(self._run, self.scope)
+
+    def stop(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+            self.scope = None
+
+    async def _run(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            async with anyio.create_task_group() as loops:
+                for name, run in self.tasks.items():
+                    loops.start_soon(_keep_running, self.state, name, run)
 
 
 def _with_bearer_scheme(document: dict[str, Any]) -> dict[str, Any]:
@@ -235,7 +286,7 @@ async def _tokens_forever(state: BrokerState, flush_every: int = 60) -> None:
         ticks += 1
         try:
             state.tokens.reload()
-            if ticks % flush_every == 0:
+            if ticks % flush_every == 0 and state.leadership.is_leader:
                 state.tokens.flush()
         except StoreUnavailable as exc:  # tried again next second: the table stays as read
             if not failing:  # once while the store is away, not every second

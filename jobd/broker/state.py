@@ -13,10 +13,12 @@ from jobd.api.models import Job
 from jobd.broker.auth.people import People
 from jobd.broker.auth.tokens import Tokens
 from jobd.broker.batching import CreateBatcher
+from jobd.broker.leadership import Leadership, LeaderTimings
 from jobd.broker.metrics.events import EventMetrics
 from jobd.broker.metrics.fairshare import FairShareCollector
 from jobd.broker.metrics.following import FollowerCollector
 from jobd.broker.metrics.gpus import GpuReadings
+from jobd.broker.metrics.leadership import LeaderCollector
 from jobd.broker.metrics.registry import build_registry
 from jobd.broker.notify.outbox import NotifyConfig, Outbox
 from jobd.broker.storage import StorageWatch
@@ -30,7 +32,7 @@ from jobd.controllers.context import Context, Settings
 from jobd.controllers.manager import Manager
 from jobd.controllers.workers import await_known_workers
 from jobd.logconfig import get_logger
-from jobd.store.base import NotFound, Store
+from jobd.store.base import EventRecord, NotFound, Store
 from jobd.store.sql import open_store, sqlite_url
 
 __all__ = [
@@ -63,6 +65,10 @@ class BrokerConfig:
     # (they run as that user anyway); None: a root job needs its project's allow_root.
     trusted_owner: str | None = None
     admin_group: str | None = None  # its members are admins over the socket (root always is)
+    # Brokers on one PostgreSQL store: the election's timings, and where clients reach
+    # this one while it leads (broker/leadership.py).
+    leader: LeaderTimings = field(default_factory=LeaderTimings)
+    advertise_url: str = "http://127.0.0.1:8765"
 
     @property
     def store_url(self) -> str:
@@ -133,8 +139,11 @@ class BrokerState:
             )
         )
         self.store.subscribe(self.wiring.on_commit)
-        # After the wiring, so events.jsonl has the events too.
-        await_known_workers(self.ctx)
+        self.leadership = _leadership(self.store, config)
+        self.metrics.register(LeaderCollector(self.leadership))
+        if self.leadership.is_leader:  # else once elected (`lead`): a standby writes nothing
+            # After the wiring, so events.jsonl has the events too.
+            await_known_workers(self.ctx)
         if self.events.behind:  # completing the file at start failed: retried until it works
             self.wiring.stale.add("events_file")
         self.storage = StorageWatch(self.store, self.manager, self.wiring, self.events)
@@ -142,6 +151,20 @@ class BrokerState:
         if self.follows:
             self.metrics.register(FollowerCollector(self.follower))
         self.tasks_down: dict[str, str] = {}  # lifespan loops that failed, until restarted
+
+    async def lead(self, epoch: int) -> None:
+        """Elected: the in-memory state rebuilt from the store, as a broker's start builds
+        it, then `leader_elected` written (fenced by the new epoch, after the commit that
+        took the lease). The loops start after this (app.py)."""
+        ctx = self.ctx
+        async with ctx.runner.quiet():
+            ctx.leases.clear()  # heartbeats went to the old leader: each worker gets a lease
+            ctx.leases.heard.clear()
+            self.wiring.resync()
+            self.events.complete()
+            await_known_workers(ctx)
+            fields = {"epoch": epoch, "url": self.config.advertise_url}
+            self.store.append_events([EventRecord("leader_elected", fields=fields)])
 
     def release_waiters(self) -> None:
         """Answer every long-poll now: the broker is about to stop."""
@@ -155,6 +178,17 @@ class BrokerState:
             log.warning("token_use_not_recorded", error=str(exc))
         self.events.close()
         self.store.close()
+
+
+def _leadership(store: Store, config: BrokerConfig) -> Leadership:
+    """On PostgreSQL an election (a standby until it wins); on SQLite, the leader."""
+    url = config.store_url
+    if url.startswith("sqlite"):
+        return Leadership(store, config.advertise_url)
+    # A leader paused inside a write transaction holds the lease row's fence: the
+    # server ends such a transaction once the leader would have stepped down anyway.
+    store.end_idle_transactions(config.leader.renew_deadline_s)
+    return Leadership.on_postgresql(store, url, config.advertise_url, config.leader)
 
 
 def state_of(request: Request) -> BrokerState:

@@ -23,6 +23,7 @@ from jobd.api.models import NotifyPhase
 from jobd.api.sizes import format_size
 from jobd.broker.auth.tokens import weak_token_refusal
 from jobd.broker.http.connections import ConnectionLimits, guarded_protocol
+from jobd.broker.leadership import LeaderTimings
 from jobd.broker.notify.outbox import BrokerSink, NotifyConfig
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
     from jobd.worker.settings import WorkerSettings
 
 __all__ = [
+    "advertise_url",
     "broker_config",
     "connection_limits",
     "http_server",
+    "leader_timings",
     "listen",
     "listen_unix",
     "open_app",
@@ -64,6 +67,8 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
         events_keep=broker.events_keep,
         notify=notify_config(broker),
         admin_group=broker.admin_group or None,
+        leader=leader_timings(broker),
+        advertise_url=advertise_url(broker),
         settings=Settings(
             auto_preempt_queued_s=broker.auto_preempt_queued,
             auto_preempt_min_runtime_s=broker.auto_preempt_min_runtime,
@@ -73,6 +78,37 @@ def broker_config(broker: BrokerOptions, output: OutputOptions) -> BrokerConfig:
             billing=billing_of(broker),
         ),
     )
+
+
+def leader_timings(broker: BrokerOptions) -> LeaderTimings:
+    """The election's three timings (broker/leadership.py), refused when they cannot work."""
+    timings = LeaderTimings(
+        lease_s=broker.leader_lease,
+        renew_deadline_s=broker.leader_renew_deadline,
+        retry_period_s=broker.leader_retry_period,
+    )
+    refused = timings.refusal()
+    if refused is not None:
+        flag, reason = refused
+        raise click.BadParameter(reason, param_hint=flag)
+    return timings
+
+
+def advertise_url(broker: BrokerOptions) -> str:
+    """Where clients reach this broker while it leads: --advertise-url, else the bind."""
+    if broker.advertise_url:
+        if not re.fullmatch(r"https?://[^\x00-\x20\x7f/]+/?", broker.advertise_url):
+            raise click.BadParameter(
+                f"{broker.advertise_url[:60]!r} is not an http(s)://HOST[:PORT] URL",
+                param_hint="--advertise-url",
+            )
+        return broker.advertise_url.rstrip("/")
+    host = broker.host
+    if host in ("0.0.0.0", "::", ""):  # every address: the one others know this host by
+        host = socket.getfqdn()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{broker.port}"
 
 
 def billing_of(broker: BrokerOptions) -> Billing:

@@ -397,6 +397,37 @@ class BrokerOptions:
         "JOBD_ADMIN_GROUP",
         "A Unix group whose members are admins over the socket (root always is). [default: none]",
     )
+    leader_lease: float = setting(
+        "--leader-lease",
+        "JOBD_LEADER_LEASE_S",
+        "Brokers on one PostgreSQL store: seconds after the leader's last renewal before "
+        "a standby takes over.",
+        default=15.0,
+        type=click.FloatRange(min=0.1, max=3600),
+    )
+    leader_renew_deadline: float = setting(
+        "--leader-renew-deadline",
+        "JOBD_LEADER_RENEW_DEADLINE_S",
+        "Seconds the leader keeps trying to renew its lease before it steps down "
+        "(shorter than --leader-lease).",
+        default=10.0,
+        type=click.FloatRange(min=0.05, max=3600),
+    )
+    leader_retry_period: float = setting(
+        "--leader-retry-period",
+        "JOBD_LEADER_RETRY_PERIOD_S",
+        "Seconds between the leader's renewals, and between a standby's tries to take "
+        "the lease (shorter than --leader-renew-deadline).",
+        default=2.0,
+        type=click.FloatRange(min=0.01, max=3600),
+    )
+    advertise_url: str | None = setting(
+        "--advertise-url",
+        "JOBD_ADVERTISE_URL",
+        "The URL other brokers send clients to while this one leads. "
+        "[default: http://<host>:<port> of the bind; this host's name when bound to all "
+        "addresses]",
+    )
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ __all__ = [
     "Conflict",
     "EventRecord",
     "EventStore",
+    "Fencing",
     "Fits",
     "Following",
     "Gone",
@@ -48,6 +49,7 @@ __all__ = [
     "Kind",
     "Maintenance",
     "NotFound",
+    "NotLeader",
     "Op",
     "ProjectStore",
     "Receipt",
@@ -128,6 +130,15 @@ class StoreUnavailable(Exception):
 
     The message says what failed and where, e.g. "the store at /var/lib/jobd/jobd.db
     could not be reached: unable to open database file".
+    """
+
+
+class NotLeader(StoreUnavailable):
+    """A write of a broker that does not lead: refused, nothing of it committed (HTTP 503).
+
+    Raised by a standby before anything is sent, and by a leader whose epoch the store no
+    longer holds (another broker was elected while this one was paused or cut off), in
+    the very transaction that would have written: the broker then steps down.
     """
 
 
@@ -453,7 +464,30 @@ class UsageStore(Protocol):
     def queued_projects(self) -> dict[int, str]: ...  # ready queued job id -> its project
 
 
+class Fencing(Protocol):
+    """Whose writes the store takes: every caller's, or only the elected leader's.
+
+    Unfenced (a SQLite store, `jobd token`, a test) every write is taken. A broker on
+    PostgreSQL fences its store: `fence(0)` as a standby (every write refused with
+    NotLeader before anything is sent), `fence(epoch)` once elected (each write
+    transaction checks in itself that the store still holds that epoch).
+    """
+
+    def fence(self, epoch: int | None) -> None:
+        """None: unfenced; 0: refuse every write; N: write only while epoch N leads."""
+        ...
+
+    def on_fenced_out(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(epoch)` when a write finds its epoch gone (from the writing thread)."""
+        ...
+
+    def end_idle_transactions(self, after_s: float) -> None:
+        """Have the database end a transaction of this store left idle past `after_s`."""
+        ...
+
+
 class Store(
+    Fencing,
     Maintenance,
     UsageStore,
     ReceiptStore,

@@ -16,6 +16,7 @@ __all__ = [
     "job_deps",
     "job_members",
     "jobs",
+    "leader_lease",
     "meta",
     "metadata",
     "projects",
@@ -189,4 +190,19 @@ receipts = sa.Table(
     sa.Column("stream", sa.String(16), primary_key=True),
     sa.Column("run", sa.String(64), nullable=False),
     sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
+# Which broker leads (PostgreSQL; a SQLite store's broker always leads): one row, id 1.
+# `epoch` goes up by one at each election and fences every write of the leader
+# (store/sql/leadership.py); `renewed_at` and `lease_s` are on the database's clock, so
+# brokers on hosts whose clocks disagree still agree on when a lease ran out.
+leader_lease = sa.Table(
+    "leader_lease",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("holder", sa.String(64), nullable=False),  # one broker process; "" when none
+    sa.Column("url", sa.String(512), nullable=False),  # the holder's advertised URL
+    sa.Column("renewed_at", sa.Float, nullable=False),  # seconds since 1970, the database's
+    sa.Column("lease_s", sa.Float, nullable=False),
 )

@@ -229,11 +229,12 @@ class Lab:
     that need more than `jobd dev`'s one worker. Each test file adds its own workers
     (`start`) and helpers; `close` stops them all and ends what their jobs left."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         self.root = root
         self.port = port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("JOBD_", "XDG_"))}
+        base |= env or {}  # a test's own settings for every process of the lab
         self.env = base | {
             "JOBD_DATA_DIR": str(root / "data"),
             "JOBD_LOG_DIR": str(root / "logs"),

@@ -77,9 +77,11 @@ async def broker_client(config: BrokerConfig) -> AsyncIterator[httpx.AsyncClient
     """A client of the broker's ASGI app, through httpx.ASGITransport, holding the token.
 
     The app's lifespan is not started, so no loop runs: what is asserted is what the API
-    itself answers, and what a test does to the store by hand.
+    itself answers, and what a test does to the store by hand. On PostgreSQL the broker
+    is elected first (it would be a standby, answering writes 503, until then).
     """
     app = create_app(config)
+    await app.state.broker.leadership.campaign()
     transport = httpx.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {config.token}"}
     try:

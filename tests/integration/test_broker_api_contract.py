@@ -24,7 +24,7 @@ async def test_requests_without_the_token_get_401_except_health_and_metrics(
     api.headers.pop("Authorization")
     assert (await api.get("/jobs")).status_code == 401
     assert (await api.get("/healthz")).status_code == 200
-    assert (await api.get("/readyz")).text == "ok\n"
+    assert (await api.get("/readyz")).text == "leader\n"
     metrics = (await api.get("/metrics")).text
     assert 'jobd_jobs{phase="Pending"} 0' in metrics
     assert "jobd_queue_oldest_age_seconds" in metrics

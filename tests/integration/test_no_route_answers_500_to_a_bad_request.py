@@ -43,6 +43,7 @@ async def api(tmp_path: Path, store_url: str) -> AsyncIterator[httpx.AsyncClient
         data_dir=tmp_path / "data", log_dir=tmp_path / "logs", db_url=store_url, token=TOKEN
     )
     app = create_app(config)
+    await app.state.broker.leadership.campaign()  # on PostgreSQL: elected, not a standby
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(transport=transport, base_url="http://jobd", headers=headers) as c:

@@ -11,26 +11,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 import sqlalchemy as sa
 
 from jobd.api.models import ObjectMeta, Project
-from jobd.store.sql import SQLStore, normalize_url, open_store
+from jobd.store.sql import SQLStore, normalize_url
 from jobd.store.sql.engine import ping_when_idle
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[SQLStore]:
-    opened = open_store(postgres_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _level_inside(store: SQLStore, durable: bool) -> str:

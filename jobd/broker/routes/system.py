@@ -52,11 +52,13 @@ async def healthz(request: Request) -> Response:
     responses={200: _TEXT, 503: {**_TEXT, "description": "The store cannot be reached or written"}},
 )
 async def readyz(request: Request) -> Response:
-    """Ready: the store answers, and its last write succeeded (broker/storage.py)."""
-    store = state_of(request).store
+    """Ready: the store answers, and its last write succeeded (broker/storage.py); the
+    body says whether this broker leads or stands by (broker/leadership.py)."""
+    state = state_of(request)
+    store = state.store
     failed = store.write_error
     if failed is None and store.ping():
-        return PlainTextResponse("ok\n")
+        return PlainTextResponse("leader\n" if state.leadership.is_leader else "standby\n")
     reason = str(failed) if failed is not None else f"the store at {store.where} is unreachable"
     return PlainTextResponse(reason + "\n", status_code=503)
 

@@ -77,6 +77,16 @@ class EventLog:
         self._retry_at = 0.0  # after a failure: when catch_up may try again
         self._complete_at_start()
 
+    def complete(self) -> None:
+        """Append what the table holds past the file's last line, as a start does: a
+        standby broker elected leader (broker/leadership.py) heard none of the commits
+        the leader before it made."""
+        last = last_whole_line(self.path)
+        if last is None:
+            last = last_whole_line(rotated(self.path, 1))
+        self._missing_from = self._after(last)
+        self._complete_at_start()
+
     @property
     def behind(self) -> bool:
         """Lines are missing: the table has events the file does not."""

@@ -52,7 +52,8 @@ class SQLChanges(SQLEngine):
 
     def compact(self, keep: int) -> int:
         """Drop all but the newest `keep` changes; returns how many went."""
-        with self._lock, self.engine.begin() as conn:
+        with self._lock, self._writing(durable=False) as tx:
+            conn = tx.conn
             newest = conn.execute(sa.select(sa.func.max(t.changes.c.revision))).scalar()
             if newest is None:
                 return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from jobd.store import schema as t
-from jobd.store.base import Change, CommitListener, EventRecord, StoreUnavailable
+from jobd.store.base import Change, CommitListener, EventRecord, NotLeader, StoreUnavailable
 from jobd.store.faults import describe_store, storage_fault
 from jobd.store.sql.delivery import Delivery
 from jobd.store.sql.statements import HotStatements, Tx
@@ -147,6 +147,8 @@ class SQLEngine:
         self._batch_durable = False
         self.where = describe_store(self.url)
         self._write_error: StoreUnavailable | None = None
+        self._epoch: int | None = None  # the leader's fence (fence()); None: unfenced
+        self._fenced_out: Callable[[int], None] | None = None
         # Every error of a statement SQLAlchemy runs passes here: storage faults leave
         # as the store's own errors (store/faults.py), with where they happened.
         sa.event.listen(self.engine, "handle_error", self._translate)
@@ -200,12 +202,18 @@ class SQLEngine:
             raise fault from context.original_exception
 
     @contextmanager
-    def _writing(self, durable: bool) -> Iterator[Connection]:
+    def _writing(self, durable: bool) -> Iterator[Tx]:
         """A write transaction whose storage fault is remembered as `write_error`.
 
         Committed when the block ends; what raises rolls it back. Whether the last write
-        succeeded is what /readyz reports, so a success clears the fault.
+        succeeded is what /readyz reports, so a success clears the fault. A fenced store
+        checks the leader's epoch in the transaction before it commits (`Tx.check_epoch`,
+        free when a counter's reservation checked it already); a refusal is no storage
+        fault: it leaves `write_error` alone and tells `on_fenced_out`'s callback.
         """
+        epoch = self._epoch
+        if epoch == 0:
+            raise NotLeader("this broker does not lead: it takes no writes")
         try:
             if self._file is not None:
                 self._file.check()  # one stat: a deleted or truncated file takes no write
@@ -216,9 +224,15 @@ class SQLEngine:
                     _set_synchronous(conn, "FULL" if durable else "NORMAL")
                 else:
                     _set_synchronous_commit(conn, level)
-                yield conn
+                tx = Tx(conn, self._hot, epoch)
+                yield tx
+                tx.check_epoch()
             if not self._sqlite:  # committed, the SET with it: the session's level now
                 info["synchronous_commit"] = level
+        except NotLeader:
+            if epoch is not None and self._fenced_out is not None:
+                self._fenced_out(epoch)
+            raise
         except Exception as exc:
             fault = storage_fault(exc, self.where, "write")
             if fault is None:
@@ -228,6 +242,42 @@ class SQLEngine:
                 raise
             raise fault from exc
         self._write_error = None
+
+    def fence(self, epoch: int | None) -> None:
+        """None: every write taken; 0: none (a standby); N: only while epoch N leads.
+
+        A new role starts with no write fault: a standby writes nothing, so the last
+        write's outcome (`write_error`, /readyz) would otherwise stay whatever failed as it
+        stepped down (a paused leader's transaction the server ended), for good; whether
+        the store answers is still asked of it (`ping`).
+        """
+        if epoch != self._epoch:
+            self._write_error = None
+        self._epoch = epoch
+
+    def on_fenced_out(self, callback: Callable[[int], None]) -> None:
+        self._fenced_out = callback
+
+    def end_idle_transactions(self, after_s: float) -> None:
+        """PostgreSQL ends a session of this store idle inside a transaction past `after_s`.
+
+        A leader paused (SIGSTOP, a frozen VM) in the middle of a write transaction holds
+        the lease row's fence until that transaction ends; the server ending it lets the
+        next election go on. Applies to connections opened from now on: the pool's are
+        closed.
+        """
+        if self._sqlite:
+            return
+        ms = max(int(after_s * 1000), 100)
+
+        def on_connect(dbapi_conn: Any, _record: Any) -> None:
+            cursor = dbapi_conn.cursor()
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+            cursor.close()
+            dbapi_conn.commit()
+
+        sa.event.listen(self.engine, "connect", on_connect)
+        self.engine.dispose()
 
     def subscribe(self, listener: CommitListener) -> None:
         self._delivery.listeners.append(listener)
@@ -266,8 +316,7 @@ class SQLEngine:
                     raise RuntimeError("a durable write inside a batch that is not durable")
                 yield self._batch
                 return
-            with self._writing(durable) as conn:
-                tx = Tx(conn, self._hot)
+            with self._writing(durable) as tx:
                 yield tx
                 tx.flush()
             # Committed: now, and only now, may anyone hear of it, in commit order.

@@ -56,7 +56,8 @@ class SQLEvents(SQLEngine):
         it already numbered (a SQLite file deleted under the broker): see eventlog.py.
         """
         raised: dict[str, int] = {}
-        with self._lock, self._writing(durable=True) as conn:
+        with self._lock, self._writing(durable=True) as tx:
+            conn = tx.conn
             for key, floor in floors.items():
                 row = t.meta.c.key == key
                 value = int(conn.execute(sa.select(t.meta.c.value).where(row)).scalar_one())

@@ -119,7 +119,8 @@ class SQLMaintenance(SQLEngine):
         on its file system to count as writable. The next failing write sets
         `write_error` again in any case.
         """
-        with self._lock, self._writing(durable=True) as conn:
+        with self._lock, self._writing(durable=True) as tx:
+            conn = tx.conn
             conn.execute(
                 sa.update(t.meta).where(t.meta.c.key == "revision").values(value=t.meta.c.value)
             )

@@ -25,7 +25,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from jobd.api.models import Job, Phase, Resource
 from jobd.api.secrets import holds_secrets, mask_job, patterns_of
 from jobd.store import schema as t
-from jobd.store.base import Change, EventRecord, Kind, Op
+from jobd.store.base import Change, EventRecord, Kind, NotLeader, Op
 
 __all__ = ["Compiled", "HotStatements", "Tx", "rfc3339", "to_json"]
 
@@ -72,6 +72,17 @@ _NEXT = (
     .values(value=t.meta.c.value + sa.bindparam("n"))
     .returning(t.meta.c.value)
 )
+# The leader's fence (Temporal's range_id): a write transaction of the leader holds the
+# lease row, shared, while its epoch is still the row's. An election's UPDATE of the row
+# then waits for that transaction to end, and one that starts after the election finds
+# no such row: no write of an older epoch can commit after a newer epoch was taken.
+_EPOCH_HELD = (
+    sa.select(t.leader_lease.c.id)
+    .where(t.leader_lease.c.id == 1, t.leader_lease.c.epoch == sa.bindparam("epoch"))
+    .with_for_update(read=True)
+)
+# The counter's bump and the fence in one statement: no round trip of its own.
+_NEXT_FENCED = _NEXT.where(sa.exists(_EPOCH_HELD))
 _SET_COUNTER = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -129,6 +140,8 @@ class HotStatements:
 
     def __init__(self, dialect: sa.Dialect) -> None:
         self.reserve = Compiled(_NEXT, dialect)
+        self.reserve_fenced = Compiled(_NEXT_FENCED, dialect)
+        self.epoch_held = Compiled(_EPOCH_HELD, dialect)
         self.set_counter = Compiled(_SET_COUNTER, dialect)
         job_columns = [c.name for c in t.jobs.columns if c.name != "id"]
         self.update_job = Compiled(_UPDATE_JOB, dialect, job_columns)
@@ -148,9 +161,13 @@ class HotStatements:
 class Tx:
     """One open transaction, and what it wrote, for the listeners to hear after the commit."""
 
-    def __init__(self, conn: Connection, hot: HotStatements) -> None:
+    def __init__(self, conn: Connection, hot: HotStatements, epoch: int | None = None) -> None:
         self.conn = conn
         self.hot = hot
+        # The leader's epoch this transaction must find in the store (None: unfenced);
+        # checked by the first counter's reservation, or by `check_epoch` at the end.
+        self.epoch = epoch
+        self._epoch_checked = epoch is None
         self._cursor: Any = None
         self.changes: list[Change] = []
         self.events: list[EventRecord] = []
@@ -187,11 +204,31 @@ class Tx:
         """
         held = self._counters.get(counter)
         if held is None:
-            value = self.run(self.hot.reserve, {"counter": counter, "n": n}).fetchone()[0]
-            self._counters[counter] = held = [int(value), int(value)]
+            value = self._reserve_first(counter, n)
+            self._counters[counter] = held = [value, value]
         else:
             held[0] += n
         return held[0] - n + 1
+
+    def _reserve_first(self, counter: str, n: int) -> int:
+        """The counter's row bumped and locked; fenced by the leader's epoch, if any."""
+        if self._epoch_checked:
+            return int(self.run(self.hot.reserve, {"counter": counter, "n": n}).fetchone()[0])
+        params = {"counter": counter, "n": n, "epoch": self.epoch}
+        found = self.run(self.hot.reserve_fenced, params).fetchone()
+        if found is None:
+            raise NotLeader(f"epoch {self.epoch} no longer leads: the write was refused")
+        self._epoch_checked = True
+        return int(found[0])
+
+    def check_epoch(self) -> None:
+        """Before the commit: the leader's epoch still the store's, unless a reservation
+        checked it already (the writes that take no counter: tokens, compaction)."""
+        if self._epoch_checked:
+            return
+        if self.run(self.hot.epoch_held, {"epoch": self.epoch}).fetchone() is None:
+            raise NotLeader(f"epoch {self.epoch} no longer leads: the write was refused")
+        self._epoch_checked = True
 
     def swap_job(self, row: dict[str, Any]) -> bool:
         """Compare-and-swap a job's row (`b_id`, `expected_rv`); False when it moved on.

@@ -29,7 +29,8 @@ class SQLTokens(SQLEngine):
             "last_used_at": record.last_used_at,
         }
         try:
-            with self._lock, self._writing(durable=True) as conn:
+            with self._lock, self._writing(durable=True) as tx:
+                conn = tx.conn
                 conn.execute(sa.insert(t.tokens).values(row))
         except IntegrityError:
             raise Conflict(f"a token labelled {record.label!r} exists") from None
@@ -51,7 +52,8 @@ class SQLTokens(SQLEngine):
         ]
 
     def delete_token(self, label: str) -> None:
-        with self._lock, self._writing(durable=True) as conn:
+        with self._lock, self._writing(durable=True) as tx:
+            conn = tx.conn
             deleted = conn.execute(sa.delete(t.tokens).where(t.tokens.c.label == label))
         if deleted.rowcount == 0:
             raise NotFound(f"no token is labelled {label!r}")
@@ -65,5 +67,6 @@ class SQLTokens(SQLEngine):
             .values(last_used_at=sa.bindparam("b_used"))
         )
         rows = [{"b_label": label, "b_used": used} for label, used in last_used.items()]
-        with self._lock, self._writing(durable=False) as conn:
+        with self._lock, self._writing(durable=False) as tx:
+            conn = tx.conn
             conn.execute(statement, rows)
