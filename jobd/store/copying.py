@@ -42,6 +42,9 @@ _BATCH = 2000  # rows a statement: few round trips to a distant server, bounded 
 _PROGRESS_EVERY_S = 1.0
 _ALEMBIC = "alembic_version"  # the migrations' own: written by upgrade(), never copied
 _COUNTERS = "jobd_meta"  # revision, job_id, event_seq, array_id: zeros in a new store
+# Tables the migrations fill (the column that tells a row in use, and its unused value):
+# the counters at zero, the leader's lease at epoch 0 (nobody has led).
+_SEEDED = {_COUNTERS: ("value", 0), "leader_lease": ("epoch", 0)}
 
 
 class CopyRefused(Exception):
@@ -190,9 +193,10 @@ def _refuse_non_empty(write: Connection, to: str, source_revision: str) -> None:
             continue
         table = sa.table(name)
         count = int(write.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
-        if name == _COUNTERS:
-            past_zero = sa.select(sa.func.count()).select_from(table).where(sa.column("value") > 0)
-            count = int(write.execute(past_zero).scalar_one())
+        if name in _SEEDED:  # rows a migration put there count once they moved on
+            column, unused = _SEEDED[name]
+            moved = sa.select(sa.func.count()).select_from(table).where(sa.column(column) > unused)
+            count = int(write.execute(moved).scalar_one())
         if count:
             held.append(f"{name} ({count} row{'s' if count != 1 else ''})")
     if held:
@@ -220,7 +224,7 @@ def _copy_table(read: Connection, write: Connection, name: str, say: Progress) -
     source = sa.Table(name, sa.MetaData(), autoload_with=read)
     target = sa.Table(name, sa.MetaData(), autoload_with=write)
     columns = [c.name for c in source.columns if c.name in target.columns]
-    if name == _COUNTERS:
+    if name in _SEEDED:  # the migrations' rows give way to the source's
         write.execute(target.delete())
     total = int(read.execute(sa.select(sa.func.count()).select_from(source)).scalar_one())
     done, said_at = 0, time.monotonic()

@@ -37,6 +37,7 @@ __all__ = [
     "Brokers",
     "FailoverClient",
     "connect_timeout",
+    "leader_url",
     "split_servers",
 ]
 

@@ -243,7 +243,6 @@ class Lab:
             "JOBD_WORKER_CHECKPOINT_ROOT": str(root / "ckpt"),
             "PYTHONPATH": str(REPO),
         }
-        self.port = port
         self.processes: dict[str, subprocess.Popen[bytes]] = {}  # by log name
         self.start_broker()
 

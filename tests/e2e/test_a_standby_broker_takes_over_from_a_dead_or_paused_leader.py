@@ -72,14 +72,14 @@ class HALab(harness.Lab):
         self.headers = {"Authorization": f"Bearer {token}"}
         self.proxy = LeaderProxy(self)
         for name in ("b", "c"):
-            self.start_broker(name)
+            self.start_named_broker(name)
         self.start(
             "worker", "worker", "--server", self.proxy.url, "--name", "w1", "--gpus", "none",
             "--slots", "4", "--lease", "6", "--state-dir", str(root / "data" / "worker" / "w1"),
         )  # fmt: skip
         self.wait_until(lambda: self.leader() is not None and self._has_worker(), timeout=90)
 
-    def start_broker(self, name: str) -> None:
+    def start_named_broker(self, name: str) -> None:
         port = harness._free_port()
         self.ports[name] = port
         self.start(
@@ -348,7 +348,7 @@ def _kill_the_leader_repeatedly(lab: HALab, rounds: int) -> list[float]:
         assert took <= LEASE_S + TAKEOVER_SLACK_S, f"takeover took {took:.2f} s"
         # The dead one's host comes back, as a standby (waited for: on a loaded machine a
         # broker takes tens of seconds to start, and the next round needs a standby).
-        lab.start_broker(f"{leader}-{n}")
+        lab.start_named_broker(f"{leader}-{n}")
     submitter.stop()
     doc = _wait_phase(lab, graceful, "Preempted", "Failed", "Succeeded")
     assert doc["status"]["phase"] == "Preempted", doc["status"]

@@ -134,7 +134,7 @@ async def test_a_rank_the_job_has_not_is_refused(api: httpx.AsyncClient) -> None
     written = await _append(api, job_id, 2, 0, b"who?\n")
     assert written.status_code == 409 and "rank 2" in written.json()["detail"]
     read = await api.get(f"/jobs/{job_id}/logs", params={"rank": 2})
-    assert read.status_code == 422 and "rank" in read.json()["detail"]
+    assert read.status_code == 404 and "rank" in read.json()["detail"]
     beyond = await api.get(f"/jobs/{job_id}/logs", params={"rank": 1024})
     assert beyond.status_code == 422 and "rank" in beyond.text
     assert await _read(api, job_id) == b""
@@ -161,7 +161,7 @@ async def test_a_job_of_one_node_writes_and_reads_one_file_as_before(
     assert answer.status_code == 200
     assert await _read(api, job_id) == b"half a li", "no line is held back, no prefix"
     assert await _read(api, job_id, rank=0) == b"half a li"
-    assert (await api.get(f"/jobs/{job_id}/logs", params={"rank": 1})).status_code == 422
+    assert (await api.get(f"/jobs/{job_id}/logs", params={"rank": 1})).status_code == 404
     assert sorted(p.name for p in (tmp_path / "logs" / "jobs").iterdir()) == [
         f"{job_id}.log",
         f"{job_id}.times",

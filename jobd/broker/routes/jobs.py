@@ -27,7 +27,7 @@ from jobd.controllers.explain import Cluster, Queue, explain
 from jobd.controllers.verbs import admission, arrays, preempt
 from jobd.controllers.verbs.cancel import cancel
 from jobd.controllers.verbs.resume import resume_job
-from jobd.store.base import Store
+from jobd.store.base import NotFound, Store
 from jobd.wire import routes
 from jobd.wire.models import (
     ApplyDocuments,
@@ -385,7 +385,8 @@ def _rank_read(job: Job, rank: int | None) -> int | None:
     if rank is not None and rank >= job.spec.nodes:
         nodes = job.spec.nodes
         ranks = "rank 0" if nodes == 1 else f"ranks 0 to {nodes - 1}"
-        raise AdmissionError(f"rank: job {job.id} runs on {nodes} node(s): {ranks}, not {rank}")
+        # As a job that is not there: a member that is not there is not found (404).
+        raise NotFound(f"rank: job {job.id} runs on {nodes} node(s): {ranks}, not {rank}")
     return rank if job.spec.nodes > 1 else None
 
 

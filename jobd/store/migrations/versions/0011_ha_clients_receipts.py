@@ -4,8 +4,8 @@
 agent had applied (the agent's run and the request's number); it is claimed in the
 transaction that applies the request (store/sql/receipts.py).
 
-Revision ID: 0012
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 import sqlalchemy as sa

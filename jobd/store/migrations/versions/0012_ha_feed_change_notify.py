@@ -8,8 +8,8 @@ costs the writer no round trip. The payload is the newest revision the statement
 added, so a broker that made the change itself skips it without a read. SQLite has one
 broker and no NOTIFY: nothing to do there.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0012
+Revises: 0011
 """
 
 from alembic import op

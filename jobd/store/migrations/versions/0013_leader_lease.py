@@ -5,8 +5,8 @@ epoch by one; every write transaction of the leader checks that epoch in the sam
 transaction (store/sql/leadership.py), so a leader that was paused and woke writes
 nothing. Epoch 0 and no holder: nobody has led yet.
 
-Revision ID: 0011
-Revises: 0009
+Revision ID: 0013
+Revises: 0012
 """
 
 import sqlalchemy as sa
