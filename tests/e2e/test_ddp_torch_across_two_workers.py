@@ -4,7 +4,8 @@ real `jobd worker`s on this host advertising 127.0.0.2 and 127.0.0.3:
 - `torchrun --nproc-per-node 1` on each of the two members trains to weights bit-identical
   to one member's `torchrun --nproc-per-node 2`, the gang's master being rank 0's address;
 - `job preempt` during training stops both members in their grace with a checkpoint each
-  (checkpoint complete), and `job resume` finishes bit-identical;
+  (checkpoint complete), and `job resume` finishes bit-identical; so does a preemption by
+  the sweeper, for a job of higher priority that waits for the gang's workers;
 - `job logs` interleaves the members' lines behind `[rank 0] ` and `[rank 1] `, `--rank 1`
   reads one member unprefixed; `job workers -o wide` shows each worker's address and
   `job get` the gang's WORKER as rank 0's `+1`.
@@ -33,13 +34,16 @@ SCRIPT = str(REPO / "examples" / "ddp_torch.py")
 ADDRESSES = {"w1": "127.0.0.2", "w2": "127.0.0.3"}
 STEPS = "300"
 RUN_S = 300  # torch starts in seconds, but on a loaded machine four may take a minute
+# The sweeper's thresholds (queued, least runtime) shortened: it preempts for a job of
+# higher priority that waited 2 s, a victim that ran 2 s (defaults: 300 s each).
+SWEEPER = {"JOBD_AUTO_PREEMPT_QUEUED_SECONDS": "2", "JOBD_AUTO_PREEMPT_MIN_RUNTIME_SECONDS": "2"}
 
 
 class Lab(harness.Lab):
     """One broker, two workers of one slot each, advertising their own loopback addresses."""
 
     def __init__(self, root: Path) -> None:
-        super().__init__(root)
+        super().__init__(root, SWEEPER)
         for name, address in ADDRESSES.items():
             self.start(
                 name, "worker", "--name", name, "--gpus", "none", "--slots", "1",
@@ -120,15 +124,39 @@ def test_two_nodes_of_one_process_end_as_one_node_of_two(
 def test_preempted_during_training_and_resumed_ends_bit_identical(
     lab: Lab, one_node: dict[str, Any]
 ) -> None:
-    job_id = lab.submit(
-        "preempted", nodes=2, nproc=1, TRAIN_STEP_SLEEP="0.01", TRAIN_LOG_EVERY="20"
-    )
+    job_id = _training(lab, "preempted")
+    said = lab.job("preempt", str(job_id))
+    assert said.returncode == 0, said.stderr
+    _resumes_bit_identical(lab, job_id, one_node)
+
+
+def test_preempted_by_the_sweeper_and_resumed_ends_bit_identical(
+    lab: Lab, one_node: dict[str, Any]
+) -> None:
+    job_id = _training(lab, "swept")
+    # Each worker's one slot is the gang's: a job of higher priority waits, and the sweeper
+    # preempts the gang (one victim, freeing both workers) once it waited 2 s.
+    said = lab.job("submit", "--name", "urgent", "--priority", "100", "--", "true")
+    assert said.returncode == 0, said.stderr
+    _resumes_bit_identical(lab, job_id, one_node)
+    urgent = lab.wait_phase(int(said.stdout.strip()), "Succeeded", "Failed", timeout=60)
+    assert urgent["status"]["phase"] == "Succeeded"
+    assert lab.api("GET", f"/jobs/{job_id}")["status"]["preemption"]["reason"] == "sweeper"
+
+
+def _training(lab: Lab, name: str) -> int:
+    """A gang of two, slowed to be caught training, once rank 1 has printed a step."""
+    job_id = lab.submit(name, nodes=2, nproc=1, TRAIN_STEP_SLEEP="0.01", TRAIN_LOG_EVERY="20")
     deadline = time.monotonic() + RUN_S
     while "[rank 1] step=" not in (output := lab.logs(job_id)):
         assert time.monotonic() < deadline, output
         time.sleep(0.2)
-    said = lab.job("preempt", str(job_id))
-    assert said.returncode == 0, said.stderr
+    return job_id
+
+
+def _resumes_bit_identical(lab: Lab, job_id: int, one_node: dict[str, Any]) -> None:
+    """The gang being preempted ends Preempted with every member's checkpoint, and its
+    resume trains on from there to the uninterrupted run's weights."""
     # torchrun itself exits 1 on SIGTERM (its SignalException): a preempted gang is
     # Preempted whatever its members' exits, as a job of one node is.
     preempted = lab.wait_phase(job_id, "Preempted", "Failed", timeout=60)
