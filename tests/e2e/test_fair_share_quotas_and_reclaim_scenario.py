@@ -162,13 +162,14 @@ def test_quota_borrowing_and_reclaim(two_gpus: Jobd) -> None:
 
     # A project that borrows takes both idle GPUs.
     slow = {"TRAIN_STEP_SLEEP": "0.01"}
-    docs = [
-        manifest(f"train{i}", TRAIN, project="lender", env=slow, resources={"gpus": 1})
-        for i in range(2)
-    ]
-    jobd.ok("apply", "-f", "-", input="\n---\n".join(docs))
-    own = jobd.wait_phase("lender/train0", "Running")["metadata"]["id"]
-    borrowed = jobd.wait_phase("lender/train1", "Running")["metadata"]["id"]
+    # One after the other: the borrowed job is the one started last, which reclaim takes
+    # (least work lost); two started in one pass may start in either order.
+    ids = []
+    for i in range(2):
+        doc = manifest(f"train{i}", TRAIN, project="lender", env=slow, resources={"gpus": 1})
+        jobd.ok("apply", "-f", "-", input=doc)
+        ids.append(jobd.wait_phase(f"lender/train{i}", "Running")["metadata"]["id"])
+    own, borrowed = ids
 
     # A project within its quota arrives: the newest borrowed job gives its GPU back.
     claimant = _submit(jobd, "owner", sys.executable, "-c", "print('reclaimed')")
