@@ -200,11 +200,11 @@ def _show_change(op: str, job: Document, output: str) -> None:
         click.echo(render.watch_line(op, job))
 
 
-def _labelled(docs: list[Document], selector: str | None) -> list[Document]:
+def _labelled(docs: list[Document], selector: str | None, part: str = "metadata") -> list[Document]:
     if selector is None:
         return docs
     wanted = parse_selector(selector)
-    return [d for d in docs if wanted.matches((d.get("metadata") or {}).get("labels"))]
+    return [d for d in docs if wanted.matches((d.get(part) or {}).get("labels"))]
 
 
 def _show_projects(
@@ -251,7 +251,8 @@ def _show_workers(
     if names:
         found = [broker.get_worker(_worker_name(n)) for n in names]
     else:
-        found = _labelled(broker.list_workers(), selector)
+        # A worker's labels are its spec's (--label, detected): what node_selector matches.
+        found = _labelled(broker.list_workers(), selector, "spec")
     if output in ("json", "yaml"):
         print_documents(found, output, single=len(names) == 1)
         return

@@ -113,6 +113,9 @@ def test_each_worker_says_its_inventory_and_labels(lab: Lab) -> None:
     rows = {line.split()[0]: line.split() for line in wide.stdout.splitlines()[1:]}
     assert "2/2" in rows["small"] and "4GiB/4GiB" in rows["small"]
     assert any("gpu=a100" in cell for cell in rows["big"])
+    selected = lab.job("workers", "-l", "site=lab1")
+    assert selected.returncode == 0, selected.stderr
+    assert [line.split()[0] for line in selected.stdout.splitlines()[1:]] == ["small"]
 
 
 def test_jobs_land_where_their_cpus_and_memory_fit_and_wait_where_they_do_not(lab: Lab) -> None:
