@@ -1,5 +1,5 @@
-"""A pooled shim holds its job to the limits in the launch spec (jobd.worker.shim.limits):
-real pool, shims and workloads.
+"""A serving shim holds its job to the limits in the launch spec (jobd.worker.shim.limits):
+real shims and workloads.
 
 - The workload runs on its cores from its first instruction (its Cpus_allowed_list), and
   the shim, serving the next job, is back on every core it had.

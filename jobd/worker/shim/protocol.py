@@ -1,10 +1,11 @@
 """What the agent and a shim say to each other, each message declared once.
 
 The shim (jobd.worker.shim.process) and the agent (jobd.worker.shim.client) both use these
-types; nothing else defines the launch spec, the status record or the pool's lines. Each
-JSON document carries `version` (PROTOCOL_VERSION); a document without one is of the form
-jobd wrote before it was versioned, which is the same form, so it is read alike. Readers
-take what they know and ignore the rest, so either side may be a release ahead.
+types; nothing else defines the launch spec, the status record or the request and reply
+lines. Each JSON document carries `version` (PROTOCOL_VERSION); a document without one is
+of the form jobd wrote before it was versioned, which is the same form, so it is read
+alike. Readers take what they know and ignore the rest, so either side may be a release
+ahead.
 
 A job attempt's state directory (jobd.worker.shim.statedir writes every file whole):
 
@@ -12,16 +13,17 @@ A job attempt's state directory (jobd.worker.shim.statedir writes every file who
                      STATE_DIR, the systemd path): written by the
                      agent (0600), so nothing of the job travels on a command line
     (the directory)  flock'ed until status.json is written: a held lock means the job is
-                     supervised (by whichever process holds it: a pooled shim moves on)
+                     supervised (by whichever process holds it: a serving shim moves on)
     supervisor.json  ShimRecord: the shim's and the workload's pids and start times
     stdout, stderr   the workload's fds 1 and 2, opened on the files in append mode
     stop             StopRequest, written by the agent
     stopping.json    StopRecord: the stop under way (SIGTERM sent, SIGKILL due and sent)
     status.json      ExitStatus: the end, written last and durably
 
-The pool's pipes carry one line per message: LaunchRequest (JSON) from the agent, and the
-replies `ID PID START_TIME` (Started) and `ID end` (Ended) from the shims. The pool
-process is the agent's own child, always of the same release, so the replies carry no
+A serving shim's pipes carry one line per message: LaunchRequest (JSON) from the agent on
+its stdin, and the replies `ID PID START_TIME` (Started) and `ID end` or `ID end idle`
+(Ended; idle: it reads the next request) on a pipe all of the agent's shims share. Such a
+shim is the agent's own child, always of the same release, so the replies carry no
 version of their own.
 
 Standard library only.
@@ -47,9 +49,9 @@ __all__ = [
     "LEGACY_LOCK_FILE",
     "LEGACY_SHIM_MODULE",
     "LOG_FILE",
-    "POOL_MODULE",
     "PROTOCOL_VERSION",
     "RECORD_FILE",
+    "SERVE_FLAG",
     "SHIM_MODULE",
     "SPEC_FILE",
     "STATUS_FILE",
@@ -87,11 +89,11 @@ LOG_FILE = "supervisors.log"  # in the state directories' parent, shared by ever
 # Where shims of jobd before 0.2 held their lock (an upgraded agent still sees it).
 LEGACY_LOCK_FILE = "supervisor.lock"
 
-# The command lines that start a shim and the pool; a shim whose record is lost is found
-# by its command line, whichever release started it (`-m MODULE STATE_DIR` before the
-# bootstrap below).
+# The command line that starts a shim; a shim whose record is lost is found by its
+# command line, whichever release started it (`-m MODULE STATE_DIR` before the bootstrap
+# below). `SHIM_MODULE --serve UMASK` serves the agent's requests instead.
 SHIM_MODULE = "jobd.worker.shim.process"
-POOL_MODULE = "jobd.worker.shim.pool"
+SERVE_FLAG = "--serve"
 LEGACY_SHIM_MODULE = "jobd.worker.supervisor"
 
 
@@ -372,7 +374,7 @@ def _identity(pid: object, start_time: object) -> ProcessIdentity | None:
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One line to the pool: run spec in state_dir (whose creation marks the launch)."""
+    """One line to a serving shim: run spec in state_dir (whose creation marks the launch)."""
 
     id: int
     state_dir: str
@@ -405,17 +407,19 @@ class Started:
 
 @dataclass(frozen=True)
 class Ended:
-    """Reply: the job of request `id` is over, its status.json written, its lock released."""
+    """Reply: the job of request `id` is over, its status.json written, its lock released;
+    idle: the shim now waits for another request (else it exits)."""
 
     id: int
+    idle: bool = False
 
     def encode(self) -> bytes:
-        return f"{self.id} end\n".encode()
+        return f"{self.id} end idle\n".encode() if self.idle else f"{self.id} end\n".encode()
 
 
 def decode_reply(line: bytes) -> Started | Ended:
     request_id, *answer = line.split()
-    if answer == [b"end"]:
-        return Ended(int(request_id))
+    if answer[:1] == [b"end"]:
+        return Ended(int(request_id), answer[1:] == [b"idle"])
     pid, start_time = (int(field) for field in answer)
     return Started(int(request_id), pid, start_time)

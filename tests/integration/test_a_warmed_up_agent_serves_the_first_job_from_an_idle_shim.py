@@ -1,8 +1,9 @@
-"""The agent warms its shim pool up at start: the first job then costs what every other does.
+"""The agent warms its shims up at start: the first job then costs what every other does.
 
-Real pool, shims and workloads. After `ShimPool.warm_up` the pool process runs, one shim
-of it waits idle (its first launch, a `true`, done), the warm-up's scratch directory is
-gone, and the first real launch is served by that idle shim rather than by a fork.
+Real shims and workloads. After `ShimPool.warm_up` one serving shim, a child of the agent
+(no process between them), waits idle (its first launch, a `true`, done), the warm-up's
+scratch directory is gone, and the first real launch is served by that idle shim rather
+than by a new interpreter; once it runs, a replacement waits idle for the next.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import anyio
 import pytest
 
 from jobd.worker.shim.client import ShimPool
-from jobd.worker.shim.protocol import POOL_MODULE
+from jobd.worker.shim.protocol import SERVE_FLAG, SHIM_MODULE
 from tests.integration.supervised import python_spec
 
 pytestmark = pytest.mark.anyio
@@ -36,15 +37,20 @@ def _children(parent: int) -> dict[int, str]:
     return found
 
 
-def _pools() -> set[int]:
-    """This process's live shim pools (an earlier test's may still be exiting)."""
-    return {pid for pid, cmd in _children(os.getpid()).items() if POOL_MODULE in cmd}
+def _serving_shims() -> set[int]:
+    """This process's live serving shims (an earlier test's may still be exiting)."""
+    serving = f"{SHIM_MODULE} import main; sys.exit(main())"
+    return {
+        pid
+        for pid, cmd in _children(os.getpid()).items()
+        if serving in cmd and f" {SERVE_FLAG} " in cmd
+    }
 
 
 async def test_the_first_launch_after_a_warm_up_goes_to_the_idle_shim(
     state_root: Path, tmp_path: Path
 ) -> None:
-    before = _pools()
+    before = _serving_shims()
     pool = ShimPool()
     scratch = tmp_path / "warm-up"
     (scratch / "left-by-a-killed-agent").mkdir(parents=True)
@@ -52,11 +58,11 @@ async def test_the_first_launch_after_a_warm_up_goes_to_the_idle_shim(
         with anyio.fail_after(20):
             await pool.warm_up(scratch)
         assert not scratch.exists()
-        (pool_pid,) = _pools() - before
-        idle = set(_children(pool_pid))
+        idle = _serving_shims() - before
         assert len(idle) == 1, "one shim, idle after the warm-up's launch"
         first = await pool.launch(state_root / "1-1", python_spec("pass"))
         assert first.identity is not None and first.identity.pid in idle
+        assert len(_serving_shims() - before) == 2, "and a replacement, idle for the next"
         with anyio.fail_after(10):
             ended = await first.wait()
         assert ended.exit_code == 0
