@@ -45,7 +45,8 @@ SLEEPS = "import time; print('ready', flush=True); time.sleep(60)"
 
 
 @pytest.fixture
-async def pool() -> AsyncIterator[ShimPool]:
+async def pool(state_root: Path) -> AsyncIterator[ShimPool]:
+    """The agent's shims, closed before state_root reaps them (they are our children)."""
     running = ShimPool()
     yield running
     await running.aclose()
