@@ -9,7 +9,6 @@ state, not when.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -31,7 +30,7 @@ async def _burst(pool: ShimPool, state_root: Path, n: int) -> set[int]:
     jobs: dict[int, Shim] = {}
 
     async def launch(i: int) -> None:
-        spec = replace(python_spec(SLEEPS), job_id=i)
+        spec = python_spec(SLEEPS).replace(job_id=i)
         jobs[i] = await pool.launch(state_root / f"{i}-1", spec)
 
     async with anyio.create_task_group() as tg:
@@ -65,7 +64,7 @@ async def _used_then_one_kept(pool: ShimPool, state_root: Path) -> None:
     while len(_alive(shims)) > WARM and time.monotonic() < deadline:
         await anyio.sleep(0.2)
     (warm,) = _alive(shims)
-    spec = replace(python_spec("pass"), job_id=99)
+    spec = python_spec("pass").replace(job_id=99)
     nxt = await pool.launch(state_root / "99-1", spec)
     assert nxt.identity is not None and nxt.identity.pid == warm
     with anyio.fail_after(10):

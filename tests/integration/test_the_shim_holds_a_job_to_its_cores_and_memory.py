@@ -12,7 +12,6 @@ real shims and workloads.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -55,7 +54,7 @@ async def pool(state_root: Path) -> AsyncIterator[ShimPool]:
 def _spec(code: str, limits: Limits | None, job_id: int = 42) -> LaunchSpec:
     spec = python_spec(code)
     limits_doc = None if limits is None else limits.to_dict()
-    return dataclasses.replace(spec, job_id=job_id, limits=limits_doc)
+    return spec.replace(job_id=job_id, limits=limits_doc)
 
 
 async def _run(pool: ShimPool, state_dir: Path, spec: LaunchSpec) -> tuple[Shim, ExitStatus]:

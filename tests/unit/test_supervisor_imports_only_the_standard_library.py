@@ -45,6 +45,7 @@ def test_the_supervisor_imports_only_the_standard_library(module: str) -> None:
     shim_modules = {name for name in jobd_modules if name.startswith("jobd.worker.shim.")}
     assert jobd_modules - shim_modules == {"jobd", "jobd.worker", "jobd.worker.shim"}
     assert "jobd.worker.shim.client" not in shim_modules
+    # (the jobd packages above were seen: the probe sees imports; a module may need no more
+    # of the standard library than the probe itself loaded)
     others = {name.split(".")[0] for name in loaded} - {"jobd"}
-    assert others, "the probe saw no imports at all"
     assert others <= sys.stdlib_module_names, others - sys.stdlib_module_names

@@ -25,11 +25,9 @@ fast, and must not depend on whatever the agent's environment holds.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import sys
-from pathlib import Path
 
 from jobd.worker.shim.lifecycle import own_identity, run_job
 from jobd.worker.shim.log import log_event
@@ -66,7 +64,7 @@ class Launch:
 
     def __init__(
         self,
-        state_dir: Path,
+        state_dir: str,
         spec: dict[str, Any] | None = None,  # as sent; None: in the directory's spec.json
         request_id: int | None = None,  # the agent's request, to answer; None: started alone
     ) -> None:
@@ -121,7 +119,7 @@ def _serve_launch(
             if not _mark_launch(launch.state_dir):  # launched before: never a second copy
                 reply.send(pid=0)
                 return 0, True
-            link.own_stdio(launch.state_dir.parent)
+            link.own_stdio(os.path.dirname(launch.state_dir))
             wakeups.take()  # stale: a late poke or child's end of an earlier job
         code = run_job(launch.state_dir, wakeups, launch.spec, reply.send, link is not None)
     except Exception as exc:
@@ -132,14 +130,14 @@ def _serve_launch(
     return code, no_children_left()
 
 
-def _mark_launch(state_dir: Path) -> bool:
+def _mark_launch(state_dir: str) -> bool:
     """Make the state directory, the mark of a launch; False if it was made before."""
     try:
         try:
-            state_dir.mkdir(mode=0o700)
+            os.mkdir(state_dir, 0o700)
         except FileNotFoundError:  # the first job under this root: not a syscall per job
-            state_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            state_dir.mkdir(mode=0o700)
+            os.makedirs(os.path.dirname(state_dir), 0o700, exist_ok=True)
+            os.mkdir(state_dir, 0o700)
     except FileExistsError:
         return False
     return True
@@ -153,7 +151,7 @@ class AgentLink:
     def __init__(self, requests: int, replies: int) -> None:
         self.requests, self.replies = requests, replies
         self._pending = b""
-        self._log_dir: Path | None = None
+        self._log_dir: str | None = None
 
     def next_launch(self, wakeups: Wakeups) -> Launch | None:
         """The next launch sent, or None once the agent has closed our pipe.
@@ -173,17 +171,19 @@ class AgentLink:
         line, _, self._pending = self._pending.partition(b"\n")
         return parse_launch(line)
 
-    def own_stdio(self, log_dir: Path) -> None:
+    def own_stdio(self, log_dir: str) -> None:
         """stdin and stdout on /dev/null, stderr on the shared log (set aside when big)."""
         if log_dir == self._log_dir and os.fstat(2).st_size <= LOG_ROTATE_BYTES:
             return
         self._log_dir = log_dir
         null = os.open(os.devnull, os.O_RDWR)
-        path = log_dir / LOG_FILE
+        path = f"{log_dir}/{LOG_FILE}"
         log = open_append(path)
         if os.fstat(log).st_size > LOG_ROTATE_BYTES:
-            with contextlib.suppress(OSError):
-                os.replace(path, path.with_name(LOG_FILE + ".1"))
+            try:
+                os.replace(path, f"{path}.1")
+            except OSError:
+                pass
         os.dup2(null, 0)
         os.dup2(null, 1)
         os.dup2(log, 2)
@@ -215,8 +215,10 @@ class _Reply:
     def _write(self, line: bytes) -> None:
         if self.fd is None:
             return
-        with contextlib.suppress(OSError):  # EPIPE: the agent is gone, the job goes on
+        try:
             os.write(self.fd, line)
+        except OSError:  # EPIPE: the agent is gone, the job goes on
+            pass
 
 
 def _serve_requests(umask: str) -> int:
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print(f"usage: python -m {SHIM_MODULE} STATE_DIR | {SERVE_FLAG} UMASK", file=sys.stderr)
         return EXIT_USAGE
-    return serve(Launch(Path(args[0]).resolve()))
+    return serve(Launch(os.path.realpath(args[0])))
 
 
 if __name__ == "__main__":
