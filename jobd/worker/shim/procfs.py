@@ -14,11 +14,16 @@ __all__ = ["ProcessIdentity", "descendants", "proc_stat", "start_time"]
 
 def proc_stat(pid: int) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
+    try:  # os.read, not open(): 3 syscalls where a file object makes 8
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 4096)  # one line, well under a page
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name may hold spaces and parentheses; it ends at the last ')'.
     return raw[raw.rindex(b")") + 2 :].decode().split()
 
