@@ -3,7 +3,8 @@
 Real shims and workloads. After `ShimPool.warm_up` one serving shim, a child of the agent
 (no process between them), waits idle (its first launch, a `true`, done), the warm-up's
 scratch directory is gone, and the first real launch is served by that idle shim rather
-than by a new interpreter; once it runs, a replacement waits idle for the next.
+than by a new interpreter; while it runs, a replacement is started (SPARE_AFTER_S later,
+by the agent's task) and waits idle for the next.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import anyio
 import pytest
 
 from jobd.worker.shim.client import ShimPool
+from jobd.worker.shim.client.pool import SPARE_AFTER_S
 from jobd.worker.shim.protocol import SERVE_FLAG, SHIM_MODULE
 from tests.integration.supervised import python_spec
 
 pytestmark = pytest.mark.anyio
+
+SLEEPS = "import time; time.sleep(2)"
 
 
 def _children(parent: int) -> dict[int, str]:
@@ -60,11 +64,15 @@ async def test_the_first_launch_after_a_warm_up_goes_to_the_idle_shim(
         assert not scratch.exists()
         idle = _serving_shims() - before
         assert len(idle) == 1, "one shim, idle after the warm-up's launch"
-        first = await pool.launch(state_root / "1-1", python_spec("pass"))
-        assert first.identity is not None and first.identity.pid in idle
-        assert len(_serving_shims() - before) == 2, "and a replacement, idle for the next"
-        with anyio.fail_after(10):
-            ended = await first.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.run)  # the agent's task that starts replacements
+            first = await pool.launch(state_root / "1-1", python_spec(SLEEPS))
+            assert first.identity is not None and first.identity.pid in idle
+            with anyio.fail_after(10):
+                while len(_serving_shims() - before) < 2:  # a replacement, for the next
+                    await anyio.sleep(SPARE_AFTER_S / 4)
+                ended = await first.wait()
+            tg.cancel_scope.cancel()
         assert ended.exit_code == 0
     finally:
         await pool.aclose()

@@ -8,8 +8,10 @@ interleave). No process stands between the agent and its shims: a launch costs o
 and one read on the agent's side, and the shim's own start is paid ahead, off the path.
 
 One shim waits idle from the agent's start (warm_up), so the first job costs what every
-other does; when a launch takes the last idle shim, a replacement is started once the
-launch has been answered, so the next launch finds one too. A shim that ended its job
+other does; when a launch takes the last idle shim, a replacement is started SPARE_AFTER_S
+later if none has come back idle by then (by run(): an interpreter starting beside the
+launched workload would take the CPU its own start needs), so the next launch finds one
+too; one that finds none starts a shim for itself. A shim that ended its job
 cleanly says so (`ID end idle`) and is handed the next launch. The one most recently idle
 stays (WARM); every other is retired once idle SPARE_IDLE_S (its pipe is closed, it
 reads EOF and exits): a drain keeps its shims, a few seconds after it the agent keeps
@@ -45,11 +47,12 @@ from jobd.worker.shim.protocol import (
     decode_reply,
 )
 
-__all__ = ["POOL_MAX", "SPARE_IDLE_S", "WARM", "ShimPool", "serve_command"]
+__all__ = ["POOL_MAX", "SPARE_AFTER_S", "SPARE_IDLE_S", "WARM", "ShimPool", "serve_command"]
 
 POOL_MAX = 64  # past this a shim serves one job and exits
 WARM = 1  # idle shims kept however long they idle: the most recently idle
 SPARE_IDLE_S = 3.0  # any other idle shim is retired after this long
+SPARE_AFTER_S = 0.2  # after a launch took the last idle shim, a replacement, if none is idle
 # A waiter whose end is forgotten (the oldest, past this many) looks within END_CHECK_S.
 _ENDS_KEPT = 4096
 _CHUNK = 65536
@@ -94,7 +97,8 @@ class ShimPool:
         self._read_lock = anyio.Lock()
         self._news = anyio.Event()  # set (and replaced) after each read of answers
         self._reading: anyio.CancelScope | None = None  # the reader's wait, to cut short
-        self._idle_news = anyio.Event()  # a shim went idle: run() looks at the spares
+        self._wake = anyio.Event()  # run() has something to look at (spares, a replacement)
+        self._replace_at: float | None = None  # monotonic: when run() starts a replacement
 
     async def launch(self, state_dir: Path, spec: LaunchSpec) -> Shim:
         """A shim for spec in state_dir, returned once the workload runs or the shim is
@@ -102,14 +106,11 @@ class ShimPool:
 
         Raises FileExistsError if state_dir holds a launch whose shim is gone.
         """
-        return await self._launch(state_dir, spec, keep_one_idle=True)
-
-    async def _launch(self, state_dir: Path, spec: LaunchSpec, keep_one_idle: bool) -> Shim:
         state_dir = state_dir.absolute()
         self._next_id += 1
         request_id = self._next_id
         request = LaunchRequest(request_id, str(state_dir), spec).encode()
-        pid, start_time = await self._ask(request_id, request, keep_one_idle)
+        pid, start_time = await self._ask(request_id, request)
         if pid == 0:  # launched before (by an agent that died since): never a second copy
             adopted = adopt(state_dir)
             if adopted is None:
@@ -134,19 +135,20 @@ class ShimPool:
         scratch.mkdir(mode=0o700, parents=True)
         try:
             spec = LaunchSpec(["true"], "/", {"PATH": os.defpath}, 0.0, None, None)
-            # No replacement started: this shim is idle again once `true` is over.
-            shim = await self._launch(scratch / "run", spec, keep_one_idle=False)
+            shim = await self.launch(scratch / "run", spec)
             await shim.wait()
         finally:
             _remove_tree(scratch)
 
     async def run(self) -> None:
-        """Retire spare idle shims and reap those gone, until cancelled (the agent's task)."""
+        """Start replacements, retire spare idle shims and reap those gone, until cancelled
+        (the agent's task)."""
         while True:
             with anyio.move_on_after(self._next_wake()):
-                await self._idle_news.wait()
-            self._idle_news = anyio.Event()
+                await self._wake.wait()
+            self._wake = anyio.Event()
             self._take_replies()
+            self._replace()
             self._retire_idle()
             self._reap()
 
@@ -162,7 +164,7 @@ class ShimPool:
 
     # -- launching
 
-    async def _ask(self, request_id: int, request: bytes, keep_one_idle: bool) -> tuple[int, int]:
+    async def _ask(self, request_id: int, request: bytes) -> tuple[int, int]:
         self._open()
         self._take_replies()  # ends nobody read yet: their shims are idle
         member = await self._send(request)
@@ -172,8 +174,9 @@ class ShimPool:
         if answer is None:
             self._serving.pop(request_id, None)
             raise RuntimeError(f"shim {member.pid} exited before it answered its launch")
-        if keep_one_idle and not self._idle and self._replies_w >= 0:
-            self._spawn()  # the next launch finds one idle; this one's workload runs
+        if not self._idle and self._replace_at is None:
+            self._replace_at = time.monotonic() + SPARE_AFTER_S
+            self._wake.set()
         return answer
 
     async def _send(self, request: bytes) -> _Member:
@@ -296,7 +299,7 @@ class ShimPool:
         if reply.idle and member.kept:
             member.idle_since = time.monotonic()
             self._idle.append(member)
-            self._idle_news.set()
+            self._wake.set()
         else:
             self._drop(member)  # it exits: it left something it must not carry on
 
@@ -318,12 +321,23 @@ class ShimPool:
         return self._idle[: max(0, len(self._idle) - WARM)]
 
     def _next_wake(self) -> float | None:
-        """Seconds until the next spare is due to retire (sooner while one is to be
-        reaped); None: nothing to do until news."""
-        due = [(m.idle_since or 0.0) + SPARE_IDLE_S - time.monotonic() for m in self._spares()]
+        """Seconds until the next spare is due to retire or a replacement to start
+        (sooner while a shim is to be reaped); None: nothing to do until news."""
+        now = time.monotonic()
+        due = [(m.idle_since or 0.0) + SPARE_IDLE_S - now for m in self._spares()]
+        if self._replace_at is not None:
+            due.append(self._replace_at - now)
         if self._leaving:
             due.append(END_CHECK_S)
         return max(0.0, min(due)) if due else None
+
+    def _replace(self) -> None:
+        """Start the replacement once it is due, if no shim has come back idle."""
+        if self._replace_at is None or time.monotonic() < self._replace_at:
+            return
+        self._replace_at = None
+        if not self._idle and self._replies_w >= 0:
+            self._spawn()
 
     def _retire_idle(self) -> None:
         too_old = time.monotonic() - SPARE_IDLE_S
