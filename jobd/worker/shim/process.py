@@ -160,6 +160,7 @@ class AgentLink:
         the agent retires an idle shim, so that a request is never sent to one already on
         its way out.
         """
+        wakeups.take()  # the last job's SIGCHLD, most often: not worth a wake-up of its own
         while b"\n" not in self._pending:
             ready, _, _ = select.select([self.requests, wakeups.fileno()], [], [])
             wakeups.take()
