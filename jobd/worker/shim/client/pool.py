@@ -11,11 +11,14 @@ One shim waits idle from the agent's start (warm_up), so the first job costs wha
 other does; when a launch takes the last idle shim, a replacement is started SPARE_AFTER_S
 later if none has come back idle by then (by run(): an interpreter starting beside the
 launched workload would take the CPU its own start needs), so the next launch finds one
-too; one that finds none starts a shim for itself. A shim that ended its job
-cleanly says so (`ID end idle`) and is handed the next launch. The one most recently idle
-stays (WARM); every other is retired once idle SPARE_IDLE_S (its pipe is closed, it
-reads EOF and exits): a drain keeps its shims, a few seconds after it the agent keeps
-one. At most POOL_MAX shims are kept; past that a shim serves one job and exits.
+too; one that finds none starts a shim for itself. A shim that ended its job cleanly says
+so (`ID end idle`) and is handed the next launch. The one most recently idle stays
+(WARM); every other is retired once it and the agent's launches have been idle
+SPARE_IDLE_S (its pipe is closed, it reads EOF and exits): a drain keeps its shims, a
+few seconds after it the agent keeps one. (The pool process retired a shim idle that
+long even while launches came, and forked one again for 1 ms of CPU; a shim started
+again costs 10.) At most POOL_MAX shims are kept; past that a shim serves one job and
+exits.
 
 The agent holds the only write end of each shim's request pipe: when the agent dies, idle
 shims read EOF and exit, busy ones finish their job first, and a restarted agent re-adopts
@@ -51,7 +54,7 @@ __all__ = ["POOL_MAX", "SPARE_AFTER_S", "SPARE_IDLE_S", "WARM", "ShimPool", "ser
 
 POOL_MAX = 64  # past this a shim serves one job and exits
 WARM = 1  # idle shims kept however long they idle: the most recently idle
-SPARE_IDLE_S = 3.0  # any other idle shim is retired after this long
+SPARE_IDLE_S = 3.0  # any other idle shim is retired after this long without a launch
 SPARE_AFTER_S = 0.2  # after a launch took the last idle shim, a replacement, if none is idle
 # A waiter whose end is forgotten (the oldest, past this many) looks within END_CHECK_S.
 _ENDS_KEPT = 4096
@@ -91,6 +94,7 @@ class ShimPool:
         self._leaving: list[_Member] = []  # told to go or serving one job: to reap
         self._serving: dict[int, _Member] = {}  # request id -> the shim it went to
         self._next_id = 0
+        self._last_launch = 0.0  # monotonic: when the last launch was sent
         self._replies = b""
         self._answers: dict[int, tuple[int, int]] = {}  # request id -> (pid, start time)
         self._ended: set[int] = set()  # request ids whose job is over
@@ -181,6 +185,7 @@ class ShimPool:
 
     async def _send(self, request: bytes) -> _Member:
         """Write request to an idle shim (the most recently idle), else to a new one."""
+        self._last_launch = time.monotonic()
         while self._idle:
             member = self._idle.pop()
             member.idle_since = None
@@ -324,7 +329,7 @@ class ShimPool:
         """Seconds until the next spare is due to retire or a replacement to start
         (sooner while a shim is to be reaped); None: nothing to do until news."""
         now = time.monotonic()
-        due = [(m.idle_since or 0.0) + SPARE_IDLE_S - now for m in self._spares()]
+        due = [self._quiet_since(m) + SPARE_IDLE_S - now for m in self._spares()]
         if self._replace_at is not None:
             due.append(self._replace_at - now)
         if self._leaving:
@@ -339,9 +344,13 @@ class ShimPool:
         if not self._idle and self._replies_w >= 0:
             self._spawn()
 
+    def _quiet_since(self, member: _Member) -> float:
+        """Since when neither member nor the launches have been busy."""
+        return max(member.idle_since or 0.0, self._last_launch)
+
     def _retire_idle(self) -> None:
         too_old = time.monotonic() - SPARE_IDLE_S
-        for member in [m for m in self._spares() if (m.idle_since or 0.0) <= too_old]:
+        for member in [m for m in self._spares() if self._quiet_since(m) <= too_old]:
             self._drop(member)  # it reads EOF and exits
 
     def _reap(self) -> None:
