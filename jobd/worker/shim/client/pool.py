@@ -304,7 +304,8 @@ class ShimPool:
         if reply.idle and member.kept:
             member.idle_since = time.monotonic()
             self._idle.append(member)
-            self._wake.set()
+            if len(self._idle) == WARM + 1:  # the first spare: run() may sleep without end
+                self._wake.set()
         else:
             self._drop(member)  # it exits: it left something it must not carry on
 
