@@ -313,6 +313,8 @@ class ShimPool:
 
     def _drop(self, member: _Member) -> None:
         """Close member's pipe (it exits once idle) and forget it, but to reap it."""
+        if member in self._leaving:
+            return  # dropped before (a shim serving one job, say, then ending it)
         if member.kept:
             self._members.pop(member.pid, None)
         if member in self._idle:
