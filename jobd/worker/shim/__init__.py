@@ -2,6 +2,9 @@
 
 protocol    what the agent and a shim say to each other: the launch spec, the records in a
             job's state directory, the request and reply lines (standard library)
+record      Record: the messages' base, a dataclass's equality, repr and replace without
+            dataclasses (standard library)
+jsontext    JSON from the C accelerator `_json` alone, without the json package's `re`
 statedir    a state directory's files, written whole, and its lock (standard library)
 procfs      what names one process for good, read from /proc (standard library)
 signals     signals as wake-ups, and reaching every process a job made (standard library)
