@@ -2,17 +2,16 @@
 
 A real `jobd worker --slots 8` beside a real `jobd broker` (mode `split`, two processes as
 on a host). The worker is measured with everything it keeps — the agent and all its
-descendants: the shim pool process, idle pooled shims, and (while a job runs) its shim and
-workload — each process's RSS, PSS and USS (private pages) read from
-/proc/PID/smaps_rollup:
+descendants: its idle serving shims, and (while a job runs) its shim and workload — each
+process's RSS, PSS and USS (private pages) read from /proc/PID/smaps_rollup:
 
 - `idle`: fresh, registered and idle for IDLE_S;
 - `after_drain`: SETTLE_S after the last of n `true` jobs (through 8 slots) finished;
 - `running`: the shim of a running job (its workload sleeps): its own RSS, PSS and USS.
 
-RSS counts a page shared by several processes (the interpreter's library, a forked shim's
-copy-on-write heap) once in each, so a sum of RSS overstates what the host gives; PSS
-shares each page among its users and sums to it. Both are reported. Linux only.
+RSS counts a page shared by several processes (the interpreter's library, mapped by every
+shim) once in each, so a sum of RSS overstates what the host gives; PSS shares each page
+among its users and sums to it. Both are reported. Linux only.
 """
 
 from __future__ import annotations
@@ -97,8 +96,8 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def tree_of(agent: int) -> dict[int, str]:
-    """The agent and every live descendant, each with its role: agent, pool, shim (a
-    child of the pool, or a shim of its own), workload (a shim's child) or other."""
+    """The agent and every live descendant, each with its role: agent, shim (serving,
+    or a shim of its own), workload (a shim's child) or other."""
     kids, roles = _children(), {agent: "agent"}
     frontier = [agent]
     while frontier:
@@ -110,13 +109,9 @@ def tree_of(agent: int) -> dict[int, str]:
 
 
 def _role(pid: int, parent_role: str) -> str:
-    if parent_role == "pool":
-        return "shim"
     if parent_role == "shim":
         return "workload"
     argv = " ".join(_cmdline(pid))
-    if "jobd.worker.shim.pool" in argv:
-        return "pool"
     if "jobd.worker.shim.process" in argv:
         return "shim"
     return "other"

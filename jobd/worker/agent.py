@@ -129,7 +129,7 @@ class Agent:
                     await self._register()
                     await self._serve(tg)
             finally:
-                # Jobs run on under their shims; the pool exits with its pipe.
+                # Jobs run on under their shims; idle shims exit as their pipes close.
                 await self.pool.aclose()
                 remove_cgroup_parent(self.enforcement)
 
@@ -162,14 +162,14 @@ class Agent:
             )
 
     async def _warm_up_pool(self) -> None:
-        """Where shims are pooled, start the pool and an idle shim now, before the agent
+        """Where shims are pooled, start an idle shim now (and keep one), before the agent
         says it is ready: the first job then costs what every other does."""
         if not isinstance(self.containment, ProcessGroup):
             return  # each shim is started in its job's scope
         try:
             with anyio.fail_after(_WARM_UP_S):
                 await self.pool.warm_up(self.settings.state_dir / "warm-up")
-        except Exception as exc:  # the first job starts the pool again if it must
+        except Exception as exc:  # the first job starts a shim if it must
             log.warning("pool_warm_up_failed", error=f"{type(exc).__name__}: {exc}")
 
     async def _serve(self, tg: anyio.abc.TaskGroup) -> None:
@@ -178,6 +178,7 @@ class Agent:
         tg.start_soon(self._heartbeat_forever)
         tg.start_soon(self.disk.run)
         tg.start_soon(self.trimming.run)
+        tg.start_soon(self.pool.run)  # retires spare idle shims
         if self.settings.checkpoint_ttl_days is not None:
             root, ttl = self.settings.checkpoint_root, self.settings.checkpoint_ttl_days
             tg.start_soon(clean_checkpoints_forever, self.link, root, ttl * 86400)

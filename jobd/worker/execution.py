@@ -12,7 +12,6 @@ reported before `/complete`, from which the final phase flows.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -213,7 +212,7 @@ class Execution:
             plan.argv, plan.cwd, plan.env, self.grace_s, job.id, self.attempt, plan.limits
         )
         if plan.owner is not None:
-            spec = dataclasses.replace(spec, owner=plan.owner.name)
+            spec = spec.replace(owner=plan.owner.name)
         host = self.host
         self.shim = await start_shim(host.pool, host.containment, self.state_dir, spec)
         self.advance(AttemptPhase.RUNNING)
@@ -259,7 +258,7 @@ class Execution:
         pids = [member.pid for member in killed]
         log.warning("orphan_killed", job=self.job_id, pids=pids, surviving=[m.pid for m in left])
         note = f"; {len(killed)} of its processes, left running, were killed"
-        return dataclasses.replace(end, error=(end.error or "") + note)
+        return end.replace(error=(end.error or "") + note)
 
     async def _fail(self, reason: str, exc: Exception) -> None:
         exc = _cause(exc)

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ import anyio
 from jobd.worker.shim.statedir import lock_is_held
 from jobd.worker.shim.client import launch
 from jobd.worker.shim.protocol import LaunchSpec
-job = launch(Path(sys.argv[1]), LaunchSpec(**json.loads(sys.argv[2])))
+job = launch(Path(sys.argv[1]), LaunchSpec.from_dict(json.loads(sys.argv[2])))
 anyio.run(job.started)
 stop = json.loads(sys.argv[3])
 if stop:
@@ -90,7 +89,7 @@ def start_launcher(
             "-c",
             LAUNCHER,
             str(state_dir),
-            json.dumps(asdict(spec)),
+            json.dumps(spec.to_dict()),
             json.dumps(stop),
         ],
         stdout=subprocess.PIPE,

@@ -14,7 +14,6 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -80,7 +79,7 @@ async def test_the_workload_is_the_owner_with_their_groups_home_and_umask(
     alice: LocalUser, state_root: Path
 ) -> None:
     state = state_root / "state"
-    spec = replace(python_spec(WHO), owner=alice.name, cwd=alice.home)
+    spec = python_spec(WHO).replace(owner=alice.name, cwd=alice.home)
     ended = await _run(state, spec)
     assert ended.exit_code == 0, (state / "stderr").read_text()
     said = _said(state)
@@ -103,7 +102,7 @@ async def test_an_owners_job_keeps_the_cores_its_limits_give_it(
     core = sorted(os.sched_getaffinity(0))[-1]
     state = state_root / "state"
     limits = {"cpus": [core], "memory_via": RSS_WATCH}
-    ended = await _run(state, replace(python_spec(WHO), owner=alice.name, limits=limits))
+    ended = await _run(state, python_spec(WHO).replace(owner=alice.name, limits=limits))
     assert ended.exit_code == 0, (state / "stderr").read_text()
     said = _said(state)
     assert (said["uid"], said["cores"]) == (str(alice.uid), str(core))
@@ -124,7 +123,7 @@ async def test_a_cwd_the_owner_may_not_enter_fails_the_start_naming_it(
     private = state_root / "roots-only"
     private.mkdir(mode=0o700)
     state = state_root / "state"
-    ended = await _run(state, replace(python_spec(WHO), owner=alice.name, cwd=str(private)))
+    ended = await _run(state, python_spec(WHO).replace(owner=alice.name, cwd=str(private)))
     assert ended.exit_code == 127
     assert ended.error is not None
     assert f"entering {private} as {alice.name}" in ended.error
@@ -136,7 +135,7 @@ async def test_an_owner_this_host_does_not_know_fails_the_start(state_root: Path
     if os.geteuid() != 0:
         pytest.skip("only a root shim runs jobs as their owners")
     state = state_root / "state"
-    spec = replace(python_spec(WHO), owner="jobd-nobody-here")
+    spec = python_spec(WHO).replace(owner="jobd-nobody-here")
     ended = await _run(state, spec)
     assert ended.exit_code == 127
     assert ended.error is not None and "user jobd-nobody-here does not exist" in ended.error
@@ -147,6 +146,6 @@ async def test_a_missing_command_is_named_as_for_any_job(
 ) -> None:
     state = state_root / "state"
     spec = LaunchSpec(["no-such-command-here"], "/", {"PATH": "/usr/bin:/bin"}, 5.0, 1, 1)
-    ended = await _run(state, replace(spec, owner=alice.name))
+    ended = await _run(state, spec.replace(owner=alice.name))
     assert ended.exit_code == 127
     assert ended.error is not None and "No such file or directory" in ended.error

@@ -8,7 +8,6 @@ it was, and whatever the first left running is dead before its end is told.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -44,7 +43,7 @@ async def _next_on_same_supervisor(
     """The next job, launched once the first is over: its supervisor is idle by then."""
     with anyio.fail_after(10):
         await first.wait()
-    second = await launcher.launch(state_dir, replace(python_spec(code, *args), job_id=43))
+    second = await launcher.launch(state_dir, python_spec(code, *args).replace(job_id=43))
     assert second.identity == first.identity  # one process, two jobs in turn
     return second
 

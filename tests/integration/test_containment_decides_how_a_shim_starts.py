@@ -1,9 +1,10 @@
 """How a job is contained decides how its shim starts, through one interface.
 
-A process group: the shim comes from the agent's pool. A containment that names a command
-(a systemd scope, on a host that has one): a shim of the job's own starts under that
-command, as `python -I -S -c BOOTSTRAP JOBD_HOME STATE_DIR`, and is found again by it.
-Real pool, shims and workloads; `env` stands in for `systemd-run`, which the test hosts lack.
+A process group: the shim is one the agent started ahead and feeds launches. A
+containment that names a command (a systemd scope, on a host that has one): a shim of the
+job's own starts under that command, as `python -I -S -c BOOTSTRAP JOBD_HOME STATE_DIR`,
+and is found again by it. Real shims and workloads; `env` stands in for `systemd-run`,
+which the test hosts lack.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import anyio
 import pytest
 
 from jobd.worker.shim.client import ShimPool, adopt, start_shim
-from jobd.worker.shim.client.starting import pool_command, shim_command
+from jobd.worker.shim.client.pool import serve_command
+from jobd.worker.shim.client.starting import shim_command
 from jobd.worker.shim.containment import ProcessGroup, SystemdScope, choose_containment
 from jobd.worker.shim.protocol import SHIM_MODULE, LaunchSpec
 from tests.integration.supervised import python_spec
@@ -34,13 +36,13 @@ def _command_line(pid: int) -> list[str]:
 
 
 @pytest.mark.anyio
-async def test_a_process_group_takes_its_shim_from_the_pool(state_root: Path) -> None:
+async def test_a_process_group_takes_one_of_the_agents_serving_shims(state_root: Path) -> None:
     pool = ShimPool()
     try:
         with anyio.fail_after(10):
             shim = await start_shim(pool, ProcessGroup(), state_root / "42-1", python_spec("pass"))
             assert shim.identity is not None
-            assert _command_line(shim.identity.pid) == pool_command()  # forked by the pool
+            assert _command_line(shim.identity.pid) == serve_command()  # the agent's own
             assert (await shim.wait()).exit_code == 0
     finally:
         await pool.aclose()

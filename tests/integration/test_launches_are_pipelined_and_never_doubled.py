@@ -7,7 +7,6 @@ second launch into a directory that holds one returns the job already there.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -30,7 +29,7 @@ async def test_concurrent_launches_each_get_their_own_answer_and_exit(
     jobs: dict[int, Shim] = {}
 
     async def launch(i: int) -> None:
-        spec = replace(python_spec(SLEEPS_THEN_EXITS, str(i % 7), "0.3"), job_id=i)
+        spec = python_spec(SLEEPS_THEN_EXITS, str(i % 7), "0.3").replace(job_id=i)
         jobs[i] = await launcher.launch(state_root / f"{i}-1", spec)
 
     try:

@@ -1,5 +1,5 @@
-"""A pooled shim holds its job to the limits in the launch spec (jobd.worker.shim.limits):
-real pool, shims and workloads.
+"""A serving shim holds its job to the limits in the launch spec (jobd.worker.shim.limits):
+real shims and workloads.
 
 - The workload runs on its cores from its first instruction (its Cpus_allowed_list), and
   the shim, serving the next job, is back on every core it had.
@@ -12,7 +12,6 @@ real pool, shims and workloads.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -45,7 +44,8 @@ SLEEPS = "import time; print('ready', flush=True); time.sleep(60)"
 
 
 @pytest.fixture
-async def pool() -> AsyncIterator[ShimPool]:
+async def pool(state_root: Path) -> AsyncIterator[ShimPool]:
+    """The agent's shims, closed before state_root reaps them (they are our children)."""
     running = ShimPool()
     yield running
     await running.aclose()
@@ -54,7 +54,7 @@ async def pool() -> AsyncIterator[ShimPool]:
 def _spec(code: str, limits: Limits | None, job_id: int = 42) -> LaunchSpec:
     spec = python_spec(code)
     limits_doc = None if limits is None else limits.to_dict()
-    return dataclasses.replace(spec, job_id=job_id, limits=limits_doc)
+    return spec.replace(job_id=job_id, limits=limits_doc)
 
 
 async def _run(pool: ShimPool, state_dir: Path, spec: LaunchSpec) -> tuple[Shim, ExitStatus]:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from jobd.worker.shim.client.handle import is_shim_command
+from jobd.worker.shim.client.pool import serve_command
 from jobd.worker.shim.client.starting import shim_command
-from jobd.worker.shim.protocol import LEGACY_SHIM_MODULE, POOL_MODULE, SHIM_MODULE
+from jobd.worker.shim.protocol import LEGACY_SHIM_MODULE, SHIM_MODULE
 
 STATE_DIR = Path("/var/lib/jobd/worker/w1/42-1")
 
@@ -28,8 +29,7 @@ def test_an_earlier_releases_command_is_known(module: str) -> None:
 def test_another_directory_or_process_is_not() -> None:
     other = STATE_DIR.with_name("43-1")
     assert not is_shim_command(shim_command(SHIM_MODULE, str(other)), STATE_DIR)
-    assert not is_shim_command(shim_command(POOL_MODULE), STATE_DIR)
-    assert not is_shim_command(shim_command(POOL_MODULE, str(STATE_DIR)), STATE_DIR)
+    assert not is_shim_command(serve_command(), STATE_DIR)  # a serving shim: by its record
     assert not is_shim_command(["sleep", str(STATE_DIR)], STATE_DIR)
     assert not is_shim_command([], STATE_DIR)
 

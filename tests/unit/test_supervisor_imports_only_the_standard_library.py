@@ -2,7 +2,7 @@
 
 It runs under the agent's interpreter yet must start fast and keep working whatever the
 agent's dependencies do; checked in a fresh interpreter, where nothing is imported yet,
-for the shim process, the pool, and every other module of jobd.worker.shim but its client
+for the shim process and every other module of jobd.worker.shim but its client
 (the agent's side).
 """
 
@@ -31,8 +31,8 @@ SHIM_MODULES = sorted(
 )
 
 
-def test_the_shim_process_and_pool_are_among_the_probed() -> None:
-    assert {"jobd.worker.shim.process", "jobd.worker.shim.pool"} <= set(SHIM_MODULES)
+def test_the_shim_process_is_among_the_probed() -> None:
+    assert "jobd.worker.shim.process" in SHIM_MODULES
 
 
 @pytest.mark.parametrize("module", SHIM_MODULES)
@@ -45,6 +45,7 @@ def test_the_supervisor_imports_only_the_standard_library(module: str) -> None:
     shim_modules = {name for name in jobd_modules if name.startswith("jobd.worker.shim.")}
     assert jobd_modules - shim_modules == {"jobd", "jobd.worker", "jobd.worker.shim"}
     assert "jobd.worker.shim.client" not in shim_modules
+    # (the jobd packages above were seen: the probe sees imports; a module may need no more
+    # of the standard library than the probe itself loaded)
     others = {name.split(".")[0] for name in loaded} - {"jobd"}
-    assert others, "the probe saw no imports at all"
     assert others <= sys.stdlib_module_names, others - sys.stdlib_module_names

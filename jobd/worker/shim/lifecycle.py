@@ -6,21 +6,18 @@ workload and everything the job leaves behind, and writes the end durably. The s
 directory's lock is held from the start to status.json; then the shim may serve another
 job (jobd.worker.shim.process).
 
-Standard library only.
+Standard library only, and what a job without limits or owner needs: the limits'
+enforcer (jobd.worker.shim.limits) and the owner's spawn (jobd.worker.shim.owner) are
+imported by the first launch that names them, so an idle shim is as small as it can be.
+Paths are strings (pathlib is 2 MiB of a shim).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
-from collections.abc import Callable, Iterable
-from pathlib import Path
 
-from jobd.worker.shim.limits import Enforcer, Limits
 from jobd.worker.shim.log import log_event, serving
-from jobd.worker.shim.owner import spawn_owned
 from jobd.worker.shim.procfs import ProcessIdentity
 from jobd.worker.shim.protocol import (
     RECORD_FILE,
@@ -35,6 +32,7 @@ from jobd.worker.shim.protocol import (
     ShimRecord,
     StopRecord,
     StopRequest,
+    signal_name,
     utc_at,
     utc_now,
 )
@@ -51,7 +49,13 @@ from jobd.worker.shim.statedir import open_append, read_json, take_lock, write_j
 # typing.TYPE_CHECKING without importing typing, which would cost every shim 0.4 MiB.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
+    from collections.abc import Callable, Iterable
     from typing import Any
+
+    from jobd.worker.shim.limits import Enforcer
+else:
+    import _signal as signal  # the signal module's C half: its Python half imports enum
 
 __all__ = ["EXIT_ALREADY_SERVED", "own_identity", "run_job"]
 
@@ -65,7 +69,7 @@ EXIT_ALREADY_SERVED = 3
 
 
 def run_job(
-    state_dir: Path,
+    state_dir: str,
     wakeups: Wakeups,
     spec: dict[str, Any] | None = None,
     on_started: Callable[[], None] | None = None,
@@ -78,15 +82,15 @@ def run_job(
     (pokes_only) takes a stop signal as "read your stop file" only: a late signal meant
     for an earlier job must never stop this one.
     """
-    serving(state_dir.name)
+    serving(os.path.basename(state_dir))
     lock = take_lock(state_dir)
-    if lock is None or (state_dir / STATUS_FILE).exists():
+    if lock is None or os.path.exists(f"{state_dir}/{STATUS_FILE}"):
         log_event(f"{state_dir} has a live shim or a finished job already")
         if lock is not None:
             os.close(lock)
         return EXIT_ALREADY_SERVED
     status = _JobRun(state_dir, wakeups, on_started, pokes_only).run(spec)
-    write_json_atomic(state_dir / STATUS_FILE, status.to_dict())
+    write_json_atomic(f"{state_dir}/{STATUS_FILE}", status.to_dict())
     os.close(lock)  # after status.json: a released lock and no status means a lost job
     if status.error or status.stop:  # the usual end is in status.json alone
         log_event(f"job over: exit_code={status.exit_code} signal={status.signal_name}")
@@ -105,7 +109,7 @@ def own_identity() -> ProcessIdentity | None:
     return _own
 
 
-def _spawn(spec: LaunchSpec, state_dir: Path) -> int:
+def _spawn(spec: LaunchSpec, state_dir: str) -> int:
     """The workload's pid: it leads a session and process group of its own, its stdout and
     stderr appended to the files.
 
@@ -113,12 +117,16 @@ def _spawn(spec: LaunchSpec, state_dir: Path) -> int:
     subprocess.Popen's setup. It takes no directory, so the shim steps into the job's for
     the spawn; and it looks argv[0] up in our PATH, so that is the job's.
     """
-    out, err = open_append(state_dir / STDOUT_FILE), open_append(state_dir / STDERR_FILE)
+    out = open_append(f"{state_dir}/{STDOUT_FILE}")
+    err = open_append(f"{state_dir}/{STDERR_FILE}")
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     if spec.owner is not None:  # a root worker's job of an owner: as the owner
+        # Imported by the first launch of an owner's job only.
+        from jobd.worker.shim.owner import spawn_owned
+
         try:
             stdio = [null, out, err]
-            return spawn_owned(spec.owner, spec.argv, spec.cwd, spec.env, stdio, str(state_dir))
+            return spawn_owned(spec.owner, spec.argv, spec.cwd, spec.env, stdio, state_dir)
         finally:
             for fd in (null, out, err):
                 os.close(fd)
@@ -158,7 +166,7 @@ class _JobRun:
 
     def __init__(
         self,
-        state_dir: Path,
+        state_dir: str,
         wakeups: Wakeups,
         on_started: Callable[[], None] | None,
         pokes_only: bool,
@@ -174,23 +182,23 @@ class _JobRun:
         self.stop: StopRecord | None = None
         self._kill_deadline: float | None = None  # monotonic
         self._last_request: StopRequest | None = None
-        self.limits = Enforcer(None, state_dir.name)  # the job's cores and memory
+        self.limits: Enforcer | None = None  # the job's cores and memory, if it has limits
 
     def run(self, spec: dict[str, Any] | None) -> ExitStatus:
         """The job's whole life; spec None: read it from spec.json."""
         try:
             self.spec = LaunchSpec.from_dict(spec or self._spec_file())
-            self.limits = Enforcer(Limits.from_dict(self.spec.limits), self.state_dir.name)
+            self.limits = _enforcer(self.spec, self.state_dir)
         except ValueError as exc:
             return self._finished(error=str(exc))
         self._take_stop_request(self.wakeups.take())
         if self.stop is not None:  # not started at all: the job ends stopped, never run
             return self._finished(error="stopped before the workload started")
         try:
-            with self.limits.spawning():  # what the workload inherits from its start
-                self.pid = _spawn(self.spec, self.state_dir)
+            self.pid = self._spawn_limited()
         except (OSError, ValueError, TypeError) as exc:  # a NUL byte raises ValueError
-            self.limits.remove_cgroup()
+            if self.limits is not None:
+                self.limits.remove_cgroup()
             return self._spawn_failed(exc)
         self.started_at = utc_now()
         if self.on_started is not None:
@@ -200,10 +208,18 @@ class _JobRun:
         self._supervise()
         return self._finished(returncode=self._end_job())
 
+    def _spawn_limited(self) -> int:
+        assert self.spec is not None
+        if self.limits is None:
+            return _spawn(self.spec, self.state_dir)
+        with self.limits.spawning():  # what the workload inherits from its start
+            return _spawn(self.spec, self.state_dir)
+
     def _spec_file(self) -> dict[str, Any]:
-        data = read_json(self.state_dir / SPEC_FILE)
+        path = f"{self.state_dir}/{SPEC_FILE}"
+        data = read_json(path)
         if data is None:
-            raise ValueError(f"no launch spec at {self.state_dir / SPEC_FILE}")
+            raise ValueError(f"no launch spec at {path}")
         return data
 
     def _write_record(self) -> None:
@@ -215,10 +231,10 @@ class _JobRun:
             job_id=spec.job_id,
             attempt=spec.attempt,
             grace_s=spec.grace_s,
-            state_dir=str(self.state_dir),
+            state_dir=self.state_dir,
             started_at=self.started_at,
         )
-        write_json_atomic(self.state_dir / RECORD_FILE, record.to_dict(), durable=False)
+        write_json_atomic(f"{self.state_dir}/{RECORD_FILE}", record.to_dict(), durable=False)
 
     def _supervise(self) -> None:
         """Until the workload exits: take stop requests, and SIGKILL at a stop's deadline."""
@@ -227,11 +243,13 @@ class _JobRun:
             self._take_stop_request(signals)
             self._kill_if_due()
             assert self.pid is not None
-            self.limits.watch(self.pid)
+            if self.limits is not None:
+                self.limits.watch(self.pid)
             signals = self.wakeups.wait(self._timeout())
 
     def _timeout(self) -> float:
-        poll = min(STOP_FILE_POLL_S, self.limits.interval or STOP_FILE_POLL_S)
+        interval = None if self.limits is None else self.limits.interval
+        poll = min(STOP_FILE_POLL_S, interval or STOP_FILE_POLL_S)
         if self._kill_deadline is None or self.stop is None or self.stop.sigkill_at:
             return poll
         return min(poll, self._kill_deadline - time.monotonic())
@@ -244,18 +262,20 @@ class _JobRun:
                 return False
             if info.si_pid == self.pid:
                 return True
-            with contextlib.suppress(ChildProcessError):
+            try:
                 os.waitpid(info.si_pid, 0)
+            except ChildProcessError:
+                pass
 
     def _take_stop_request(self, signals: Iterable[int]) -> None:
         signals = set(signals)
         for sig in signals & SHRUGGED_SIGNALS:
-            log_event(f"{signal.Signals(sig).name} ignored: the job goes on")
+            log_event(f"{signal_name(sig)} ignored: the job goes on")
         # With a request on file, a signal only says "look now"; without, it is the request.
-        data = read_json(self.state_dir / STOP_FILE)
+        data = read_json(f"{self.state_dir}/{STOP_FILE}")
         request = None if data is None else StopRequest.from_dict(data)
         if request is None and (stop_signals := signals & self.request_signals):
-            request = StopRequest(signal.Signals(min(stop_signals)).name)
+            request = StopRequest(signal_name(min(stop_signals)))
         if request is not None and request != self._last_request:
             self._last_request = request
             self._begin_stop(request)
@@ -280,7 +300,7 @@ class _JobRun:
             log_event(f"stop ({self.stop.reason}): SIGTERM sent, grace {grace_s}s")
         self.stop.grace_s, self.stop.kill_at = grace_s, kill_at
         self._kill_deadline = deadline
-        write_json_atomic(self.state_dir / STOPPING_FILE, self.stop.to_dict())
+        write_json_atomic(f"{self.state_dir}/{STOPPING_FILE}", self.stop.to_dict())
 
     def _kill_if_due(self) -> None:
         if self.stop is None or self.stop.sigkill_at or self._kill_deadline is None:
@@ -290,7 +310,7 @@ class _JobRun:
             signal_job(self.pid, signal.SIGKILL)
             self.stop.sigkill_at = utc_now()
             log_event("grace expired: SIGKILL sent")
-            write_json_atomic(self.state_dir / STOPPING_FILE, self.stop.to_dict())
+            write_json_atomic(f"{self.state_dir}/{STOPPING_FILE}", self.stop.to_dict())
 
     def _end_job(self) -> int:
         """Kill what is left of the job, reap it all; the workload's returncode.
@@ -319,7 +339,7 @@ class _JobRun:
     def _spawn_failed(self, exc: Exception) -> ExitStatus:
         assert self.spec is not None
         message = f"jobd: cannot start {self.spec.argv[0]!r}: {_spawn_error(exc, self.spec.cwd)}\n"
-        fd = open_append(self.state_dir / STDERR_FILE)
+        fd = open_append(f"{self.state_dir}/{STDERR_FILE}")
         try:
             os.write(fd, message.encode())
         finally:
@@ -329,5 +349,16 @@ class _JobRun:
     def _finished(self, returncode: int | None = None, error: str | None = None) -> ExitStatus:
         started = self.started_at
         workload = None if started is None or self.pid is None else (started, self.pid)
-        over = self.limits.release() if workload is not None else None
+        limits = self.limits if workload is not None else None
+        over = None if limits is None else limits.release()
         return ExitStatus.of(returncode, error, workload, self.stop, self.spec, over)
+
+
+def _enforcer(spec: LaunchSpec, state_dir: str) -> Enforcer | None:
+    """The enforcer of spec's limits; None (nothing imported) for a job without."""
+    if spec.limits is None:
+        return None
+    # Imported by the first launch with limits only.
+    from jobd.worker.shim.limits import Enforcer, Limits
+
+    return Enforcer(Limits.from_dict(spec.limits), os.path.basename(state_dir))

@@ -6,9 +6,7 @@ shims sharing the log never interleave. Standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 
 from jobd.worker.shim.protocol import utc_now
 
@@ -24,6 +22,8 @@ def serving(job_label: str) -> None:
 
 
 def log_event(message: str) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        who = f"jobd-supervisor[{os.getpid()}]{_job_label}"
-        print(f"{utc_now()} {who}: {message}", file=sys.stderr, flush=True)
+    who = f"jobd-supervisor[{os.getpid()}]{_job_label}"
+    try:
+        os.write(2, f"{utc_now()} {who}: {message}\n".encode(errors="replace"))
+    except OSError:
+        pass

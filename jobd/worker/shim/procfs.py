@@ -5,20 +5,25 @@ Standard library only (the shim and the agent both use it).
 
 from __future__ import annotations
 
-import contextlib
 import os
-from dataclasses import dataclass
+
+from jobd.worker.shim.record import Record
 
 __all__ = ["ProcessIdentity", "descendants", "proc_stat", "start_time"]
 
 
 def proc_stat(pid: int) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
+    try:  # os.read, not open(): 3 syscalls where a file object makes 8
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 4096)  # one line, well under a page
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name may hold spaces and parentheses; it ends at the last ')'.
     return raw[raw.rindex(b")") + 2 :].decode().split()
 
@@ -29,12 +34,12 @@ def start_time(pid: int) -> int | None:
     return None if fields is None else int(fields[19])
 
 
-@dataclass(frozen=True)
-class ProcessIdentity:
+class ProcessIdentity(Record):
     """A pid plus its kernel start time, so that a recycled pid is not taken for ours."""
 
-    pid: int
-    start_time: int  # clock ticks after boot, field 22 of /proc/<pid>/stat
+    def __init__(self, pid: int, start_time: int) -> None:
+        self.pid = pid
+        self.start_time = start_time  # clock ticks after boot, field 22 of /proc/<pid>/stat
 
     @classmethod
     def of(cls, pid: int) -> ProcessIdentity | None:
@@ -50,11 +55,14 @@ class ProcessIdentity:
 def descendants(root: int) -> list[tuple[int, int]]:
     """(pid, pgid) of every descendant of root, from one walk of /proc."""
     children: dict[int, list[tuple[int, int]]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            fields = proc_stat(int(entry)) if entry.isdigit() else None
-            if fields is not None:
-                children.setdefault(int(fields[1]), []).append((int(entry), int(fields[2])))
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
+    for entry in entries:
+        fields = proc_stat(int(entry)) if entry.isdigit() else None
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append((int(entry), int(fields[2])))
     found, frontier = [], [root]
     while frontier:
         kids = children.get(frontier.pop(), [])

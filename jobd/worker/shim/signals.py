@@ -1,26 +1,30 @@
 """What a shim asks of the kernel: signals as wake-ups, a child subreaper, and a signal that
-reaches every process a job made. Standard library only.
+reaches every process a job made. Standard library only, and its smallest parts: the
+signal module's C half (its Python half imports enum) and ctypes's (one call, prctl).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
 import os
 import select
-import signal
-from collections.abc import Callable
 
 from jobd.worker.shim.log import log_event
 from jobd.worker.shim.procfs import descendants
+
+# typing.TYPE_CHECKING without importing typing, which would cost every shim 0.4 MiB.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal
+    from collections.abc import Callable
+    from typing import Any
+else:
+    import _signal as signal
 
 __all__ = [
     "SHRUGGED_SIGNALS",
     "STOP_SIGNALS",
     "Wakeups",
     "become_subreaper",
-    "libc",
     "no_children_left",
     "signal_job",
     "signal_quietly",
@@ -32,6 +36,11 @@ SHRUGGED_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
 _PR_SET_CHILD_SUBREAPER = 36
 
 
+def _ignore(*_: object) -> None:
+    """A Python handler (not SIG_IGN, which a workload would inherit) that does nothing:
+    the C-level handler has already written the signal's number to the wake-up pipe."""
+
+
 class Wakeups:
     """Signals turned into bytes on a pipe, so one select() waits for all of them."""
 
@@ -41,9 +50,7 @@ class Wakeups:
         self._read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         for sig in self.SIGNALS:
-            # A Python handler (not SIG_IGN, which a workload would inherit) that does nothing:
-            # the C-level handler has already written the signal's number to the pipe.
-            signal.signal(sig, lambda *_: None)
+            signal.signal(sig, _ignore)
 
     def fileno(self) -> int:
         """Readable once a signal has arrived (for a select() over more than this)."""
@@ -56,15 +63,19 @@ class Wakeups:
 
     def take(self) -> set[int]:
         seen: set[int] = set()
-        with contextlib.suppress(BlockingIOError):
+        try:
             while chunk := os.read(self._read_fd, 512):
                 seen.update(chunk)
+        except BlockingIOError:
+            pass
         return seen
 
 
 def signal_quietly(send: Callable[[int, int], None], target: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    try:
         send(target, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def signal_job(pgid: int, sig: int) -> None:
@@ -88,17 +99,24 @@ def no_children_left() -> bool:
     return False
 
 
-@functools.cache
-def libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
 def become_subreaper() -> None:
     """Orphans of the job are reparented to us, not to init, so they are found and reaped."""
-    with contextlib.suppress(OSError, AttributeError):
-        c_library = libc()
-        if c_library is not None and c_library.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            log_event("cannot become a child subreaper; daemonized processes may escape")
+    try:
+        done = _prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0
+    except (OSError, AttributeError, ImportError):
+        done = False
+    if not done:
+        log_event("cannot become a child subreaper; daemonized processes may escape")
+
+
+def _prctl(option: int, value: int) -> int:
+    """prctl(2) through ctypes's C half alone (ctypes itself is 0.4 MiB more of a shim):
+    the classes ctypes.CDLL would make for it, made here."""
+    import _ctypes  # once per shim, at its start
+
+    c: Any = _ctypes
+    c_int = type("c_int", (c._SimpleCData,), {"_type_": "i"})
+    flags = c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO
+    function = type("Function", (c.CFuncPtr,), {"_flags_": flags, "_restype_": c_int})
+    program = type("Program", (), {"_handle": c.dlopen(None, os.RTLD_LOCAL)})()
+    return int(function(("prctl", program))(option, value, 0, 0, 0))

@@ -10,13 +10,11 @@ Standard library only (the shim and the agent both use it).
 
 from __future__ import annotations
 
-import contextlib
+import _thread
 import fcntl
-import json
 import os
-import threading
-from pathlib import Path
 
+from jobd.worker.shim import jsontext
 from jobd.worker.shim.protocol import LEGACY_LOCK_FILE
 
 # typing.TYPE_CHECKING without importing typing, which would cost every shim 0.4 MiB.
@@ -24,10 +22,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    # A path as the shim passes it (a string: pathlib is 2 MiB of a shim) or the agent.
+    StrPath = str | os.PathLike[str]
+
 __all__ = ["lock_is_held", "open_append", "read_json", "take_lock", "write_json_atomic"]
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) -> None:
+def write_json_atomic(path: StrPath, data: dict[str, Any], durable: bool = True) -> None:
     """Replace path with data, so a reader sees the old whole file or the new, never a part.
 
     durable: fsync'd, so it survives a power cut too; without, it survives any process's
@@ -37,11 +38,11 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
     # strings, not pathlib: a shim writes two of these per job.
     directory, name = os.path.split(os.fspath(path))
     directory = directory or os.curdir
-    tmp = f"{directory}/.{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp = f"{directory}/.{name}.{os.getpid()}.{_thread.get_ident()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         try:
-            payload = json.dumps(data, sort_keys=True).encode() + b"\n"
+            payload = jsontext.dumps(data, sort_keys=True).encode() + b"\n"
             while payload:
                 payload = payload[os.write(fd, payload) :]
             if durable:
@@ -51,8 +52,10 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
         os.replace(tmp, path)
     except BaseException:
         # A full disk, say: leave no half-written file behind to hold its space.
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
     if not durable:
         return
@@ -63,25 +66,26 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
         os.close(dir_fd)
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: StrPath) -> dict[str, Any] | None:
     """The object in path, or None if it is missing or not a JSON object."""
     try:
-        data = json.loads(path.read_bytes())
+        with open(path, "rb") as file:
+            data = jsontext.loads(file.read())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def open_append(path: Path) -> int:
+def open_append(path: StrPath) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
-def lock_is_held(state_dir: Path) -> bool:
+def lock_is_held(state_dir: StrPath) -> bool:
     """Whether a shim holds the state directory's lock, i.e. is alive."""
-    return any(_held(path) for path in (state_dir, state_dir / LEGACY_LOCK_FILE))
+    return _held(state_dir) or _held(os.path.join(state_dir, LEGACY_LOCK_FILE))
 
 
-def _held(path: Path) -> bool:
+def _held(path: StrPath) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -95,7 +99,7 @@ def _held(path: Path) -> bool:
     return False
 
 
-def take_lock(state_dir: Path) -> int | None:
+def take_lock(state_dir: StrPath) -> int | None:
     """The directory's lock, as an fd to keep open (None: another process holds it)."""
     fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
