@@ -69,7 +69,8 @@ def one_commit(ctx: Context, plan: NewRoom | None) -> Iterator[None]:
 
 def place_new(ctx: Context, plan: NewRoom | None, created: list[Job]) -> list[Job]:
     """Inside `one_commit`: bind what of `created` the room takes, in the scheduler's
-    order; `created` as written (a bound job in its new version)."""
+    order; `created`, a bound job in its bound version (why another waits, when the
+    pass's rules write it, is a later version, as it was when the pass wrote it)."""
     if plan is None:
         return created
     queue = _NewJobs(created)
