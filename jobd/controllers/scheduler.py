@@ -71,9 +71,11 @@ class SchedulerController:
         if job is None:
             return []
         status = job.status
-        # A new ready job, or a job that gave its slot back, may let something run.
+        # A new ready job, or a job that gave its slot back, may let something run. A
+        # new job its create bound in the same commit (placing_new.py) the view holds
+        # bound already: that create did this pass's work.
         if status.phase == Phase.PENDING and status.dependencies_met:
-            return [QUEUE_KEY]
+            return [] if job.id in self.ctx.view.bound else [QUEUE_KEY]
         if status.phase not in _BOUND or change.op == "DELETED":
             return [QUEUE_KEY] if status.worker else []
         return []

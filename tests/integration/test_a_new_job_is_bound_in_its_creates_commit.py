@@ -26,10 +26,11 @@ from jobd.api.models import (
 from jobd.broker.batching import CreateBatcher
 from jobd.controllers.clock import FakeClock
 from jobd.controllers.context import Context, Settings
-from jobd.controllers.scheduler import SchedulerController
+from jobd.controllers.scheduler import QUEUE_KEY, SchedulerController
 from jobd.controllers.verbs.admission import create_jobs
 from jobd.controllers.verbs.worker_lease import register_worker
 from jobd.store import open_store
+from jobd.store.base import Change
 from jobd.wire import routes
 from tests.integration.conftest import broker_state, job_document, reread
 
@@ -195,3 +196,17 @@ async def test_an_apply_binds_its_new_jobs_and_answers_them_bound(
     )
     assert dry.status_code == 200, dry.text
     assert state.store.get_job_by_name("default", "d") is None
+
+
+async def test_a_create_that_bound_its_job_queues_no_scheduling_pass(ctx: Context) -> None:
+    heard: list[Change] = []
+    ctx.store.subscribe(lambda changes, _events: heard.extend(changes))
+    scheduler = SchedulerController(ctx)
+    register_worker(ctx, "w", WorkerSpec(slots=1), "h", "procgroup")
+    heard.clear()
+    await _create_together(ctx, [_job("bound")])
+    assert [c.op for c in heard] == ["ADDED", "MODIFIED"]
+    assert [k for c in heard for k in scheduler.keys_for(c)] == []
+    heard.clear()
+    await _create_together(ctx, [_job("queued")])  # no room left: the pass's to look at
+    assert [k for c in heard for k in scheduler.keys_for(c)] == [QUEUE_KEY]
