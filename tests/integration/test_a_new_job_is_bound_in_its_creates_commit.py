@@ -1,7 +1,8 @@
 """A create binds its new jobs when a worker has room, in its own commit, as the
 scheduler's pass would have: the same workers and GPUs, nothing taken ahead of a queued
 job, quotas held, room held for a nominated job left alone, a gang bound whole or not at
-all (controllers/verbs/placing_new.py). Real SQLite stores, the real batcher and apply."""
+all (controllers/verbs/placing_new.py). Real SQLite and PostgreSQL stores (the batch
+written off the loop there), the real batcher and apply."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ from jobd.wire import routes
 from tests.integration.conftest import broker_state, job_document, reread
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def ctx(store_url: str) -> Iterator[Context]:
+    """A broker's context on SQLite (store work inline) and on PostgreSQL (off the loop)."""
+    store = open_store(store_url)
+    off_loop = store_url.startswith("postgresql")
+    yield Context(store, Settings(), FakeClock(), off_loop=off_loop)
+    store.close()
 
 
 @pytest.fixture
