@@ -62,7 +62,7 @@ class CreateBatcher:
             return
         try:
             jobs = [job for job, _ in batch]
-            created = self._create(jobs, room_for_new(self.ctx))
+            created = self._create(jobs, room_for_new(self.ctx, jobs))
         except StoreUnavailable as exc:
             for _, future in batch:
                 if not future.done():
@@ -134,7 +134,7 @@ class CreateBatcher:
         ctx = self.ctx
 
         def prepare() -> NewRoom | None:
-            return room_for_new(ctx) if place else None
+            return room_for_new(ctx, jobs) if place else None
 
         create = partial(_create_placed, ctx, jobs=jobs, projects=projects, shapes=shapes)
         return await ctx.runner.run_prepared(prepare, create)

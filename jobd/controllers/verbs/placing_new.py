@@ -23,7 +23,7 @@ The room and fair share's basis are read on the loop (`room_for_new`, the runner
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -44,16 +44,19 @@ class NewRoom(NamedTuple):
     basis: FairBasis
 
 
-def room_for_new(ctx: Context) -> NewRoom | None:
+def room_for_new(ctx: Context, jobs: Iterable[Job] | None = None) -> NewRoom | None:
     """On the loop: the room the view shows, or None when the queue holds a ready job
-    (the pass's to order) or no worker has room (nothing to place)."""
+    (the pass's to order) or no worker has room (nothing to place). `jobs`: the new
+    jobs, when known before they are read off the loop: of one project, no usage is
+    worked out (fair share orders between projects only)."""
     if ctx.view.queued:
         return None
     room = free_room(ctx, fair=False)
     if room is None:
         return None
     reserve_nominated(ctx.view, room.caps)
-    return NewRoom(room, fair_basis(ctx))
+    one_project = jobs is not None and len({job.project for job in jobs}) <= 1
+    return NewRoom(room, fair_basis(ctx, usage=not one_project))
 
 
 @contextmanager
