@@ -23,8 +23,8 @@ The room and fair share's basis are read on the loop (`room_for_new`, the runner
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from typing import NamedTuple
 
 from jobd.api.models import Job, Phase
@@ -59,15 +59,10 @@ def room_for_new(ctx: Context, jobs: Iterable[Job] | None = None) -> NewRoom | N
     return NewRoom(room, fair_basis(ctx, usage=not one_project))
 
 
-@contextmanager
-def one_commit(ctx: Context, plan: NewRoom | None) -> Iterator[None]:
+def one_commit(ctx: Context, plan: NewRoom | None) -> AbstractContextManager[None]:
     """The create's writes and its binds in one transaction (durable: a create is what a
     user is told); nothing of its own when there is nothing to place."""
-    if plan is None:
-        yield
-        return
-    with ctx.store.batch(durable=True):
-        yield
+    return nullcontext() if plan is None else ctx.store.batch(durable=True)
 
 
 def place_new(ctx: Context, plan: NewRoom | None, created: list[Job]) -> list[Job]:
