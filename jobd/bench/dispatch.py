@@ -87,10 +87,17 @@ async def _first_instruction(http: httpx.AsyncClient, job: int) -> float:
     raise TimeoutError(f"job {job}'s output did not reach the broker within 10 s")
 
 
-async def _start_times(http: httpx.AsyncClient, job: int) -> tuple[float, float, float]:
+# The stages of a dispatch, each timed from the create sent (`_start_times`).
+_STAGES = ("first", "event", "status", "created", "scheduled")
+
+
+async def _start_times(http: httpx.AsyncClient, job: int) -> tuple[float, ...]:
     """Its first instruction; when the worker saw its process start (the process_started
-    event's `observed_at`: shipped in batches, so waited for); status.started_at."""
-    status = (await http.get(routes.GET_JOB.url(job_id=job))).json()["status"]
+    event's `observed_at`: shipped in batches, so waited for); status.started_at; and the
+    broker's stamps before its commits: metadata.created_at (the create admitted) and
+    status.scheduled_at (the job bound to the worker)."""
+    body = (await http.get(routes.GET_JOB.url(job_id=job))).json()
+    status = body["status"]
     if status["phase"] != "Succeeded":  # a --server whose workers lack this interpreter
         raise RuntimeError(
             f"job {job} ended {status['phase']} (exit code {status.get('exit_code')}): "
@@ -98,7 +105,8 @@ async def _start_times(http: httpx.AsyncClient, job: int) -> tuple[float, float,
         )
     event = await wait_event(http, job, "process_started")
     first = await _first_instruction(http, job)
-    return first, parse_ts(event["observed_at"]), parse_ts(status["started_at"])
+    stamps = (event["observed_at"], status["started_at"], body["metadata"]["created_at"])
+    return first, *map(parse_ts, stamps), parse_ts(status["scheduled_at"])
 
 
 async def run_dispatch(ctx: BenchContext) -> Result:
@@ -117,7 +125,7 @@ async def run_dispatch(ctx: BenchContext) -> Result:
         starts = {job: await _start_times(http, job) for job in sent}
     samples = {
         key: [starts[job][index] - at for job, at in sent.items()]
-        for index, key in enumerate(("first", "event", "status"))
+        for index, key in enumerate(_STAGES)
     }
     return _dispatch_result(samples, bare, runner)
 
@@ -136,6 +144,7 @@ def _dispatch_result(samples: dict[str, list[float]], bare: list[float], runner:
     first_job = ms(samples["first"][0]) if samples["first"] else None
     event = {q: ms(percentile(samples["event"], q)) for q in (50, 99)}
     status = {q: ms(percentile(samples["status"], q)) for q in (50, 99)}
+    split = {key: ms(percentile(samples[key], 50)) for key in ("created", "scheduled")}
     result.extra = {
         "runner": runner,
         "bare_spawn_p50_ms": bare_p50,
@@ -146,6 +155,8 @@ def _dispatch_result(samples: dict[str, list[float]], bare: list[float], runner:
         "process_started_p99_ms": event[99],
         "started_at_p50_ms": status[50],
         "started_at_p99_ms": status[99],
+        "created_at_p50_ms": split["created"],
+        "scheduled_at_p50_ms": split["scheduled"],
     }
     result.notes = (
         "create sent -> the workload's first instruction (python -I -S), beside a bare "
@@ -156,6 +167,8 @@ def _dispatch_result(samples: dict[str, list[float]], bare: list[float], runner:
         f"first job on the fresh worker: {first_job} ms",
         f"to the worker's process_started: p50 {event[50]} ms, p99 {event[99]} ms; "
         f"to status.started_at: p50 {status[50]} ms, p99 {status[99]} ms; runner {runner}",
+        f"the broker's stamps at p50: created_at {split['created']} ms, "
+        f"scheduled_at {split['scheduled']} ms",
     ]
     return result
 

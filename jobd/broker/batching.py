@@ -22,13 +22,14 @@ soon as it lands, so batches grow while the server works instead of queueing up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 
 from jobd.api.models import Job, Project, Worker
 from jobd.controllers.context import Context
 from jobd.controllers.placement import Shape, shapes_of
 from jobd.controllers.verbs.admission import create_jobs
+from jobd.controllers.verbs.placing_new import NewRoom, one_commit, place_new, room_for_new
 from jobd.store.base import StoreUnavailable
 
 __all__ = ["CreateBatcher"]
@@ -61,7 +62,7 @@ class CreateBatcher:
             return
         try:
             jobs = [job for job, _ in batch]
-            created = self._create(jobs)
+            created = self._create(jobs, room_for_new(self.ctx, jobs))
         except StoreUnavailable as exc:
             for _, future in batch:
                 if not future.done():
@@ -75,11 +76,12 @@ class CreateBatcher:
             if not future.done():
                 future.set_result(job)
 
-    def _create(self, jobs: list[Job]) -> list[Job]:
-        """Admit and insert; the view's workers judge at once whether any could run each."""
+    def _create(self, jobs: list[Job], plan: NewRoom | None = None) -> list[Job]:
+        """Admit and insert; the view's workers judge at once whether any could run each;
+        what `plan`'s room takes is bound in the same commit (placing_new.py)."""
         view = self.ctx.view
         shapes = view.of_workers(_fleet_shapes)
-        return create_jobs(self.ctx.store, jobs, self.ctx.clock, view.projects, shapes=shapes)
+        return _create_placed(self.ctx, plan, jobs, view.projects, shapes)
 
     # -- off the loop: the store's thread writes, the loop settles the futures
 
@@ -104,7 +106,8 @@ class CreateBatcher:
         view = self.ctx.view
         projects, shapes = dict(view.projects), view.of_workers(_fleet_shapes)
         try:
-            created = await self._create_on_thread([job for job, _ in batch], projects, shapes)
+            jobs = [job for job, _ in batch]
+            created = await self._create_on_thread(jobs, projects, shapes, place=True)
         except StoreUnavailable as exc:
             _settle(batch, error=exc)
             return
@@ -120,11 +123,21 @@ class CreateBatcher:
         _settle(batch, created=created)
 
     async def _create_on_thread(
-        self, jobs: list[Job], projects: dict[str, Project], shapes: frozenset[Shape]
+        self,
+        jobs: list[Job],
+        projects: dict[str, Project],
+        shapes: frozenset[Shape],
+        place: bool = False,
     ) -> list[Job]:
+        """Created on the store's thread; `place`: bound, what a worker has room for, in the
+        same commit (the room read on the loop when the units before have ended)."""
         ctx = self.ctx
-        create = partial(create_jobs, shapes=shapes)
-        return await ctx.runner.run(create, ctx.store, jobs, ctx.clock, projects)
+
+        def prepare() -> NewRoom | None:
+            return room_for_new(ctx, jobs) if place else None
+
+        create = partial(_create_placed, ctx, jobs=jobs, projects=projects, shapes=shapes)
+        return await ctx.runner.run_prepared(prepare, create)
 
     def _create_alone(self, job: Job, future: asyncio.Future[Job]) -> None:
         try:
@@ -135,6 +148,18 @@ class CreateBatcher:
         else:
             if not future.done():
                 future.set_result(result)
+
+
+def _create_placed(
+    ctx: Context,
+    plan: NewRoom | None,
+    jobs: list[Job],
+    projects: Mapping[str, Project],
+    shapes: frozenset[Shape],
+) -> list[Job]:
+    with one_commit(ctx, plan):
+        created = create_jobs(ctx.store, jobs, ctx.clock, projects, shapes=shapes)
+        return place_new(ctx, plan, created)
 
 
 def _settle(

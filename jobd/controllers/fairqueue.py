@@ -27,9 +27,9 @@ from jobd.controllers.capacity import Capacity, Seat, choose_seat
 from jobd.controllers.context import Context
 from jobd.controllers.fairshare import factors, shares_of
 from jobd.controllers.quotas import Held, QuotaVerdict, held_by, limits_anything, quota_verdict
-from jobd.store.base import Conflict, EventRecord, Fits
+from jobd.store.base import Conflict, EventRecord, Fits, QueueHead
 
-__all__ = ["FairInputs", "FairPass", "fair_inputs", "project_factors"]
+__all__ = ["FairBasis", "FairInputs", "FairPass", "fair_basis", "fair_inputs", "project_factors"]
 
 
 @dataclass
@@ -50,19 +50,50 @@ def fair_inputs(ctx: Context) -> FairInputs | None:
     id): one project at most has ready queued jobs, and no project sets a limit."""
     view = ctx.view
     names = list(view.queued_projects)
-    limits = limits_anything(view.projects.values())
-    if len(names) <= 1 and not limits:
+    if len(names) <= 1 and not limits_anything(view.projects.values()):
         return None
+    return fair_basis(ctx, usage=len(names) > 1).inputs(names)
+
+
+@dataclass
+class FairBasis:
+    """What fair share and quotas read of the view, taken on the event loop, before the
+    projects in play are known (a create's, once its documents are read off the loop):
+    `inputs` then orders any set of them as a pass would."""
+
+    projects: dict[str, Project]
+    limits: bool
+    held: dict[str, Held]
+    users: dict[tuple[str, str], int]
+    usage: dict[str, float]  # each project's, running jobs' so far included
+
+    def inputs(self, names: list[str]) -> FairInputs | None:
+        """A fair pass's inputs over the projects `names`; None as fair_inputs says."""
+        if len(names) <= 1 and not self.limits:
+            return None
+        shares = shares_of(self.projects)
+        factor = factors(self.usage, shares, names) if len(names) > 1 else {}
+        return FairInputs(self.projects, names, factor, self.limits, self.held, self.users)
+
+
+def fair_basis(ctx: Context, usage: bool = True) -> FairBasis:
+    """The view's part of a fair pass (copies); `usage` False when one project at most
+    is in play (no factor to work out)."""
+    view = ctx.view
+    limits = limits_anything(view.projects.values())
     held, users = held_by(view.bound.values()) if limits else ({}, {})
-    factor = project_factors(ctx, names) if len(names) > 1 else {}
-    return FairInputs(dict(view.projects), names, factor, limits, held, users)
+    by_project = _usage(ctx) if usage else {}
+    return FairBasis(dict(view.projects), limits, held, users, by_project)
+
+
+def _usage(ctx: Context) -> dict[str, float]:
+    billing = ctx.settings.billing
+    return ctx.usage.effective(ctx.view.bound.values(), billing, ctx.clock.now())[0]
 
 
 def project_factors(ctx: Context, names: Iterable[str]) -> dict[str, float]:
     """The fair-share factor of each of `names` now (usage so far of running jobs counted)."""
-    view, billing = ctx.view, ctx.settings.billing
-    usage, _users = ctx.usage.effective(view.bound.values(), billing, ctx.clock.now())
-    return factors(usage, shares_of(view.projects), names)
+    return factors(_usage(ctx), shares_of(ctx.view.projects), names)
 
 
 @dataclass
@@ -87,8 +118,11 @@ class FairPass:
         bind: Callable[[Job, Seat], bool],
         admit: Callable[[Job], bool],
         choose: Callable[[Job], Seat | None] | None = None,
+        queue: QueueHead | None = None,
     ) -> None:
         self.ctx, self.caps, self.fits, self.page = ctx, caps, fits, page
+        # Where queued jobs are read: the store's index, or a create's new jobs.
+        self.queue_head = queue or ctx.store.queue_head
         self.bind, self.admit = bind, admit
         # Where a job goes: choose_seat's answer (the scheduler passes its room index's).
         self.choose = choose or (lambda job: choose_seat(job, caps))
@@ -164,7 +198,7 @@ class FairPass:
         """Push `name`'s next queued job onto the merge, reading a page when needed."""
         head = self.heads[name]
         if not head.jobs and head.more:
-            page = self.ctx.store.queue_head(self.page, self.fits, head.after, project=name)
+            page = self.queue_head(self.page, self.fits, head.after, project=name)
             head.more = len(page) == self.page
             head.jobs = page[::-1]  # popped from the end
             if page:

@@ -33,9 +33,9 @@ from jobd.controllers.context import Context
 from jobd.controllers.fairqueue import FairInputs, FairPass, fair_inputs
 from jobd.controllers.queueing import DONE, Result
 from jobd.controllers.rooms import RoomIndex
-from jobd.store.base import Change, Conflict, EventRecord, Fits
+from jobd.store.base import Change, Conflict, EventRecord, Fits, QueueHead
 
-__all__ = ["QUEUE_KEY", "Room", "SchedulerController", "bind_into", "free_room"]
+__all__ = ["QUEUE_KEY", "Room", "SchedulerController", "bind_into", "bind_new", "free_room"]
 
 QUEUE_KEY = "queue"
 # How many queued jobs one pass may look at beyond those it binds (like Slurm's
@@ -53,12 +53,16 @@ class SchedulerController:
     # so a fleet registering at once makes a pass per tenth of a second (manager.py).
     worker_coalesce_s = 0.1
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, queue: QueueHead | None = None) -> None:
         self.ctx = ctx
         self.resync_s = ctx.settings.sweep_interval_s
         # Binding into one worker's room (a report's refill), where no gang can be placed:
         # a gang met in the queue's order stops the binds (bind_into).
         self.partial = False
+        # Where queued jobs are read: the store's index, or a create's new jobs (bind_new).
+        self.queue_head = queue or ctx.store.queue_head
+        # Each job bound, as written, when the caller answers with them (bind_new).
+        self.written: dict[int, Job] | None = None
 
     def keys_for(self, change: Change) -> Iterable[str]:
         if change.kind in _WORKER_OR_PROJECT:  # a project's quota or shares may have moved
@@ -67,9 +71,11 @@ class SchedulerController:
         if job is None:
             return []
         status = job.status
-        # A new ready job, or a job that gave its slot back, may let something run.
+        # A new ready job, or a job that gave its slot back, may let something run. A
+        # new job its create bound in the same commit (placing_new.py) the view holds
+        # bound already: that create did this pass's work.
         if status.phase == Phase.PENDING and status.dependencies_met:
-            return [QUEUE_KEY]
+            return [] if job.id in self.ctx.view.bound else [QUEUE_KEY]
         if status.phase not in _BOUND or change.op == "DELETED":
             return [QUEUE_KEY] if status.worker else []
         return []
@@ -140,7 +146,8 @@ class SchedulerController:
         def place(job: Job) -> Seat | None:
             return self._place(job, rooms)
 
-        fair_pass = FairPass(self.ctx, fair, caps, _fits(caps), page, bind, admit, place)
+        fits = _fits(caps)
+        fair_pass = FairPass(self.ctx, fair, caps, fits, page, bind, admit, place, self.queue_head)
         return fair_pass.run(_SCAN_LIMIT, lambda: _room(caps.values()))
 
     def _bind_pages(self, caps: dict[str, Capacity], arrays: dict[int, int]) -> bool:
@@ -154,7 +161,7 @@ class SchedulerController:
             size = min(_SCAN_LIMIT - scanned, 2 * free)
             # Jobs too big for every worker's free room stay in the index, unread.
             fits = _fits(caps)
-            page = self.ctx.store.queue_head(size, fits, after)
+            page = self.queue_head(size, fits, after)
             lost, past_full_array = self._bind_page(page, rooms, arrays)
             raced = raced or lost
             scanned += len(page)
@@ -223,9 +230,11 @@ class SchedulerController:
     def _write(self, bound: Job, events: list[EventRecord]) -> bool:
         """Write a bind; False when it lost its race (the job moved meanwhile)."""
         try:
-            self.ctx.store.update_job(bound, events)
+            stored = self.ctx.store.update_job(bound, events)
         except Conflict:
             return False
+        if self.written is not None:
+            self.written[stored.id] = stored
         return True
 
 
@@ -247,14 +256,15 @@ class _GangAhead(Exception):
     (else jobs behind it would take, one report at a time, the room it waits for)."""
 
 
-def free_room(ctx: Context) -> Room | None:
+def free_room(ctx: Context, fair: bool = True) -> Room | None:
     """The room the view shows on the schedulable workers; None when no worker has a free
-    slot or GPU. Held capacity is not yet taken out (reserve_nominated)."""
+    slot or GPU. Held capacity is not yet taken out (reserve_nominated). `fair` False:
+    the caller works out the fair-share inputs (placing_new.py)."""
     view = ctx.view
     caps = capacity_of(schedulable(view.workers.values(), ctx.leases.heard), view.bound.values())
     if not any(c.has_room() for c in caps.values()):
         return None
-    return Room(caps, dict(view.array_bound), fair_inputs(ctx))
+    return Room(caps, dict(view.array_bound), fair_inputs(ctx) if fair else None)
 
 
 def bind_into(ctx: Context, room: Room) -> bool:
@@ -263,7 +273,19 @@ def bind_into(ctx: Context, room: Room) -> bool:
     transaction (a worker's reports: verbs/refill.py), so no batch of its own. A room
     not `whole` binds no further than the first gang in the queue's order: True then,
     as the scheduler's pass has a job to look at."""
-    scheduler = SchedulerController(ctx)
+    return _bind_into(SchedulerController(ctx), room)
+
+
+def bind_new(ctx: Context, room: Room, queue: QueueHead) -> dict[int, Job]:
+    """Bind the jobs `queue` holds into `room` as a pass would (bind_into): a create's
+    new jobs, inside its transaction (verbs/placing_new.py). Each job bound, as written."""
+    scheduler = SchedulerController(ctx, queue)
+    scheduler.written = {}
+    _bind_into(scheduler, room)
+    return scheduler.written
+
+
+def _bind_into(scheduler: SchedulerController, room: Room) -> bool:
     scheduler.partial = not room.whole
     try:
         if room.fair is not None:

@@ -52,6 +52,7 @@ __all__ = [
     "NotLeader",
     "Op",
     "ProjectStore",
+    "QueueHead",
     "Receipt",
     "ReceiptStore",
     "RunCharge",
@@ -78,6 +79,19 @@ class Fits(NamedTuple):
     gpus: int
     millicpus: int = MAX_ID  # an INTEGER column, as ids
     memory: int = MAX_INT
+
+
+class QueueHead(Protocol):
+    """Ready Pending jobs no bigger than `fits`, in the scheduler's order (priority, then
+    id), after the keyset `after`, of one project if named: `JobStore.queue_head`."""
+
+    def __call__(
+        self,
+        limit: int,
+        fits: Fits,
+        after: tuple[int, int] | None = None,
+        project: str | None = None,
+    ) -> list[Job]: ...
 
 
 class UsageRecord(NamedTuple):

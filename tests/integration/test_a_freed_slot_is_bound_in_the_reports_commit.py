@@ -92,14 +92,19 @@ async def test_the_next_queued_job_is_bound_in_the_commit_that_ends_one(
 ) -> None:
     state = broker_state(api)
     register_worker(state.ctx, WORKER, WorkerSpec(slots=1), "host", "procgroup")
+    # The worker's one slot, taken by the create itself (nothing queued: placing_new.py).
+    running = await _submit(api, "running")
+    assert _job(state, running).status.worker == WORKER
     first = await _submit(api, "first", priority=1)
     low = await _submit(api, "low", priority=1)
     high = await _submit(api, "high", priority=5)
     await _schedule(state)
-    assert _job(state, high).status.worker == WORKER, "the pass binds the higher priority"
+    assert _job(state, high).status.phase == Phase.PENDING, "no room: all three queued"
     commits = Commits()
     state.store.subscribe(commits)
 
+    await _run(api, running)
+    assert (high, "Scheduled", WORKER) in commits.holding(running, Phase.SUCCEEDED)
     await _run(api, high)
 
     ended = commits.holding(high, Phase.SUCCEEDED)

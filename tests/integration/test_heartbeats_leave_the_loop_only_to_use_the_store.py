@@ -82,7 +82,7 @@ async def test_a_heartbeat_with_news_is_written_on_the_store_thread(
     pg_api: httpx.AsyncClient,
 ) -> None:
     state = broker_state(pg_api)
-    created = await pg_api.post("/jobs", json=job_document("elsewhere"))
+    created = await pg_api.post("/jobs", json=job_document("elsewhere", worker="w2"))
     job_id = created.json()["metadata"]["id"]  # not bound here: to be stopped, and recorded
     release = threading.Event()
     answers: list[dict[str, Any]] = []

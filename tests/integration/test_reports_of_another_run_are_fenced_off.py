@@ -208,9 +208,9 @@ async def test_a_hundred_racing_cancels_preempts_and_completes_end_each_job_once
 
 
 async def test_a_heartbeat_naming_an_old_run_has_it_stopped(api: httpx.AsyncClient) -> None:
+    job_id = await _submit(api, "rerun")  # before any worker: left queued, for _bind
     registration = {"spec": {"slots": 2}, "hostname": "h", "runner": "procgroup"}
     assert (await api.put("/workers/w1", json=registration)).status_code == 200
-    job_id = await _submit(api, "rerun")
     old = _bind(api, job_id, "w1")
     _unbind(api, job_id)
     new = _bind(api, job_id, "w1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +26,7 @@ from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.explain import Cluster, Queue, explain
 from jobd.controllers.verbs import admission, arrays, preempt
 from jobd.controllers.verbs.cancel import cancel
+from jobd.controllers.verbs.placing_new import NewRoom, one_commit, place_new, room_for_new
 from jobd.controllers.verbs.resume import resume_job
 from jobd.store.base import NotFound, Store
 from jobd.wire import routes
@@ -110,12 +111,20 @@ async def apply(request: Request, query: Annotated[ApplyQuery, Query()]) -> Resp
     who = principal_of(request)
     state = state_of(request)
     with _collector_paused():  # off the loop (PostgreSQL), other requests run meanwhile
-        text = await state.ctx.runner.run(_apply, state, body, query.objects, who)
+        text = await state.ctx.runner.run_prepared(
+            lambda: room_for_new(state.ctx),
+            lambda plan: _apply(state, body, query.objects, who, plan),
+        )
     return Response(text, media_type="application/json")
 
 
-def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str:
-    """The apply's answer, as JSON text. Everything else it made is gone when it returns."""
+def _apply(
+    state: BrokerState, raw: bytes, objects: bool, who: Principal, plan: NewRoom | None = None
+) -> str:
+    """The apply's answer, as JSON text. Everything else it made is gone when it returns.
+    Its new jobs that `plan`'s room takes are bound in their create's commit
+    (placing_new.py), unless it writes projects or arrays too (which the room, read
+    before, does not know): those are the pass's."""
     resources, dry_run = _apply_body(raw)
     projects = [r for r in resources if isinstance(r, Project)]
     jobs = [r for r in resources if isinstance(r, Job)]
@@ -137,7 +146,9 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
             arrays.apply_array(state.store, array, clock, dry_run=True)
     results = [admission.apply_project(state.store, p, dry_run) for p in projects]
     results += [arrays.apply_array(state.store, a, clock, dry_run) for a in job_arrays]
-    results += admission.apply_jobs(state.store, jobs, clock, dry_run)
+    if projects or job_arrays or dry_run:
+        plan = None
+    results += _apply_jobs(state, jobs, dry_run, plan)
     items = []
     for r in results:
         item: dict[str, Any] = {"kind": r.kind, "name": r.name, "action": r.action}
@@ -145,6 +156,20 @@ def _apply(state: BrokerState, raw: bytes, objects: bool, who: Principal) -> str
             item["object"] = doc(r.obj)
         items.append(item)
     return encode_json({"results": items})
+
+
+def _apply_jobs(
+    state: BrokerState, jobs: list[Job], dry_run: bool, plan: NewRoom | None
+) -> list[admission.ApplyResult]:
+    """admission.apply_jobs, and what of its new jobs the room takes bound, in one commit."""
+    ctx = state.ctx
+    with one_commit(ctx, plan):
+        results = admission.apply_jobs(state.store, jobs, ctx.clock, dry_run)
+        created = [r for r in results if r.action == "created"]
+        placed = place_new(ctx, plan, [cast(Job, r.obj) for r in created])
+    for result, job in zip(created, placed, strict=True):
+        result.obj = job
+    return results
 
 
 def _may_apply(who: Principal, projects: list[Project], jobs: list[Job | JobArray]) -> None:
