@@ -292,9 +292,8 @@ def _apply_reports(
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
     for item in body.reports:
         handler, model = _REPORTS[item.verb], REPORT_BODIES[item.verb]
-        # The item was validated with the body's own fields (wire.models.BATCHED_REPORTS):
-        # built from them, not validated a second time.
-        report = model.model_construct(worker=name, **{k: v for k, v in item if k not in _ITEM})
+        fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)
+        report = model.model_validate({"worker": name, **fields}, strict=False)
         try:
             job = written.get(item.job) or reported_job_or_404(state, item.job)
             written[item.job] = job = handler(state, job, report)
@@ -309,10 +308,6 @@ def _apply_reports(
     if plan is not None:
         refill.refill(state.ctx, plan, written.values())
     return {"results": results, "events": len(events)}
-
-
-# What a batch item says beside its verb's body: which job, which verb.
-_ITEM = frozenset({"job", "verb"})
 
 
 def _claimed(state: BrokerState, worker: str, stream: str, delivery: Delivery | None) -> bool:
