@@ -157,8 +157,12 @@ class SchedulerController:
         while scanned < _SCAN_LIMIT and (free := _room(caps.values())):
             # Read about as many queued jobs as could start: a pass costs what it binds.
             # (Twice that; a page whose jobs all go unbound is followed by the next one.
-            # A floor of 8 parsed six bodies more than a one-slot pass binds.)
-            size = min(_SCAN_LIMIT - scanned, 2 * free)
+            # A floor of 8 parsed six bodies more than a one-slot pass binds.) A refill
+            # (`partial`: one worker's room, verbs/refill.py) reads no more than could
+            # start: no gang is bound there and `fits` leaves out what its room cannot
+            # hold, so its page binds whole but for a rare job placement turns away; a
+            # second page of a refill that did is the exception, not a page per report.
+            size = min(_SCAN_LIMIT - scanned, free if self.partial else 2 * free)
             # Jobs too big for every worker's free room stay in the index, unread.
             fits = _fits(caps)
             page = self.queue_head(size, fits, after)

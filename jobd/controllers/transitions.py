@@ -362,9 +362,7 @@ def record_checkpoint_dir(job: Job, path: str | None) -> tuple[Job, Events]:
     """Where the worker put this run's checkpoints, as its `started` report says."""
     if not path or job.status.checkpoint_dir == path:
         return job, []
-    job = job.evolve()
-    job.status.checkpoint_dir = path
-    return job, []
+    return _recorded(job, checkpoint_dir=path), []
 
 
 def record_cpuset(job: Job, cpuset: list[int] | None) -> tuple[Job, Events]:
@@ -372,9 +370,7 @@ def record_cpuset(job: Job, cpuset: list[int] | None) -> tuple[Job, Events]:
     none was not pinned: an earlier attempt's cores are not kept)."""
     if job.status.cpuset == cpuset:
         return job, []
-    job = job.evolve()
-    job.status.cpuset = cpuset
-    return job, []
+    return _recorded(job, cpuset=cpuset), []
 
 
 def record_checkpoint_latest(job: Job, path: str | None) -> tuple[Job, Events]:
@@ -382,9 +378,18 @@ def record_checkpoint_latest(job: Job, path: str | None) -> tuple[Job, Events]:
     job's is kept as it ended."""
     if not path or job.status.phase.terminal:
         return job, []
-    job = job.evolve()
-    job.status.checkpoint_latest = path
-    return job, []
+    return _recorded(job, checkpoint_latest=path), []
+
+
+def _recorded(job: Job, **said: str | list[int] | None) -> Job:
+    """`job` with fields of its status replaced by what a report says, a shallow copy.
+
+    The report's own move (start, complete) follows at once and makes its deep copy
+    (Job.evolve) before it changes anything, so a deep copy here would be the second
+    of one report (each about as costly as parsing the job); a copy that replaces only
+    top-level fields of the status leaves the original as it was.
+    """
+    return job.model_copy(update={"status": job.status.model_copy(update=said)})
 
 
 def mark_resumed(job: Job, resumed_by: int) -> tuple[Job, Events]:

@@ -135,11 +135,13 @@ class ClusterView:
         if status.phase == Phase.PENDING and status.dependencies_met and status.retry_at is None:
             self._queue(job_id, job.project)
         self.parents.update(job.status.parents)
-        # The view keeps copies of its own: the change's object belongs to its writer.
+        # The committed object itself, not a copy parsed from the change's text: nobody
+        # changes a committed job (Change.obj; transitions write copies, Job.evolve), and
+        # parsing a copy of each bound job was the largest cost of this listener.
         if job.status.phase in BOUND_PHASES:
-            self._bind(Job.model_validate_json(change.text))
+            self._bind(job)
         elif job.status.phase == Phase.PENDING and job.status.nominated_worker:
-            self.nominated[job_id] = Job.model_validate_json(change.text)
+            self.nominated[job_id] = job
 
     def _queue(self, job_id: int, project: str) -> None:
         self.queued[job_id] = project

@@ -166,3 +166,35 @@ async def test_a_cordoned_worker_is_not_refilled(api: httpx.AsyncClient) -> None
     assert (await api.post(f"/workers/{WORKER}/cordon")).status_code == 200
     await _run(api, running)
     assert _job(state, queued).status.phase == Phase.PENDING
+
+
+async def test_a_refill_reads_no_more_queued_jobs_than_the_room_it_fills(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each job read from the queue is parsed: a refill of one freed slot reads one."""
+    state = broker_state(api)
+    register_worker(state.ctx, WORKER, WorkerSpec(slots=2), "host", "procgroup")
+    first, second = await _submit(api, "first"), await _submit(api, "second")
+    queued = [await _submit(api, f"queued-{i}") for i in range(4)]
+    await _schedule(state)
+    read: list[tuple[int, int]] = []  # (asked for, given) of each read of the queue's head
+    queue_head = state.store.queue_head
+
+    def reading(limit: int, *args: Any, **kw: Any) -> list[Job]:
+        page = queue_head(limit, *args, **kw)
+        read.append((limit, len(page)))
+        return page
+
+    monkeypatch.setattr(state.store, "queue_head", reading)
+    await _run(api, first)
+    assert read == [(1, 1)]
+    assert _job(state, queued[0]).status.worker == WORKER
+    read.clear()
+    await _run(api, second)
+    await _run(api, queued[0])
+    assert read == [(1, 1), (1, 1)], "one read of one job per freed slot"
+    assert [_job(state, j).status.phase for j in queued[1:]] == [
+        Phase.SCHEDULED,
+        Phase.SCHEDULED,
+        Phase.PENDING,
+    ]

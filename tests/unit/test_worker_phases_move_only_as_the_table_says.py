@@ -11,7 +11,7 @@ import pytest
 from jobd.api.models import ObjectMeta, Phase, Worker, WorkerPhase
 from jobd.controllers import transitions
 from jobd.controllers.worker_phases import TABLE, WorkerVerb, move
-from tests.unit.conftest import job_in
+from tests.unit.conftest import NOW, job_in
 
 
 def _worker(phase: WorkerPhase) -> Worker:
@@ -58,6 +58,23 @@ def test_a_started_report_records_where_checkpoints_go_once() -> None:
     assert job.status.checkpoint_dir is None  # the caller's copy is untouched
     assert transitions.record_checkpoint_dir(moved, "/ckpt/7")[0] is moved
     assert transitions.record_checkpoint_dir(moved, None)[0] is moved
+
+
+def test_what_a_report_records_and_its_move_leave_the_reported_job_as_it_was() -> None:
+    """The recorded fields are a shallow copy (the move's deep copy follows): nothing the
+    move then changes, a condition appended or the phase, reaches the job reported on."""
+    job = job_in(Phase.SCHEDULED, started_at=None, attempt=1)
+    before = job.model_dump_json()
+    recorded, _ = transitions.record_checkpoint_dir(job, "/ckpt/7")
+    recorded, _ = transitions.record_cpuset(recorded, [0, 1])
+    started, _ = transitions.start(recorded, "w", NOW, attempt=1)
+    latest, _ = transitions.record_checkpoint_latest(started, "/ckpt/7/step-9")
+    ended, _ = transitions.complete(latest, "w", 0, None, NOW, attempt=1)
+    assert ended.status.phase == Phase.SUCCEEDED and ended.status.cpuset == [0, 1]
+    assert ended.status.checkpoint_latest == "/ckpt/7/step-9"
+    assert job.model_dump_json() == before
+    assert recorded.status.phase == Phase.SCHEDULED and not recorded.status.conditions
+    assert started.status.phase == Phase.RUNNING and latest.status.phase == Phase.RUNNING
 
 
 def test_a_completion_records_the_newest_checkpoint_unless_the_job_has_ended() -> None:

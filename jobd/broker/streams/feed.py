@@ -123,17 +123,22 @@ class Notifier:
     """
 
     def __init__(self) -> None:
-        self._event = anyio.Event()
+        # Made by the first wait after a notify: a commit nobody waits for makes none
+        # (three notifiers hear each commit; an anyio.Event costs microseconds to make).
+        self._event: anyio.Event | None = None
         self.closed = False
 
     def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
 
     async def wait(self, timeout_s: float) -> None:
-        event = self._event
         if self.closed:
             return
+        if self._event is None:
+            self._event = anyio.Event()
+        event = self._event
         with anyio.move_on_after(timeout_s):
             await event.wait()
 
