@@ -127,6 +127,8 @@ class Agent:
                     self._say_whom_jobs_run_as()
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
+                    if not self.executions:  # what start-up allocated and let go is given back
+                        self.trimming.went_idle()
                     await self._serve(tg)
             finally:
                 # Jobs run on under their shims; the pool exits with its pipe.
