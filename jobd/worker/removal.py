@@ -15,11 +15,13 @@ Next stage: none.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import queue
 import shutil
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["Removals", "remove_flat_dir"]
@@ -45,27 +47,53 @@ def remove_flat_dir(path: Path) -> None:
 
 class Removals:
     """Removes the directories it is given, one after the other, on its own thread
-    (started at the first)."""
+    (started at the first).
+
+    Waking a thread costs the loop more than queueing (a futex, then the GIL handed back
+    and forth: 0.36 ms of wall time a put in a profiled drain), so the thread is woken only
+    when it sleeps, and once woken lingers LINGER_S to take a drain's directories in a
+    batch."""
+
+    LINGER_S = 0.02
 
     def __init__(self) -> None:
-        self._paths: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._paths: collections.deque[Path] = collections.deque()
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._asleep = True
+        self._stopping = False
         self._thread: threading.Thread | None = None
 
     def remove(self, path: Path) -> None:
         """Queue `path` for removal; returns at once."""
         if self._thread is None:
+            self._stopping = False
             self._thread = threading.Thread(target=self._run, name="removals", daemon=True)
             self._thread.start()
-        self._paths.put(path)
+        self._paths.append(path)
+        if self._asleep:
+            self._asleep = False
+            self._wake.put(None)
 
     def _run(self) -> None:
-        while (path := self._paths.get()) is not None:
-            with contextlib.suppress(OSError):
-                remove_flat_dir(path)
+        while not self._stopping:
+            self._wake.get()
+            time.sleep(0 if self._stopping else self.LINGER_S)
+            self._remove_queued()
+
+    def _remove_queued(self) -> None:
+        while True:
+            while self._paths:
+                with contextlib.suppress(OSError):
+                    remove_flat_dir(self._paths.popleft())
+            self._asleep = True
+            if not self._paths:  # else queued after the last look and before the flag
+                return
+            self._asleep = False
 
     def finish(self, timeout_s: float = 5.0) -> None:
         """Remove what is queued, waiting at most timeout_s; then the thread ends."""
         thread, self._thread = self._thread, None
         if thread is not None:
-            self._paths.put(None)
+            self._stopping = True
+            self._wake.put(None)
             thread.join(timeout_s)
