@@ -25,8 +25,32 @@ from typing import Any
 __all__ = ["defer", "loaded"]
 
 
-class _SSLContextPlaceholder:
-    """Named as anyio's modules name it at import; never made (the real one is, at use)."""
+def _real_ssl() -> types.ModuleType:
+    """The real `ssl`, loaded now if need be; the stand-in then holds its names too."""
+    stand_in = sys.modules.get("ssl")
+    if isinstance(stand_in, _DeferredSsl):
+        del sys.modules["ssl"]
+    real = importlib.import_module("ssl")
+    if isinstance(stand_in, _DeferredSsl):
+        stand_in.__dict__.update(real.__dict__)
+    return real
+
+
+class _SSLContextType(type):
+    """Checks against the placeholder are checks against the real SSLContext."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, _real_ssl().SSLContext)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, _real_ssl().SSLContext)
+
+
+class _SSLContextPlaceholder(metaclass=_SSLContextType):
+    """Named as anyio's modules name it at import; made, it is the real one."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return _real_ssl().SSLContext(*args, **kwargs)
 
 
 class _DeferredSsl(types.ModuleType):
@@ -35,11 +59,7 @@ class _DeferredSsl(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # the import system's questions (`__path__`): not ssl's
             raise AttributeError(name)
-        if sys.modules.get("ssl") is self:
-            del sys.modules["ssl"]
-        real = importlib.import_module("ssl")
-        self.__dict__.update(real.__dict__)
-        return getattr(real, name)
+        return getattr(_real_ssl(), name)
 
 
 def defer() -> None:

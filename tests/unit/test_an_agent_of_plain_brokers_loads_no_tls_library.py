@@ -49,3 +49,12 @@ def test_a_process_that_has_loaded_ssl_keeps_it() -> None:
     code = "import ssl\nfrom jobd.daemon import lazy_ssl\nlazy_ssl.defer()\n"
     code += "import sys; print(sys.modules['ssl'] is ssl, lazy_ssl.loaded())"
     assert _run(code) == ["True", "True"]
+
+
+def test_a_context_made_first_through_the_placeholder_is_the_real_one() -> None:
+    code = (
+        "from jobd.daemon import lazy_ssl\nlazy_ssl.defer()\nimport asyncio, ssl\n"
+        "context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)\n"
+        "print(type(context).__module__, isinstance(context, ssl.SSLContext), lazy_ssl.loaded())"
+    )
+    assert _run(code) == ["ssl", "True", "True"]
