@@ -23,15 +23,17 @@ def test_queued_directories_are_gone_once_finished(tmp_path: Path) -> None:
     dirs = [_state_dir(tmp_path, f"7-{attempt}") for attempt in range(5)]
     for path in [*dirs, tmp_path / "never-made"]:
         removals.remove(path)
+    thread = removals._thread
     removals.finish()
     assert list(tmp_path.iterdir()) == []
-    assert not [t for t in threading.enumerate() if t.name == "removals"]
+    assert thread is not None and not thread.is_alive()
 
 
 def test_no_thread_until_there_is_something_to_remove(tmp_path: Path) -> None:
     removals = Removals()
+    before = set(threading.enumerate())
     removals.finish()
-    assert not [t for t in threading.enumerate() if t.name == "removals"]
+    assert removals._thread is None and set(threading.enumerate()) <= before
     removals.remove(_state_dir(tmp_path, "8-0"))  # usable again after finish
     removals.finish()
     assert list(tmp_path.iterdir()) == []
