@@ -66,6 +66,19 @@ def _without_rich() -> None:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
+def _without_ssl(server: str) -> None:
+    """Load no TLS library in an agent whose brokers are all plain http:// (~4.5 MiB of
+    its RSS; daemon/lazy_ssl.py). An https:// broker, a Unix socket or a proxy in the
+    environment goes through httpx, which needs ssl at once. Before anything imports
+    asyncio (structlog does)."""
+    from jobd.wire.plain_http import plain_http_serves
+
+    if all(plain_http_serves(url.strip()) for url in server.split(",") if url.strip()):
+        from jobd.daemon import lazy_ssl
+
+        lazy_ssl.defer()
+
+
 def _run(
     main: Callable[[], Awaitable[None]], uvloop: bool = False, serves_http: bool = True
 ) -> None:
@@ -202,6 +215,8 @@ def worker(ctx: click.Context, /, **given: Any) -> None:
     if _installing(ctx):
         return
     _without_rich()
+    connection = read(AgentConnection, given)
+    _without_ssl(connection.server)  # before anything imports asyncio
     from jobd.daemon import worker_process as assemble
     from jobd.daemon.file_modes import keep_files_private, warn_wide_modes
     from jobd.logconfig import configure_logging
@@ -209,7 +224,6 @@ def worker(ctx: click.Context, /, **given: Any) -> None:
 
     output = read(OutputOptions, given)
     private = keep_files_private(output.group_readable)  # before anything is created
-    connection = read(AgentConnection, given)
     token = assemble.worker_token(connection.token, connection.token_file)
     token = token or default_token(connection.server)
     assemble.forget_token()

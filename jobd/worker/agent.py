@@ -47,6 +47,7 @@ from jobd.worker.limits import (
     sweep_cgroups,
 )
 from jobd.worker.owners import PublishedUsers, closed_to_owners, runs_as_owners, runs_as_text
+from jobd.worker.removal import Removals
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of
 from jobd.worker.shim.client import ShimPool, adopt
@@ -79,6 +80,7 @@ class Agent:
         self.failed_starts: set[tuple[int, int]] = set()  # (job, attempt): never again
         self.next_attempts: dict[int, JobView] = {}  # a retry's, once the last attempt is over
         self.pool = ShimPool()
+        self.removals = Removals()  # over attempts' state directories (removal.py)
         # How a job's limits are enforced here (detected when the agent runs, if the
         # settings do not say), and the cores each running job holds.
         self.enforcement = settings.enforcement or NO_ENFORCEMENT
@@ -127,10 +129,13 @@ class Agent:
                     self._say_whom_jobs_run_as()
                     self._readopt()  # first: the heartbeat must name every job still ours
                     await self._register()
+                    if not self.executions:  # what start-up allocated and let go is given back
+                        self.trimming.went_idle()
                     await self._serve(tg)
             finally:
                 # Jobs run on under their shims; idle shims exit as their pipes close.
                 await self.pool.aclose()
+                self.removals.finish()
                 remove_cgroup_parent(self.enforcement)
 
     def _detect_enforcement(self) -> None:
@@ -348,7 +353,13 @@ class Agent:
     def _host(self) -> Host:
         assert self.link is not None
         return Host(
-            self.settings, self.containment, self.link, self.pool, self.enforcement, self.cores
+            self.settings,
+            self.containment,
+            self.link,
+            self.pool,
+            self.enforcement,
+            self.cores,
+            self.removals,
         )
 
     def _supervise(self, execution: Execution) -> None:

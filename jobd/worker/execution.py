@@ -30,6 +30,7 @@ from jobd.worker.jobrecord import AttemptPhase, JobRecord, boot_id, job_dir
 from jobd.worker.jobview import JobView
 from jobd.worker.limits import NO_ENFORCEMENT, CoreAllocator, Enforcement
 from jobd.worker.owners import OWNER_UNKNOWN, OwnerUnknown
+from jobd.worker.removal import Removals
 from jobd.worker.reporting import BrokerLink
 from jobd.worker.settings import WorkerSettings, attempt_of, effective_grace
 from jobd.worker.shim.client import (
@@ -62,6 +63,8 @@ class Host:
     # How limits are enforced here, and the cores each running job holds (worker/limits.py).
     enforcement: Enforcement = field(default_factory=lambda: NO_ENFORCEMENT)
     cores: CoreAllocator = field(default_factory=lambda: CoreAllocator(()))
+    # Over attempts' state directories, removed off the event loop (worker/removal.py).
+    removals: Removals = field(default_factory=Removals)
 
 
 class Execution:

@@ -35,15 +35,19 @@ def test_importing_the_agent_loads_no_store_and_no_server() -> None:
     assert not _broker_parts(loaded)
 
 
-def test_jobd_worker_command_loads_no_store_no_server_no_rich_no_greenlet(tmp_path: Path) -> None:
+def _worker_modules(tmp_path: Path, server: str) -> set[str]:
     # The command as `jobd worker` runs it, up to the start of its event loop.
-    args = ["worker", "--server", "http://127.0.0.1:9", "--token", "t", "--gpus", "none"]
+    args = ["worker", "--server", server, "--token", "t", "--gpus", "none"]
     args += ["--log-dir", str(tmp_path)]
-    loaded = _modules_after(
+    return _modules_after(
         "from jobd.daemon import main as jobd_main\n"
         "jobd_main._run = lambda main, **how: None\n"
         f"jobd_main.cli.main({args!r}, prog_name='jobd', standalone_mode=False)"
     )
+
+
+def test_jobd_worker_command_loads_no_store_no_server_no_rich_no_greenlet(tmp_path: Path) -> None:
+    loaded = _worker_modules(tmp_path, "http://127.0.0.1:9")
     assert {"jobd.worker.agent", "h11", "structlog"} <= loaded
     # An http:// broker is reached with h11 on anyio (wire/plain_async.py), never httpx.
     assert not {m for m in loaded if m.split(".")[0] in ("httpx", "httpcore")}
@@ -55,3 +59,10 @@ def test_jobd_worker_command_loads_no_store_no_server_no_rich_no_greenlet(tmp_pa
     # follows a real worker through jobs).
     assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core")}
     assert not {"jobd.api.models", "jobd.wire.models"} & loaded
+
+
+def test_jobd_worker_loads_a_tls_library_only_for_an_https_broker(tmp_path: Path) -> None:
+    # OpenSSL (_ssl) is ~4.5 MiB of an idle agent: not loaded for plain brokers
+    # (daemon/lazy_ssl.py); loaded at once when one broker of the list is https://.
+    assert "_ssl" not in _worker_modules(tmp_path / "plain", "http://127.0.0.1:9,http://[::1]:9")
+    assert "_ssl" in _worker_modules(tmp_path / "tls", "http://127.0.0.1:9,https://127.0.0.1:9")

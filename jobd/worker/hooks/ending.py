@@ -4,9 +4,6 @@ which the final phase flows, and the state directory's removal."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -159,25 +156,7 @@ class Tidy(Hook):
         if ex.settings.keep_job_files:
             await ex.save()
         else:
-            _remove_flat_dir(ex.state_dir)
-
-
-def _remove_flat_dir(path: Path) -> None:
-    """Remove a job's state directory: a handful of files, no subdirectories (the shim
-    makes none). Inline, not in a thread: a few unlinks cost less than the hop."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return
-    for name in names:
-        try:
-            os.unlink(path / name)
-        except IsADirectoryError:
-            shutil.rmtree(path / name, ignore_errors=True)
-        except FileNotFoundError:
-            pass
-    with contextlib.suppress(OSError):
-        os.rmdir(path)
+            ex.host.removals.remove(ex.state_dir)  # on its own thread (worker/removal.py)
 
 
 def _size(path: Path) -> int:
