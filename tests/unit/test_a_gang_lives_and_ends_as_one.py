@@ -3,19 +3,23 @@
 The job is Running once every member runs; the first member to fail stops the others and
 the job ends Failed naming that rank, only once every member has ended; all exit 0:
 Succeeded; cancel ends it when all members ended; the checkpoint is complete once every
-member saw the sentinel; progress is rank 0's; a retry clears the members; a report from
+member saw the sentinel; progress is rank 0's; a retry clears the members, each rank
+resuming from its own checkpoint; a report from
 a worker that is not that member's is refused.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, RetryPolicy
 from jobd.controllers import gangs, transitions
 from jobd.controllers.errors import TransitionError
+from jobd.worker.jobview import JobView
+from jobd.worker.settings import WorkerSettings, workload_env
 from tests.unit.conftest import NOW
 
 P = Phase
@@ -168,6 +172,25 @@ def test_a_retry_queues_the_whole_gang_again_unbound() -> None:
     assert status.worker is None and status.retry_at == NOW + timedelta(seconds=5)
     assert [(a.attempt, a.worker, a.exit_code) for a in status.attempts] == [(1, "a", 1)]
     assert [e.event for e in events] == ["job_retrying"]
+
+
+def test_a_retried_gang_resumes_each_rank_from_its_own_checkpoint() -> None:
+    job = running_gang(2, RetryPolicy(limit=2, backoff_s=0))
+    job, _ = gangs.complete(job, "a", 0, (1, None), NOW, 1, checkpoint_latest="/ck/0/a.pt")
+    job, _ = gangs.complete(job, "b", 1, (None, 15), NOW, 1, checkpoint_latest="/ck/1/b.pt")
+    status = job.status
+    assert (status.phase, status.resume_from) == (P.PENDING, "/ck/0/a.pt")
+    assert status.resume_from_ranks == {"0": "/ck/0/a.pt", "1": "/ck/1/b.pt"}
+    # Bound again, each member's agent gives its workload its own rank's checkpoint.
+    placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:2])]
+    job, _ = gangs.bind_gang(job, placements, NOW)
+    view = JobView(job.model_dump(mode="json", exclude_defaults=True))
+    for worker, path in (("a", "/ck/0/a.pt"), ("b", "/ck/1/b.pt")):
+        settings = WorkerSettings(
+            name=worker, slots=1, gpus=[], checkpoint_root=Path("/ck"), default_grace_s=5,
+            state_dir=Path("/tmp/state"), base_env={},
+        )  # fmt: skip
+        assert workload_env(view, settings, Path("/ck/7"))["RESUME_FROM"] == path, worker
 
 
 def test_a_lost_gang_runs_again_when_a_member_reports_it_runs() -> None:
