@@ -176,6 +176,7 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
         status.resume_from = latest
     status.retries += 1
     status.phase, status.worker, status.gpus = P.PENDING, None, []
+    status.desired_phase = P.RUNNING  # a gang's failing member had driven it to Failed
     if status.members:
         status.resume_from_ranks = _ranks_latest(status)
         ungang(status)

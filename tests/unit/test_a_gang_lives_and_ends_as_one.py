@@ -193,6 +193,26 @@ def test_a_retried_gang_resumes_each_rank_from_its_own_checkpoint() -> None:
         assert workload_env(view, settings, Path("/ck/7"))["RESUME_FROM"] == path, worker
 
 
+def test_a_retried_gangs_next_failure_fails_it_again() -> None:
+    # The first failing member drives the job to Failed (desired); the retry must want it
+    # Running again, or the next run's failing member is not taken as one.
+    job = running_gang(2, RetryPolicy(limit=2, backoff_s=0))
+    job, _ = gangs.complete(job, "a", 0, (1, None), NOW, 1, checkpoint_latest="/ck/0/a.pt")
+    job, _ = gangs.complete(job, "b", 1, (None, 15), NOW, 1, checkpoint_latest="/ck/1/b.pt")
+    assert (job.status.phase, job.status.desired_phase) == (P.PENDING, P.RUNNING)
+    placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:2])]
+    job, _ = gangs.bind_gang(job, placements, NOW)
+    for rank in range(2):
+        job, _ = gangs.start(job, WORKERS[rank], rank, NOW, 2, (29500 if rank == 0 else None, ""))
+    job, _ = gangs.complete(job, "b", 1, (3, None), NOW, 2)
+    assert (job.status.failed_rank, job.status.signal) == (1, "cancel"), "rank 0 is stopped"
+    job, events = gangs.complete(job, "a", 0, (None, 15), NOW, 2, checkpoint_latest="/ck/0/c.pt")
+    assert (job.status.phase, job.status.retries) == (P.PENDING, 2)
+    assert [e.event for e in events] == ["job_retrying"]
+    # Rank 1 left no checkpoint this time: it keeps the one it had.
+    assert job.status.resume_from_ranks == {"0": "/ck/0/c.pt", "1": "/ck/1/b.pt"}
+
+
 def test_a_lost_gang_runs_again_when_a_member_reports_it_runs() -> None:
     job = running_gang(2)
     lost, events = transitions.lose(job, NOW)
