@@ -2,7 +2,7 @@
 
 Worker `a` advertises 127.0.0.2 and `b` 127.0.0.3 (the members' addresses are written
 at the bind, as the scheduler takes them from each worker's `status.address`). The gang
-is bound the way the scheduler binds one (`gangs.bind_gang`, one store write), by this
+is bound the way the scheduler binds one (`tests/gang_binding.py`, one store write), by this
 test, with the broker stopped a moment (its workers are cordoned so no pass binds it as
 one job of one node first); from there on everything is the agents' and the broker's
 own: each member's agent runs its rank, rank 0 chooses the master port, rank 1 starts
@@ -33,9 +33,9 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from jobd import ApiError, AsyncClient, Client
-from jobd.controllers import gangs
 from jobd.store.sql import open_store
 from tests.e2e import harness
+from tests.gang_binding import bind_gang
 
 ADDRESSES = {"a": "127.0.0.2", "b": "127.0.0.3"}
 GANG_ENV = [
@@ -89,7 +89,7 @@ class GangLab(harness.Lab):
             job = store.get_job(job_id)
             assert job is not None
             placements = [(name, address, []) for name, address in ADDRESSES.items()]
-            store.update_job(*gangs.bind_gang(job, placements, job.metadata.created_at))
+            store.update_job(*bind_gang(job, placements, job.metadata.created_at))
         finally:
             store.close()
 

@@ -20,6 +20,7 @@ from jobd.controllers import gangs, transitions
 from jobd.controllers.errors import TransitionError
 from jobd.worker.jobview import JobView
 from jobd.worker.settings import WorkerSettings, workload_env
+from tests.gang_binding import bind_gang
 from tests.unit.conftest import NOW
 
 P = Phase
@@ -31,7 +32,7 @@ def bound_gang(nodes: int = 3, retry: RetryPolicy | None = None) -> Job:
     job = Job(metadata=ObjectMeta(id=7, name="g", resource_version=3), spec=spec)
     job.status.dependencies_met = True
     placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:nodes])]
-    job, events = gangs.bind_gang(job, placements, NOW)
+    job, events = bind_gang(job, placements, NOW)
     assert [e.event for e in events] == ["job_scheduled"]
     return job
 
@@ -183,7 +184,7 @@ def test_a_retried_gang_resumes_each_rank_from_its_own_checkpoint() -> None:
     assert status.resume_from_ranks == {"0": "/ck/0/a.pt", "1": "/ck/1/b.pt"}
     # Bound again, each member's agent gives its workload its own rank's checkpoint.
     placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:2])]
-    job, _ = gangs.bind_gang(job, placements, NOW)
+    job, _ = bind_gang(job, placements, NOW)
     view = JobView(job.model_dump(mode="json", exclude_defaults=True))
     for worker, path in (("a", "/ck/0/a.pt"), ("b", "/ck/1/b.pt")):
         settings = WorkerSettings(
@@ -201,7 +202,7 @@ def test_a_retried_gangs_next_failure_fails_it_again() -> None:
     job, _ = gangs.complete(job, "b", 1, (None, 15), NOW, 1, checkpoint_latest="/ck/1/b.pt")
     assert (job.status.phase, job.status.desired_phase) == (P.PENDING, P.RUNNING)
     placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:2])]
-    job, _ = gangs.bind_gang(job, placements, NOW)
+    job, _ = bind_gang(job, placements, NOW)
     for rank in range(2):
         job, _ = gangs.start(job, WORKERS[rank], rank, NOW, 2, (29500 if rank == 0 else None, ""))
     job, _ = gangs.complete(job, "b", 1, (3, None), NOW, 2)
@@ -232,11 +233,11 @@ def test_a_job_of_one_node_takes_reports_of_rank_0_only() -> None:
 def test_each_worker_holds_its_own_members_gpus() -> None:
     spec = JobSpec(command=["x"], nodes=2)
     job = Job(metadata=ObjectMeta(id=8, name="g2", resource_version=1), spec=spec)
-    job, _ = gangs.bind_gang(job, [("a", None, [0, 1]), ("b", None, [3])], NOW)
+    job, _ = bind_gang(job, [("a", None, [0, 1]), ("b", None, [3])], NOW)
     assert job.status.gpus == [0, 1]  # rank 0's, mirrored
     assert (gangs.gpus_on(job, "a"), gangs.gpus_on(job, "b")) == ([0, 1], [3])
     with pytest.raises(TransitionError, match="needs 2 different workers"):
-        gangs.bind_gang(job.model_copy(deep=True), [("a", None, []), ("a", None, [])], NOW)
+        bind_gang(job.model_copy(deep=True), [("a", None, []), ("a", None, [])], NOW)
 
 
 def test_a_hang_guard_stops_every_member_and_the_gang_ends_failed_with_its_reason() -> None:
