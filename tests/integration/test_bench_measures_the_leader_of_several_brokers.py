@@ -2,59 +2,26 @@
 (wire/failover.py) and measures the broker that leads.
 
 A real `jobd broker` leads (its `/readyz` says `leader`); beside it, listed before it, a
-broker that is down and a stand-in standby, a real HTTP server answering `/readyz`
-`standby` and every other request 307 to the leader, as a standby broker does. The
-bench's submit scenario runs against the leader: the standby is asked only whether it
-leads. A list naming no broker address is refused (exit 2) naming it.
+broker that is down and a stand-in standby, a real HTTP server answering every request
+307 to the leader, as a standby broker answers writes. The bench's submit scenario runs
+against the leader: the standby is asked only whether it leads. A list naming no broker
+address is refused (exit 2) naming it.
 """
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.fuzz.broker import TOKEN, Broker, running_broker
-
-DOWN = "http://127.0.0.1:9"  # the discard port: nothing listens there
-
-
-class Standby(http.server.ThreadingHTTPServer):
-    """`/readyz`: 200 `standby`; anything else: 307 to the leader, as a standby answers."""
-
-    def __init__(self, leader: str) -> None:
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _any(self) -> None:
-                server.seen.append((self.command, self.path))
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = b"standby\n" if self.path == "/readyz" else b""
-                self.send_response(200 if self.path == "/readyz" else 307)
-                if self.path != "/readyz":
-                    self.send_header("Location", leader + self.path)
-                    self.send_header("X-Jobd-Leader", leader)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_DELETE = _any
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self.seen: list[tuple[str, str]] = []
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+from tests.integration.test_clients_ask_brokers_in_turn import DOWN
+from tests.integration.test_clients_ask_brokers_in_turn import Broker as StandIn
 
 
 @pytest.fixture
@@ -77,7 +44,7 @@ def _bench(servers: str, home: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_leader_of_the_list_is_measured(leader: Broker, tmp_path: Path) -> None:
-    standby = Standby(leader.url)
+    standby = StandIn(307, leader.url)
     try:
         run = _bench(f"{DOWN}, {standby.url}/,{leader.url}", tmp_path)
     finally:
