@@ -942,6 +942,11 @@ class JobStatus(Strict):
     master_port: int | None = Field(default=None, ge=1, le=65535)
     # Which member ended the run of a multi-host job (its exit is exit_code above).
     failed_rank: int | None = None
+    # A retried multi-host job: the checkpoint each rank's member left in a run (its
+    # newest file), by rank as text; that rank's next run resumes from it (its
+    # RESUME_FROM, as `job resume` gives each rank RESUME_FROM_RANK_<r>). A rank without
+    # one resumes from `resume_from`, rank 0's.
+    resume_from_ranks: dict[str, str] = Field(default_factory=dict)
     # A queued multi-host job that preemption is freeing room for: every worker room is
     # held on for it, rank 0's first (`nominated_worker` is that first one, so a gang is
     # found among the nominated jobs as a job of one node is). Empty for a job of one node.

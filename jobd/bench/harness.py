@@ -42,6 +42,7 @@ __all__ = [
     "Mode",
     "client",
     "free_port",
+    "leading_broker",
     "raise_open_file_limit",
     "running_broker",
     "wire_client",
@@ -62,6 +63,31 @@ class Endpoint:
 
     url: str
     token: str
+
+
+def leading_broker(urls: list[str]) -> str:
+    """Of a leader and its standbys (`--server a,b`, as clients take it: wire/failover.py),
+    the one to measure: the broker whose `/readyz` says it leads, else the first ready,
+    else the first. A bench measures one broker, and a standby only redirects writes."""
+    if len(urls) == 1:
+        return urls[0]
+    ready = []
+    for url in urls:
+        said = _readiness(url)
+        if said == "leader":
+            return url
+        if said is not None:
+            ready.append(url)
+    return (ready or urls)[0]
+
+
+def _readiness(url: str) -> str | None:
+    """`leader` or `standby` as the broker's `/readyz` says it; None: down or not ready."""
+    try:
+        answer = httpx.get(f"{url}{routes.READYZ.url()}", timeout=3.0, trust_env=False)
+    except (httpx.HTTPError, ValueError):
+        return None
+    return answer.text.strip() if answer.status_code == 200 else None
 
 
 def free_port() -> int:

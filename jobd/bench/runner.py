@@ -34,7 +34,7 @@ from jobd.bench.dispatch import run_dispatch, run_drain
 from jobd.bench.election import run_election
 from jobd.bench.footprint import run_footprint
 from jobd.bench.gangs import run_gang
-from jobd.bench.harness import Endpoint
+from jobd.bench.harness import Endpoint, leading_broker
 from jobd.bench.loaded import run_healthz
 from jobd.bench.notify import run_notify
 from jobd.bench.placement import run_placement, run_placement_fair
@@ -43,6 +43,7 @@ from jobd.bench.progress import Progress
 from jobd.bench.reconcile import run_reconcile
 from jobd.bench.scale import run_scale
 from jobd.bench.stats import Result, Stopwatch
+from jobd.wire.failover import split_servers
 
 __all__ = ["OPT_IN", "SCENARIOS", "run_bench"]
 
@@ -94,7 +95,11 @@ def run_bench(
             file=sys.stderr,
         )
         return 2
-    endpoint = _endpoint(server) if server else None
+    try:
+        endpoint = _endpoint(server) if server else None
+    except ValueError as exc:  # not a list of broker addresses
+        print(f"jobd bench: --server: {exc}", file=sys.stderr)
+        return 2
     if server and endpoint is None:
         print("jobd bench: no token for --server: set JOBD_TOKEN", file=sys.stderr)
         return 2
@@ -105,10 +110,11 @@ def run_bench(
 
 
 def _endpoint(server: str) -> Endpoint | None:
+    """The broker `--server` names to measure (of several, the leader) and its token."""
     from jobd.discovery import default_token
 
     token = default_token(server)
-    return Endpoint(server.rstrip("/"), token) if token else None
+    return Endpoint(leading_broker(split_servers(server)), token) if token else None
 
 
 def _run_all(

@@ -261,18 +261,21 @@ def preempt_blockers(ref: str, dry_run: bool, output: str) -> None:
     with client() as broker:
         result = broker.preempt_blockers(resolve(broker, ref), dry_run=dry_run)
     if output != "text":
-        body = {
+        body: dict[str, object] = {
             "candidate": result.candidate,
             "worker": result.worker,
             "dry_run": result.dry_run,
             "victims": result.victims,
         }
+        if result.workers:  # a gang's, as the broker answers them
+            body["workers"] = result.workers
         print_documents([body], output, single=True)
         return
     for victim in result.victims:
         click.echo(render.victim_line(victim))
     verb = "would preempt" if result.dry_run else "preempted"
-    target = f" on {result.worker}" if result.worker else ""
+    workers = ", ".join(result.workers) or result.worker
+    target = f" on {workers}" if workers else ""
     n = len(result.victims)
     click.echo(f"{verb} {n} job{'s' if n != 1 else ''} so job/{result.candidate} can run{target}")
 

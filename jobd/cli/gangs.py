@@ -1,7 +1,8 @@
 """How `job` shows a multi-host job (a gang): its WORKER cell, its NODES, its members.
 
 A gang's `status.worker` is rank 0's; the WORKER cell adds how many more hosts it holds
-(`gpu1+1`: rank 0 on gpu1 and one more), as Slurm's NODELIST shortens a node range.
+(`gpu1+1`: rank 0 on gpu1 and one more), as Slurm's NODELIST shortens a node range;
+where a line names the hosts a job would free (`job preempt-blockers`), every one is named.
 `job describe` and `job get ID -o wide` list the members, one row per rank. A job of one
 node has no members and shows as it always did. Plain dicts in, strings out: no pydantic.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 from jobd.cli.tables import PlainTable
 
-__all__ = ["MEMBER_HEADERS", "members_table", "nodes_text", "worker_text"]
+__all__ = ["MEMBER_HEADERS", "members_table", "nodes_text", "worker_text", "workers_text"]
 
 Document = Mapping[str, Any]
 MEMBER_HEADERS = ("RANK", "WORKER", "ADDRESS", "PHASE", "EXIT", "GPUS")
@@ -24,6 +25,13 @@ def worker_text(status: Document) -> str:
     worker = str(status.get("worker") or "-")
     others = len(status.get("members") or []) - 1
     return f"{worker}+{others}" if others > 0 and worker != "-" else worker
+
+
+def workers_text(status: Document) -> str:
+    """Every worker the job holds, rank 0's first (`gpu1, gpu2`); `?` for none."""
+    members = sorted(status.get("members") or [], key=lambda m: int(m.get("rank", 0)))
+    workers = [str(m.get("worker") or "?") for m in members]
+    return ", ".join(workers) if workers else str(status.get("worker") or "?")
 
 
 def nodes_text(job: Document) -> str:

@@ -165,29 +165,39 @@ class JobTools:
         max_bytes: Annotated[
             int, Field(description="At most this many bytes of text.", ge=1, le=1 << 20)
         ] = 16_384,
+        rank: Annotated[
+            int | None,
+            Field(
+                description="One member of a multi-host job, alone (without: every "
+                "member's lines interleaved, each behind [rank N]).",
+                ge=0,
+            ),
+        ] = None,
     ) -> Document:
         """The job's output (stdout and stderr as the job wrote them). Without offset: the
         newest lines, cut to the newest max_bytes. With offset: the bytes from there, cut to
-        the first max_bytes; pass next_offset back to read on."""
+        the first max_bytes; pass next_offset back to read on (with the same rank)."""
         with _as_tool_errors():
             job_id = self._id(job)
             if offset is not None:
-                return self._logs_from(job_id, offset, max_bytes)
-            return self._logs_tail(job_id, tail_lines, max_bytes)
+                return self._logs_from(job_id, offset, max_bytes, rank)
+            return self._logs_tail(job_id, tail_lines, max_bytes, rank)
 
-    def _logs_from(self, job_id: int, offset: int, max_bytes: int) -> Document:
-        chunk = self.broker.read_logs(job_id, offset=offset)
+    def _logs_from(self, job_id: int, offset: int, max_bytes: int, rank: int | None) -> Document:
+        chunk = self.broker.read_logs(job_id, offset=offset, rank=rank)
         cut = len(chunk.data) > max_bytes
         next_offset = offset + max_bytes if cut else chunk.offset
         return _log_answer(chunk.data[:max_bytes], next_offset, chunk.done and not cut, cut)
 
-    def _logs_tail(self, job_id: int, tail_lines: int, max_bytes: int) -> Document:
-        chunk = self.broker.read_logs(job_id, tail=tail_lines)
+    def _logs_tail(
+        self, job_id: int, tail_lines: int, max_bytes: int, rank: int | None
+    ) -> Document:
+        chunk = self.broker.read_logs(job_id, tail=tail_lines, rank=rank)
         newest, size = deque([chunk.data]), len(chunk.data)
         for _ in range(_MAX_LOG_READS - 1):
             if not chunk.data:
                 break
-            chunk = self.broker.read_logs(job_id, offset=chunk.offset)
+            chunk = self.broker.read_logs(job_id, offset=chunk.offset, rank=rank)
             newest.append(chunk.data)
             size += len(chunk.data)
         data = b"".join(newest)

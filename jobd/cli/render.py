@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from jobd.api.vocabulary import TERMINAL_PHASES, Phase
-from jobd.cli.gangs import members_table, nodes_text, worker_text
+from jobd.cli.gangs import members_table, nodes_text, worker_text, workers_text
 from jobd.cli.tables import PIPE_WIDTH, PlainTable, print_table
 
 if TYPE_CHECKING:  # rich is loaded only for what plain text cannot show (tables.py)
@@ -385,9 +385,10 @@ def array_line(array: Document) -> str:
 
 
 def victim_line(victim: Document) -> str:
-    """`job/12 long-training/resnet (priority 10) on gpu-box-1`."""
-    worker = _status(victim).get("worker") or "?"
-    return f"job/{_id(victim)} {_ref(victim)} (priority {_priority(victim)}) on {worker}"
+    """`job/12 long-training/resnet (priority 10) on gpu-box-1`; a gang's line names
+    every member's worker (`on gpu-box-1, gpu-box-2`)."""
+    workers = workers_text(_status(victim))
+    return f"job/{_id(victim)} {_ref(victim)} (priority {_priority(victim)}) on {workers}"
 
 
 # -- describe --------------------------------------------------------------------------------

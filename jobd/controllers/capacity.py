@@ -37,6 +37,7 @@ __all__ = [
     "holdings",
     "nominated_on",
     "reserve_nominated",
+    "room_on_its_way",
     "schedulable",
 ]
 
@@ -328,6 +329,14 @@ def nominated_on(job: Job) -> list[str]:
     if status.nominated_workers:
         return status.nominated_workers
     return [status.nominated_worker] if status.nominated_worker else []
+
+
+def room_on_its_way(job: Job, caps: dict[str, Capacity]) -> bool:
+    """The queued job was nominated and every worker room is held on is still
+    schedulable: preemption already frees its room, so nobody need act for it again. A
+    gang nominated to a worker that has since gone needs acting for anew."""
+    nominated = nominated_on(job)
+    return bool(nominated) and all(worker in caps for worker in nominated)
 
 
 def choose_worker(job: Job, caps: dict[str, Capacity]) -> Capacity | None:

@@ -19,7 +19,6 @@ A job of one node never comes here: its reports are transitions.py's, unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from jobd.api.models import TERMINAL_PHASES, Job, Member, Phase, set_condition
@@ -29,8 +28,6 @@ from jobd.controllers.transition_table import Verb, allowed
 from jobd.store.base import EventRecord
 
 __all__ = [
-    "Placement",
-    "bind_gang",
     "checkpoint_complete",
     "complete",
     "gpus_on",
@@ -42,8 +39,6 @@ __all__ = [
 
 Events = list[EventRecord]
 P = Phase
-# (worker, its advertised address, the GPUs the member holds there), by rank.
-Placement = tuple[str, str | None, list[int]]
 _DRIVEN_ENDS = (P.CANCELLED, P.PREEMPTED)
 
 
@@ -75,20 +70,6 @@ def gpus_on(job: Job, worker: str) -> list[int]:
         if member.worker == worker:
             return member.gpus
     return job.status.gpus
-
-
-def bind_gang(job: Job, placements: Sequence[Placement], now: datetime) -> tuple[Job, Events]:
-    """`transitions.bind_gang` from (worker, address, gpus) triples, rank order: how the
-    tests bind a gang the way the scheduler does."""
-    if len(placements) != job.spec.nodes or len({w for w, _, _ in placements}) != len(placements):
-        raise TransitionError(
-            f"job {job.id} needs {job.spec.nodes} different workers, got {len(placements)}"
-        )
-    members = [
-        Member(rank=rank, worker=worker, address=address, gpus=list(held))
-        for rank, (worker, address, held) in enumerate(placements)
-    ]
-    return transitions.bind_gang(job, members, now)
 
 
 def _member(job: Job, worker: str, rank: int, attempt: int | None) -> Member:

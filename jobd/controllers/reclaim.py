@@ -22,6 +22,7 @@ from jobd.controllers.capacity import (
     capacity_of,
     choose_seat,
     reserve_nominated,
+    room_on_its_way,
     schedulable,
 )
 from jobd.controllers.context import Context
@@ -122,7 +123,7 @@ class ReclaimController:
         # What is being stopped already is not borrowed any more.
         held, users = held_by(j for j in bound if not on_the_way(j))
         for candidate in pending:
-            if candidate.project in lenders or candidate.status.nominated_worker in caps:
+            if candidate.project in lenders or room_on_its_way(candidate, caps):
                 continue
             project = view.projects.get(candidate.project)
             if project is None or project.spec.quota is None:

@@ -22,8 +22,8 @@ from jobd.controllers.capacity import (
     Capacity,
     capacity_of,
     choose_seat,
-    nominated_on,
     reserve_nominated,
+    room_on_its_way,
     schedulable,
 )
 from jobd.controllers.context import Context
@@ -103,9 +103,8 @@ class SweeperController:
         wake: list[float],
     ) -> bool:
         """Preempt for one candidate if the rules allow; True when something was written."""
-        nominated = nominated_on(candidate)
-        if nominated and all(worker in caps for worker in nominated):
-            return False  # room is already on its way to it
+        if room_on_its_way(candidate, caps):
+            return False
         if choose_seat(candidate, caps) is not None:
             self.ctx.enqueue("scheduler", "queue")
             return False

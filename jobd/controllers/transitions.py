@@ -166,7 +166,8 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
     """Back to Pending, unbound, not queued before its backoff is over (retry_ready).
 
     The run's checkpoint, when it left one (a `latest.*` file: checkpoints.py), is where
-    the next run resumes from; else the one an earlier run left, if any.
+    the next run resumes from; else the one an earlier run left, if any. A gang's ranks
+    each resume from their own (`resume_from_ranks`).
     """
     _record_attempt(job, now, reason)
     status = job.status
@@ -175,7 +176,9 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
         status.resume_from = latest
     status.retries += 1
     status.phase, status.worker, status.gpus = P.PENDING, None, []
+    status.desired_phase = P.RUNNING  # a gang's failing member had driven it to Failed
     if status.members:
+        status.resume_from_ranks = _ranks_latest(status)
         ungang(status)
     status.exit_code = status.exit_signal = None
     status.scheduled_at = status.started_at = status.stopping_at = status.lost_at = None
@@ -193,6 +196,17 @@ def _retry(job: Job, now: datetime, reason: str, wait_s: float) -> Events:
         "resume_from": status.resume_from,
     }
     return [EventRecord("job_retrying", job=job.id, worker=worker, fields=fields)]
+
+
+def _ranks_latest(status: JobStatus) -> dict[str, str]:
+    """Each rank's checkpoint to resume from after a retry: the file its member's run
+    left, else the one an earlier run of that rank left (the rule of `resume_from`)."""
+    latest = dict(status.resume_from_ranks)
+    for member in status.members:
+        path = member.checkpoint_latest
+        if path and not path.endswith("/"):
+            latest[str(member.rank)] = path
+    return latest
 
 
 _RETRY_BACKOFF = WaitReason.RETRY_BACKOFF.value

@@ -28,7 +28,7 @@ from jobd.broker.notify.outbox import BrokerSink, NotifyConfig
 from jobd.broker.state import BrokerConfig
 from jobd.controllers.context import Settings
 from jobd.controllers.fairshare import Billing
-from jobd.daemon.listening import ListenError, bind_listener, bind_unix_listener
+from jobd.daemon.listening import ListenError, bind_listener, unix_listener_or_none
 from jobd.daemon.settings import BrokerOptions, OutputOptions, default_data_dir
 from jobd.logconfig import redact_url
 from jobd.store.base import StoreUnavailable
@@ -197,14 +197,7 @@ def listen_unix(path: Path | None, given: bool, data_dir: Path) -> socket.socket
     is said and done without when it was the default."""
     if path is None:
         return None
-    try:
-        return bind_unix_listener(path, public_dir=path.parent != data_dir)
-    except ListenError as exc:
-        if given:
-            click.echo(f"jobd: {exc}", err=True)
-            raise SystemExit(1) from None
-        click.echo(f"jobd: no Unix socket: {exc}", err=True)
-        return None
+    return unix_listener_or_none(path, given, "Unix socket", public_dir=path.parent != data_dir)
 
 
 def open_app(config: BrokerConfig) -> Any:

@@ -20,7 +20,16 @@ import stat
 import weakref
 from pathlib import Path
 
-__all__ = ["MAX_SOCKET_PATH", "ListenError", "bind_listener", "bind_unix_listener", "unlink_socket"]
+import click
+
+__all__ = [
+    "MAX_SOCKET_PATH",
+    "ListenError",
+    "bind_listener",
+    "bind_unix_listener",
+    "unix_listener_or_none",
+    "unlink_socket",
+]
 
 MAX_SOCKET_PATH = 107  # bytes of sun_path, less its NUL (Linux)
 # The file each bound socket made (device, inode): a socket's own fstat is sockfs's.
@@ -85,6 +94,22 @@ def bind_unix_listener(path: Path, public_dir: bool = True) -> socket.socket:
         raise ListenError(f"cannot listen on {path}: {exc.strerror}") from None
     _FILES[sock] = (made.st_dev, made.st_ino)
     return sock
+
+
+def unix_listener_or_none(
+    path: Path, given: bool, what: str, public_dir: bool = True
+) -> socket.socket | None:
+    """`bind_unix_listener`, for the broker's socket and the worker's relay alike: one that
+    cannot be had ends jobd (exit 1) when the user named it (`given`), and is said on
+    stderr (`no <what>: ...`) and done without when it was the default."""
+    try:
+        return bind_unix_listener(path, public_dir)
+    except ListenError as exc:
+        if given:
+            click.echo(f"jobd: {exc}", err=True)
+            raise SystemExit(1) from None
+        click.echo(f"jobd: no {what}: {exc}", err=True)
+        return None
 
 
 def unlink_socket(sock: socket.socket, path: Path) -> None:

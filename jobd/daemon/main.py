@@ -337,7 +337,11 @@ def dev(**given: Any) -> None:
 
 
 @cli.command()
-@click.option("--server", envvar="JOBD_URL", help="Benchmark this broker instead of starting one.")
+@click.option(
+    "--server",
+    envvar="JOBD_URL",
+    help="Benchmark this broker instead of starting one; of several, comma-separated, the leader.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per scenario.")
 @click.option("--scenario", "scenarios", multiple=True, help="Run only these (repeatable).")
 @click.option(

@@ -6,7 +6,8 @@ the broker(s) on PostgreSQL with the same data directory and tokens. The copy it
 store/copying.py's, loaded only when the command runs (`jobd --help` stays light).
 
 Exit codes: 0 moved; 1 not moved (a database unreachable, the copy failed and was rolled
-back, a source that is no jobd store); 3 the target is not empty (nothing was written).
+back, a source that is no jobd store); 3 the target is not empty (nothing was written);
+4 a broker still runs on the source (store/in_use.py; nothing was written).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import click
 if TYPE_CHECKING:
     from jobd.store.copying import Copied
 
-__all__ = ["EXIT_NOT_MOVED", "EXIT_TARGET_NOT_EMPTY", "migrate_store"]
+__all__ = ["EXIT_NOT_MOVED", "EXIT_SOURCE_IN_USE", "EXIT_TARGET_NOT_EMPTY", "migrate_store"]
 
 EXIT_NOT_MOVED = 1
 EXIT_TARGET_NOT_EMPTY = 3
+EXIT_SOURCE_IN_USE = 4
 
 
 @click.command("migrate-store")
@@ -49,7 +51,13 @@ EXIT_TARGET_NOT_EMPTY = 3
     show_default=True,
     help="The summary on stdout: a sentence, or one JSON object.",
 )
-def migrate_store(source: str, target: str, output: str) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Copy from PostgreSQL although its lease says a broker leads (one that died "
+    "less than a lease ago).",
+)
+def migrate_store(source: str, target: str, output: str, force: bool) -> None:
     """Copy a whole store (SQLite) into an empty database (PostgreSQL), in one transaction.
 
     \b
@@ -57,7 +65,9 @@ def migrate_store(source: str, target: str, output: str) -> None:
     dependencies, projects, workers, tokens (their digests), events, usage, the change
     log, and the counters, so new job ids and revisions continue past the old ones.
     The target is migrated to this jobd's schema in the same transaction: a copy that
-    fails leaves it as it was. A target holding anything is refused (exit 3).
+    fails leaves it as it was. A target holding anything is refused (exit 3), and a
+    source a broker still runs on (exit 4: a process holds the SQLite file open, or a
+    PostgreSQL lease has not run out; --force passes over the lease).
 
     \b
     Stop the broker first (`systemctl stop jobd-broker`, or end `jobd broker`): its
@@ -66,12 +76,14 @@ def migrate_store(source: str, target: str, output: str) -> None:
       jobd broker --data-dir $DATA_DIR --db postgresql://...
     """
     from jobd.store.base import StoreUnavailable
-    from jobd.store.copying import CopyRefused, TargetNotEmpty, copy_store
+    from jobd.store.copying import CopyRefused, SourceInUse, TargetNotEmpty, copy_store
 
     try:
-        copied = copy_store(source, target, _progress)
+        copied = copy_store(source, target, _progress, force=force)
     except TargetNotEmpty as exc:
         _fail(str(exc), EXIT_TARGET_NOT_EMPTY)
+    except SourceInUse as exc:
+        _fail(str(exc), EXIT_SOURCE_IN_USE)
     except (CopyRefused, StoreUnavailable) as exc:
         _fail(str(exc), EXIT_NOT_MOVED)
     except Exception as exc:  # the driver's own (a value the target refuses): one sentence

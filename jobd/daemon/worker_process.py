@@ -15,7 +15,7 @@ import click
 
 from jobd.cli.credentials import TokenFileError, read_token_file
 from jobd.daemon.inventory import detected_cpus, detected_memory, labels_of, offered
-from jobd.daemon.listening import ListenError, bind_unix_listener
+from jobd.daemon.listening import unix_listener_or_none
 from jobd.daemon.settings import NAME_GIVEN, OutputOptions, WorkerOptions, default_data_dir
 from jobd.daemon.worker_host import Gpus, StartupError, check_gpus, detect_gpus
 from jobd.discovery import TokenError, usable_token
@@ -128,14 +128,7 @@ def relay_socket(given: str | None, server: str) -> socket.socket | None:
         click.echo("jobd: no relay socket: the broker is reached over its own socket", err=True)
         return None
     path = Path(given).expanduser() if given else Path("/run/jobd/jobd.sock")
-    try:
-        return bind_unix_listener(path)
-    except ListenError as exc:
-        if given:
-            click.echo(f"jobd: {exc}", err=True)
-            raise SystemExit(1) from None
-        click.echo(f"jobd: no relay socket: {exc}", err=True)
-        return None
+    return unix_listener_or_none(path, bool(given), "relay socket")
 
 
 def socket_file(sock: socket.socket | None) -> Path | None:

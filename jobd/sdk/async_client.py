@@ -170,32 +170,44 @@ class AsyncClient(AsyncClosing):
         raise TimeoutError(f"job {job.metadata.id} did not end within {timeout} s")
 
     @overload
-    async def logs(self, ref: JobRef, follow: Literal[False] = False) -> str: ...
+    async def logs(
+        self, ref: JobRef, follow: Literal[False] = False, *, rank: int | None = None
+    ) -> str: ...
 
     @overload
-    async def logs(self, ref: JobRef, follow: Literal[True]) -> AsyncIterator[str]: ...
+    async def logs(
+        self, ref: JobRef, follow: Literal[True], *, rank: int | None = None
+    ) -> AsyncIterator[str]: ...
 
-    async def logs(self, ref: JobRef, follow: bool = False) -> str | AsyncIterator[str]:
-        """The job's output so far, as text; with `follow`, `follow_logs(ref)`."""
+    async def logs(
+        self, ref: JobRef, follow: bool = False, *, rank: int | None = None
+    ) -> str | AsyncIterator[str]:
+        """The job's output so far, as text; with `follow`, `follow_logs(ref)`. `rank`
+        reads one member of a multi-host job (as `job logs --rank N`)."""
         if follow:
-            return self.follow_logs(ref)
+            return self.follow_logs(ref, rank=rank)
         job_id = await self.job_id(ref)
-        return "".join(documents.lines([b async for b in self._log_chunks(job_id, False)]))
+        chunks = [b async for b in self._log_chunks(job_id, False, rank)]
+        return "".join(documents.lines(chunks))
 
-    async def follow_logs(self, ref: JobRef) -> AsyncIterator[str]:
+    async def follow_logs(self, ref: JobRef, *, rank: int | None = None) -> AsyncIterator[str]:
         """The job's output line by line, until it has ended and every line is read."""
         job_id = await self.job_id(ref)
         splitter = documents.Lines()
-        async for chunk in self._log_chunks(job_id, True):
+        async for chunk in self._log_chunks(job_id, True, rank):
             for line in splitter.feed(chunk):
                 yield line
         for line in splitter.end():
             yield line
 
-    async def _log_chunks(self, job_id: int, follow: bool) -> AsyncIterator[bytes]:
+    async def _log_chunks(
+        self, job_id: int, follow: bool, rank: int | None
+    ) -> AsyncIterator[bytes]:
         offset = 0
         while True:
-            call = calls.read_logs(job_id, offset=offset, follow=follow, timeout=LOG_HOLD_S)
+            call = calls.read_logs(
+                job_id, offset=offset, follow=follow, timeout=LOG_HOLD_S, rank=rank
+            )
             chunk = await self._wire.run(call)
             if chunk.data:
                 yield chunk.data

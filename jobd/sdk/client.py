@@ -170,29 +170,40 @@ class Client(Closing):
         raise TimeoutError(f"job {job.metadata.id} did not end within {timeout:g} s")
 
     @overload
-    def logs(self, ref: JobRef, follow: Literal[False] = False) -> str: ...
+    def logs(
+        self, ref: JobRef, follow: Literal[False] = False, *, rank: int | None = None
+    ) -> str: ...
 
     @overload
-    def logs(self, ref: JobRef, follow: Literal[True]) -> Iterator[str]: ...
+    def logs(
+        self, ref: JobRef, follow: Literal[True], *, rank: int | None = None
+    ) -> Iterator[str]: ...
 
-    def logs(self, ref: JobRef, follow: bool = False) -> str | Iterator[str]:
+    def logs(
+        self, ref: JobRef, follow: bool = False, *, rank: int | None = None
+    ) -> str | Iterator[str]:
         """The job's output as text; with `follow`, an iterator of its lines that ends
-        when the job has ended and every line is read (as `job logs -f`)."""
+        when the job has ended and every line is read (as `job logs -f`). A multi-host
+        job's members interleave, each line behind `[rank N] `; `rank` reads one member's
+        alone (as `job logs --rank N`)."""
         job_id = self.job_id(ref)
         if follow:
-            return documents.lines(self._log_chunks(job_id, follow=True))
-        return "".join(documents.lines(self._log_chunks(job_id, follow=False)))
+            return documents.lines(self._log_chunks(job_id, follow=True, rank=rank))
+        return "".join(documents.lines(self._log_chunks(job_id, follow=False, rank=rank)))
 
-    def log_tail(self, ref: JobRef, lines: int) -> str:
-        """The last `lines` lines of the job's output."""
+    def log_tail(self, ref: JobRef, lines: int, *, rank: int | None = None) -> str:
+        """The last `lines` lines of the job's output (of one member's, with `rank`)."""
         job_id = self.job_id(ref)
-        return "".join(documents.lines(self._log_chunks(job_id, follow=False, tail=lines)))
+        chunks = self._log_chunks(job_id, follow=False, tail=lines, rank=rank)
+        return "".join(documents.lines(chunks))
 
-    def _log_chunks(self, job_id: int, *, follow: bool, tail: int | None = None) -> Iterator[bytes]:
+    def _log_chunks(
+        self, job_id: int, *, follow: bool, tail: int | None = None, rank: int | None = None
+    ) -> Iterator[bytes]:
         offset = 0
         while True:
             call = calls.read_logs(
-                job_id, offset=offset, follow=follow, timeout=LOG_HOLD_S, tail=tail
+                job_id, offset=offset, follow=follow, timeout=LOG_HOLD_S, tail=tail, rank=rank
             )
             chunk = self._wire.run(call)
             tail = None  # the tail says where to start; the rest reads on from there

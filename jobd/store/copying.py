@@ -31,11 +31,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from jobd.store.faults import describe_store, storage_fault
+from jobd.store.in_use import broker_on
 from jobd.store.sql.engine import normalize_url
 from jobd.store.sql.maintenance import revisions, schema_revision, upgrade
 from jobd.store.sql.storefile import sqlite_path
 
-__all__ = ["Copied", "CopyRefused", "TargetNotEmpty", "copy_store"]
+__all__ = ["Copied", "CopyRefused", "SourceInUse", "TargetNotEmpty", "copy_store"]
 
 Progress = Callable[[str], None]
 _BATCH = 2000  # rows a statement: few round trips to a distant server, bounded memory
@@ -55,6 +56,10 @@ class TargetNotEmpty(CopyRefused):
     """The target holds rows already (named in the message)."""
 
 
+class SourceInUse(CopyRefused):
+    """A broker still runs on the source (the message says what shows it)."""
+
+
 @dataclass
 class Copied:
     """What a copy moved: rows per table, the schema it ended at, the counters carried."""
@@ -68,11 +73,14 @@ class Copied:
     seconds: float = 0.0
 
 
-def copy_store(source_url: str, target_url: str, progress: Progress | None = None) -> Copied:
+def copy_store(
+    source_url: str, target_url: str, progress: Progress | None = None, force: bool = False
+) -> Copied:
     """Copy the store at `source_url` into the empty database at `target_url`.
 
-    CopyRefused (TargetNotEmpty) when it may not be done; StoreUnavailable when either
-    database cannot be reached. `progress` hears a line now and then on a long copy.
+    CopyRefused (TargetNotEmpty, SourceInUse) when it may not be done; StoreUnavailable
+    when either database cannot be reached. `progress` hears a line now and then on a
+    long copy. `force`: copy although a PostgreSQL source's lease says a broker leads.
     """
     say = progress or (lambda _line: None)
     _refuse_unusable(source_url, "--from")
@@ -81,6 +89,7 @@ def copy_store(source_url: str, target_url: str, progress: Progress | None = Non
     source_url, target_url = normalize_url(source_url), normalize_url(target_url)
     _refuse_same(source_url, target_url)
     _refuse_missing_file(source_url)
+    _refuse_live_source(source_url, where, force, say)
     started = time.monotonic()
     source, target = _snapshot_engine(source_url), _engine(target_url)
     try:
@@ -143,6 +152,21 @@ def _refuse_missing_file(url: str) -> None:
     path = sqlite_path(url)
     if path is not None and not path.is_file():
         raise CopyRefused(f"there is no store at {path} (--from names no file)")
+
+
+def _refuse_live_source(url: str, where: str, force: bool, say: Progress) -> None:
+    """A broker running on the source writes what the copy would miss (store/in_use.py).
+    `force` passes over a PostgreSQL lease (its broker may have died less than a lease
+    ago), never a SQLite file a process holds open."""
+    said = broker_on(url, where)
+    if said is None:
+        return
+    sqlite = sqlite_path(url) is not None
+    if force and not sqlite:
+        say(f"--force: copying although {said}")
+        return
+    again = "" if sqlite else ", or give --force if that broker is gone"
+    raise SourceInUse(f"{said}; stop it first (its workers and jobs keep running){again}")
 
 
 def _engine(url: str) -> Engine:

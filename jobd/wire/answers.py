@@ -91,11 +91,24 @@ class BlockersResult(Frozen):
     worker: str | None
     victims: list[Document]
     dry_run: bool
+    # A gang's: every worker room is freed on for it, rank 0's (`worker`) first; else [].
+    workers: list[str]
 
     def __init__(
-        self, candidate: int, worker: str | None, victims: list[Document], dry_run: bool
+        self,
+        candidate: int,
+        worker: str | None,
+        victims: list[Document],
+        dry_run: bool,
+        workers: list[str] | None = None,
     ) -> None:
-        self._set(candidate=candidate, worker=worker, victims=victims, dry_run=dry_run)
+        self._set(
+            candidate=candidate,
+            worker=worker,
+            victims=victims,
+            dry_run=dry_run,
+            workers=workers or [],
+        )
 
 
 class DrainResult(Frozen):

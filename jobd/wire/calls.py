@@ -204,6 +204,7 @@ def _blockers(dry_run: bool) -> Callable[[httpx.Response], BlockersResult]:
             worker=body.get("worker"),
             victims=body.get("victims", []),
             dry_run=bool(body.get("dry_run", dry_run)),
+            workers=[str(w) for w in body.get("workers") or ()],
         )
 
     return parse

@@ -39,7 +39,10 @@ def gang_env(job: JobView, member: MemberView) -> dict[str, str]:
         "MASTER_ADDR": master,
         "MASTER_PORT": port,
     }
-    resume_from = job.spec.env.get(f"{RESUME_FROM_RANK}{member.rank}")
+    # A retry's checkpoint of this rank is newer than the one `job resume` named.
+    resume_from = job.status.resume_from_ranks.get(rank) or job.spec.env.get(
+        f"{RESUME_FROM_RANK}{rank}"
+    )
     if resume_from:
         env["RESUME_FROM"] = resume_from
     return env

@@ -111,6 +111,7 @@ class StatusView:
         "members",
         "phase",
         "resume_from",
+        "resume_from_ranks",
         "retries",
         "signal",
         "worker",
@@ -123,6 +124,7 @@ class StatusView:
         self.attempt: int = int(status.get("attempt") or 0)
         self.retries: int = int(status.get("retries") or 0)
         self.resume_from: str | None = status.get("resume_from")
+        self.resume_from_ranks: dict[str, str] = dict(status.get("resume_from_ranks") or {})
         self.gpus: list[int] = [int(g) for g in status.get("gpus") or ()]
         self.effective = EffectiveView(_object(status, "effective"))
         # A multi-host job's members by rank (empty for a job of one node), and the port

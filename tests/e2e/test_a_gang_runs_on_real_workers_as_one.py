@@ -2,13 +2,15 @@
 
 Worker `a` advertises 127.0.0.2 and `b` 127.0.0.3 (the members' addresses are written
 at the bind, as the scheduler takes them from each worker's `status.address`). The gang
-is bound the way the scheduler binds one (`gangs.bind_gang`, one store write), by this
+is bound the way the scheduler binds one (`tests/gang_binding.py`, one store write), by this
 test, with the broker stopped a moment (its workers are cordoned so no pass binds it as
 one job of one node first); from there on everything is the agents' and the broker's
 own: each member's agent runs its rank, rank 0 chooses the master port, rank 1 starts
 once it is known, every report says its rank.
 
-Held here: both members run with the environment of the design and the job Succeeds;
+Held here: both members run with the environment of the design and the job Succeeds,
+each member's output read alone (`rank`) through the Python SDK, its async client and the
+real `jobd mcp`;
 a SIGKILL of one member's process ends the other within its grace and the job is Failed
 naming that rank; a `kill -9` of one member's agent stops no member and the restarted
 agent re-adopts its member, whose end is then accepted as that rank's.
@@ -25,11 +27,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from jobd.controllers import gangs
+from jobd import ApiError, AsyncClient, Client
 from jobd.store.sql import open_store
 from tests.e2e import harness
+from tests.gang_binding import bind_gang
 
 ADDRESSES = {"a": "127.0.0.2", "b": "127.0.0.3"}
 GANG_ENV = [
@@ -49,6 +55,7 @@ def term(*_):
 signal.signal(signal.SIGTERM, term)
 (here / f"env-{{rank}}.json").write_text(json.dumps({{k: os.environ.get(k) for k in {GANG_ENV!r}}}))
 (here / f"pid-{{rank}}").write_text(str(os.getpid()))
+print(f"rank {{rank}} says hello", flush=True)
 while sys.argv[2] == "wait" and not (here / "go").exists():
     time.sleep(0.05)
 """
@@ -82,7 +89,7 @@ class GangLab(harness.Lab):
             job = store.get_job(job_id)
             assert job is not None
             placements = [(name, address, []) for name, address in ADDRESSES.items()]
-            store.update_job(*gangs.bind_gang(job, placements, job.metadata.created_at))
+            store.update_job(*bind_gang(job, placements, job.metadata.created_at))
         finally:
             store.close()
 
@@ -130,6 +137,48 @@ def test_a_gang_of_two_runs_with_the_environment_of_its_ranks(lab: GangLab) -> N
         (0, "a", "Succeeded"),
         (1, "b", "Succeeded"),
     ]
+    _each_ranks_output_reads_alone(lab, job_id)
+
+
+def _each_ranks_output_reads_alone(lab: GangLab, job_id: int) -> None:
+    """`rank` through the SDK (sync and async) and the MCP tool, as `job logs --rank N`."""
+    server, token = lab.url, (lab.root / "data" / "admin.token").read_text().strip()
+    with Client(server, token=token) as client:
+        interleaved = client.logs(job_id).splitlines()
+        assert sorted(interleaved) == ["[rank 0] rank 0 says hello", "[rank 1] rank 1 says hello"]
+        for rank in (0, 1):
+            assert client.logs(job_id, rank=rank) == f"rank {rank} says hello\n"
+            assert list(client.logs(job_id, follow=True, rank=rank)) == [
+                f"rank {rank} says hello\n"
+            ]
+            assert client.log_tail(job_id, 5, rank=rank) == f"rank {rank} says hello\n"
+        with pytest.raises(ApiError) as missing:
+            client.logs(job_id, rank=2)
+        assert missing.value.status == 404
+
+    async def through_async_and_mcp() -> None:
+        async with AsyncClient(server, token=token) as aclient:
+            assert await aclient.logs(job_id, rank=1) == "rank 1 says hello\n"
+            followed = [line async for line in aclient.follow_logs(job_id, rank=0)]
+            assert followed == ["rank 0 says hello\n"]
+        params = StdioServerParameters(command=str(harness.BIN / "jobd"), args=["mcp"],
+                                       env=lab.env | {"JOBD_TOKEN": token})  # fmt: skip
+        with (lab.root / "mcp.log").open("a") as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                for rank in (0, 1):
+                    got = await session.call_tool("job_logs", {"job": str(job_id), "rank": rank})
+                    assert not got.is_error, got.content
+                    assert got.structured_content is not None
+                    assert got.structured_content["text"] == f"rank {rank} says hello\n"
+                    assert got.structured_content["job_done"] is True
+                refused = await session.call_tool("job_logs", {"job": str(job_id), "rank": 2})
+                assert refused.is_error
+
+    anyio.run(through_async_and_mcp)
 
 
 def test_a_killed_member_ends_the_other_within_its_grace_naming_its_rank(lab: GangLab) -> None:

@@ -166,5 +166,8 @@ def test_preempt_blockers_frees_two_workers_for_a_gang(lab: Lab) -> None:
     assert [t["status"]["phase"] for t in taken] == ["Preempted", "Preempted"]
     running = lab.wait_phase(gang, "Running")
     assert sorted(_workers_of(running)) == sorted(t["status"]["worker"] for t in taken)
+    said = freed.stdout.splitlines()[-1]  # every worker freed for the gang, not rank 0's
+    assert said.startswith(f"preempted 2 jobs so job/{gang} can run on "), said
+    assert sorted(said.rsplit(" on ", 1)[1].split(", ")) == sorted(_workers_of(running))
     assert lab.get(victims[2])["status"]["phase"] == "Running", "the highest priority stays"
     lab.cancel_all(gang, victims[2])

@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase
-from jobd.controllers import gangs, transitions
+from jobd.controllers import transitions
 from jobd.store import SQLStore
 from jobd.store import schema as t
+from tests.gang_binding import bind_gang
 
 NOW = datetime(2026, 12, 5, tzinfo=UTC)
 
@@ -39,7 +40,7 @@ def test_a_gang_is_listed_under_every_member_worker(store: SQLStore) -> None:
     store.update_job(*transitions.bind(single, "b", [], NOW))
     gang = _created(store, "gang", 3)
     placements = [("a", None, []), ("b", None, []), ("c", None, [])]
-    gang = store.update_job(*gangs.bind_gang(gang, placements, NOW))
+    gang = store.update_job(*bind_gang(gang, placements, NOW))
     assert _listed(store, "a") == ["gang"]
     assert _listed(store, "b") == ["single", "gang"]
     assert _listed(store, "c") == ["gang"]
@@ -60,6 +61,6 @@ def test_a_job_of_one_node_writes_no_member_rows_and_a_deleted_gang_leaves_none(
     store.update_job(*transitions.bind(single, "a", [], NOW))
     assert _member_rows(store) == 0
     gang = _created(store, "gang", 2)
-    gang = store.update_job(*gangs.bind_gang(gang, [("a", None, []), ("b", None, [])], NOW))
+    gang = store.update_job(*bind_gang(gang, [("a", None, []), ("b", None, [])], NOW))
     store.delete_job(store.update_job(*transitions.cancel(gang, NOW)))
     assert _member_rows(store) == 0 and _listed(store, "b") == []

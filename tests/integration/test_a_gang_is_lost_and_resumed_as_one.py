@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, WorkerSpec
-from jobd.controllers import gangs, lifecycle
+from jobd.controllers import lifecycle
 from jobd.controllers.context import Context
 from jobd.controllers.verbs import reports
 from jobd.controllers.verbs.admission import create_jobs
@@ -21,6 +21,7 @@ from jobd.controllers.verbs.preempt import request_preemption
 from jobd.controllers.verbs.resume import resume_job
 from jobd.controllers.verbs.worker_lease import heartbeat, register_worker
 from jobd.controllers.workers import WorkersController
+from tests.gang_binding import bind_gang
 from tests.integration import test_worker_lease_expiry_and_return as lease_tests
 from tests.integration.conftest import reread
 
@@ -39,7 +40,7 @@ def _running_gang(ctx: Context) -> Job:
     spec = JobSpec(command=["true"], nodes=2)
     job = create_jobs(ctx.store, [Job(metadata=ObjectMeta(name="g"), spec=spec)], ctx.clock)[0]
     placements = [("a", None, []), ("b", None, [])]
-    job = ctx.store.update_job(*gangs.bind_gang(job, placements, ctx.clock.now()))
+    job = ctx.store.update_job(*bind_gang(job, placements, ctx.clock.now()))
     for rank, worker in enumerate(("a", "b")):
         job = reports.report_started(ctx, job, worker, job.status.attempt, rank)
     assert job.status.phase == Phase.RUNNING

@@ -1,7 +1,7 @@
 """A multi-host job through the broker's HTTP API: each member's worker reports its rank.
 
 Driven in-process through httpx.ASGITransport on a real SQLite store; no loop runs, so
-the gang is bound here the way the scheduler binds one (`gangs.bind_gang`, one write),
+the gang is bound here the way the scheduler binds one (`tests/gang_binding.py`, one write),
 and every report is sent by the test as the members' agents would send it. What is held:
 a report from a worker that is not that member's gets 409 and changes nothing; the job is
 Running once every member is; a failing member stops the others and the job ends Failed
@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from jobd.api.models import Job, Phase
-from jobd.controllers import gangs
+from tests.gang_binding import bind_gang
 from tests.integration.conftest import broker_state, job_document
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +40,7 @@ async def _bound_gang(api: httpx.AsyncClient, nodes: int = 2, **spec: Any) -> Jo
     state = broker_state(api)
     job = _job(api, created.json()["metadata"]["id"])
     placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:nodes])]
-    return state.store.update_job(*gangs.bind_gang(job, placements, state.ctx.clock.now()))
+    return state.store.update_job(*bind_gang(job, placements, state.ctx.clock.now()))
 
 
 async def _report(

@@ -170,6 +170,35 @@ async def test_a_borrower_takes_idle_gpus_and_gives_them_back_to_a_project_withi
     assert event.fields["reason"] == "reclaim"
 
 
+async def test_a_gang_is_reclaimed_for_anew_when_a_nominated_worker_is_not_heard(
+    ctx: Context,
+) -> None:
+    _project(ctx, "a", quota=ProjectQuota(gpus=1))
+    _project(ctx, "b", quota=ProjectQuota(gpus=2))
+    workers = [f"w{i}" for i in range(4)]
+    for name in workers:
+        register_worker(ctx, name, WorkerSpec(slots=1, gpus=[0]), name, "procgroup")
+    lent = [_submit(ctx, "a", f"a{i}", gpus=1, preemptible=True) for i in range(4)]
+    await _schedule(ctx)
+    for job in lent:  # one after the other: the newest are reclaimed first
+        _start(ctx, job)
+        ctx.clock.advance(10)
+    gang = _submit(ctx, "b", "gang", gpus=1, nodes=2)
+    await ReclaimController(ctx).reconcile("reclaim")
+    first = reread(ctx, gang).status.nominated_workers
+    assert len(first) == 2 and len(ctx.store.list_events(event="auto_preempt")) == 2
+    # A restarted broker hears from every worker but rank 1's nominated one: the room
+    # held there may never come, so reclaim acts for the gang again, not on rank 0's word.
+    restarted = Context(ctx.store, Settings(), ctx.clock)
+    for name in workers:
+        if name != first[1]:
+            restarted.leases.heard_from(name, ctx.clock.now())
+    await ReclaimController(restarted).reconcile("reclaim")
+    again = reread(restarted, gang).status.nominated_workers
+    assert again[0] == first[0] and again[1] not in first, again
+    assert len(ctx.store.list_events(event="auto_preempt")) == 3
+
+
 async def test_a_non_preemptible_borrowed_job_is_left_to_finish(ctx: Context) -> None:
     _project(ctx, "a", quota=ProjectQuota(gpus=1))
     _project(ctx, "b", quota=ProjectQuota(gpus=1))

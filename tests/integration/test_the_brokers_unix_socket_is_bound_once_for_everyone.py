@@ -1,6 +1,8 @@
 """The broker's Unix socket: 0666 in a 0755 directory it makes, never taken from a live
 broker, a dead one's file replaced, removed at stop, and the
-caller's credentials read from the kernel per connection."""
+caller's credentials read from the kernel per connection. An occupied socket is refused
+alike for the broker and the worker's relay: the end of jobd when --socket named it, a
+line and no socket when it was the default."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from jobd.broker.http.connections import Peer, peer_of
+from jobd.daemon.broker_process import listen_unix
 from jobd.daemon.listening import ListenError, bind_unix_listener, unlink_socket
+from jobd.daemon.worker_process import relay_socket
 
 
 @pytest.fixture
@@ -34,6 +38,24 @@ def test_the_socket_is_open_to_every_local_user(where: Path) -> None:
     with sock:
         assert stat.S_IMODE((where / "run").stat().st_mode) == 0o755
         assert stat.S_IMODE((where / "run" / "jobd.sock").stat().st_mode) == 0o666
+
+
+def test_an_occupied_socket_is_refused_alike_by_the_broker_and_the_relay(
+    where: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = where / "jobd.sock"
+    in_use = f"jobd: socket {path} is in use"
+    with bind_unix_listener(path) as live:
+        live.listen()
+        # The default (the relay's is root's /run/jobd, left alone here): said, done without.
+        assert listen_unix(path, False, where / "data") is None
+        assert capsys.readouterr().err.startswith(f"jobd: no Unix socket: {in_use[6:]}")
+        # Named with --socket: the end of jobd, in one line, for either daemon.
+        for bind in (lambda: listen_unix(path, True, where), lambda: relay_socket(str(path), "")):
+            with pytest.raises(SystemExit) as ended:
+                bind()
+            assert ended.value.code == 1
+            assert capsys.readouterr().err.startswith(in_use)
 
 
 def test_a_private_directory_stays_private(where: Path) -> None:

@@ -3,19 +3,24 @@
 The job is Running once every member runs; the first member to fail stops the others and
 the job ends Failed naming that rank, only once every member has ended; all exit 0:
 Succeeded; cancel ends it when all members ended; the checkpoint is complete once every
-member saw the sentinel; progress is rank 0's; a retry clears the members; a report from
+member saw the sentinel; progress is rank 0's; a retry clears the members, each rank
+resuming from its own checkpoint; a report from
 a worker that is not that member's is refused.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase, RetryPolicy
 from jobd.controllers import gangs, transitions
 from jobd.controllers.errors import TransitionError
+from jobd.worker.jobview import JobView
+from jobd.worker.settings import WorkerSettings, workload_env
+from tests.gang_binding import bind_gang
 from tests.unit.conftest import NOW
 
 P = Phase
@@ -27,7 +32,7 @@ def bound_gang(nodes: int = 3, retry: RetryPolicy | None = None) -> Job:
     job = Job(metadata=ObjectMeta(id=7, name="g", resource_version=3), spec=spec)
     job.status.dependencies_met = True
     placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:nodes])]
-    job, events = gangs.bind_gang(job, placements, NOW)
+    job, events = bind_gang(job, placements, NOW)
     assert [e.event for e in events] == ["job_scheduled"]
     return job
 
@@ -170,6 +175,45 @@ def test_a_retry_queues_the_whole_gang_again_unbound() -> None:
     assert [e.event for e in events] == ["job_retrying"]
 
 
+def test_a_retried_gang_resumes_each_rank_from_its_own_checkpoint() -> None:
+    job = running_gang(2, RetryPolicy(limit=2, backoff_s=0))
+    job, _ = gangs.complete(job, "a", 0, (1, None), NOW, 1, checkpoint_latest="/ck/0/a.pt")
+    job, _ = gangs.complete(job, "b", 1, (None, 15), NOW, 1, checkpoint_latest="/ck/1/b.pt")
+    status = job.status
+    assert (status.phase, status.resume_from) == (P.PENDING, "/ck/0/a.pt")
+    assert status.resume_from_ranks == {"0": "/ck/0/a.pt", "1": "/ck/1/b.pt"}
+    # Bound again, each member's agent gives its workload its own rank's checkpoint.
+    placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:2])]
+    job, _ = bind_gang(job, placements, NOW)
+    view = JobView(job.model_dump(mode="json", exclude_defaults=True))
+    for worker, path in (("a", "/ck/0/a.pt"), ("b", "/ck/1/b.pt")):
+        settings = WorkerSettings(
+            name=worker, slots=1, gpus=[], checkpoint_root=Path("/ck"), default_grace_s=5,
+            state_dir=Path("/tmp/state"), base_env={},
+        )  # fmt: skip
+        assert workload_env(view, settings, Path("/ck/7"))["RESUME_FROM"] == path, worker
+
+
+def test_a_retried_gangs_next_failure_fails_it_again() -> None:
+    # The first failing member drives the job to Failed (desired); the retry must want it
+    # Running again, or the next run's failing member is not taken as one.
+    job = running_gang(2, RetryPolicy(limit=2, backoff_s=0))
+    job, _ = gangs.complete(job, "a", 0, (1, None), NOW, 1, checkpoint_latest="/ck/0/a.pt")
+    job, _ = gangs.complete(job, "b", 1, (None, 15), NOW, 1, checkpoint_latest="/ck/1/b.pt")
+    assert (job.status.phase, job.status.desired_phase) == (P.PENDING, P.RUNNING)
+    placements = [(w, f"127.0.0.{i + 2}", []) for i, w in enumerate(WORKERS[:2])]
+    job, _ = bind_gang(job, placements, NOW)
+    for rank in range(2):
+        job, _ = gangs.start(job, WORKERS[rank], rank, NOW, 2, (29500 if rank == 0 else None, ""))
+    job, _ = gangs.complete(job, "b", 1, (3, None), NOW, 2)
+    assert (job.status.failed_rank, job.status.signal) == (1, "cancel"), "rank 0 is stopped"
+    job, events = gangs.complete(job, "a", 0, (None, 15), NOW, 2, checkpoint_latest="/ck/0/c.pt")
+    assert (job.status.phase, job.status.retries) == (P.PENDING, 2)
+    assert [e.event for e in events] == ["job_retrying"]
+    # Rank 1 left no checkpoint this time: it keeps the one it had.
+    assert job.status.resume_from_ranks == {"0": "/ck/0/c.pt", "1": "/ck/1/b.pt"}
+
+
 def test_a_lost_gang_runs_again_when_a_member_reports_it_runs() -> None:
     job = running_gang(2)
     lost, events = transitions.lose(job, NOW)
@@ -189,11 +233,11 @@ def test_a_job_of_one_node_takes_reports_of_rank_0_only() -> None:
 def test_each_worker_holds_its_own_members_gpus() -> None:
     spec = JobSpec(command=["x"], nodes=2)
     job = Job(metadata=ObjectMeta(id=8, name="g2", resource_version=1), spec=spec)
-    job, _ = gangs.bind_gang(job, [("a", None, [0, 1]), ("b", None, [3])], NOW)
+    job, _ = bind_gang(job, [("a", None, [0, 1]), ("b", None, [3])], NOW)
     assert job.status.gpus == [0, 1]  # rank 0's, mirrored
     assert (gangs.gpus_on(job, "a"), gangs.gpus_on(job, "b")) == ([0, 1], [3])
     with pytest.raises(TransitionError, match="needs 2 different workers"):
-        gangs.bind_gang(job.model_copy(deep=True), [("a", None, []), ("a", None, [])], NOW)
+        bind_gang(job.model_copy(deep=True), [("a", None, []), ("a", None, [])], NOW)
 
 
 def test_a_hang_guard_stops_every_member_and_the_gang_ends_failed_with_its_reason() -> None:

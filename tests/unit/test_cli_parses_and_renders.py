@@ -396,6 +396,18 @@ def test_victim_line() -> None:
     assert render.victim_line(victim) == "job/12 vision/j12 (priority 60) on gpu-box-1"
 
 
+def test_a_gang_victims_line_names_every_members_worker() -> None:
+    victim = job_doc(12, "Running", worker="gpu-box-1")
+    victim["status"]["members"] = [
+        {"rank": 1, "worker": "gpu-box-2", "phase": "Running"},
+        {"rank": 0, "worker": "gpu-box-1", "phase": "Running"},
+    ]
+
+    line = render.victim_line(victim)
+
+    assert line == "job/12 vision/j12 (priority 60) on gpu-box-1, gpu-box-2"
+
+
 def test_event_line_is_the_events_jsonl_line() -> None:
     event = {"ts": "2025-01-01T12:00:00Z", "event": "job_created", "job": 7, "seq": 3}
 

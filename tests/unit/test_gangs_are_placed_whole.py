@@ -31,6 +31,7 @@ from jobd.controllers.capacity import (
     give_back,
     hold_for,
     nominated_on,
+    room_on_its_way,
 )
 from jobd.controllers.errors import AdmissionError, TransitionError
 from jobd.controllers.explain import Cluster, Queue, explain
@@ -160,6 +161,24 @@ def test_a_nominated_gang_goes_only_to_its_nominated_workers() -> None:
     assert seats is not None and [c.worker for c in seats] == ["c", "a"]
     assert choose_gang(_job(nodes=2), caps) is None, "the held room is no other job's"
     assert nominated_on(gang) == ["c", "a"]
+
+
+def test_a_gang_is_acted_for_again_when_any_nominated_worker_is_gone() -> None:
+    # Reclaim and the sweeper skip a job whose room is already being freed; for a gang
+    # that holds only while every nominated worker is there, not just rank 0's.
+    gang = _job(nodes=2)
+    gang.status.nominated_worker, gang.status.nominated_workers = "a", ["a", "b"]
+    both = capacity_of([_worker("a"), _worker("b"), _worker("c")], [])
+    assert room_on_its_way(gang, both)
+    without_b = capacity_of([_worker("a"), _worker("c")], [])
+    assert not room_on_its_way(gang, without_b), "rank 1's worker is gone: act anew"
+    without_a = capacity_of([_worker("b"), _worker("c")], [])
+    assert not room_on_its_way(gang, without_a)
+    single = _job()
+    assert not room_on_its_way(single, both), "never nominated: nothing on its way"
+    single.status.nominated_worker = "c"
+    assert room_on_its_way(single, both)
+    assert not room_on_its_way(single, capacity_of([_worker("a")], []))
 
 
 # -- what a bound gang holds
