@@ -25,12 +25,9 @@ from starlette.exceptions import HTTPException
 
 from jobd.broker import ui
 from jobd.broker.auth.middleware import PUBLIC_PATHS, TokenAuth
-from jobd.broker.http.bodylimit import BodyLimit
 from jobd.broker.http.fastpath import FastRoutes
-from jobd.broker.http.protocol_check import WorkerProtocol
 from jobd.broker.http.request_timing import RequestTiming
 from jobd.broker.http.responses import ERROR_STATUSES, status_for, validation_detail
-from jobd.broker.http.standby import StandbyRedirect
 from jobd.broker.routes import arrays, jobs, system, tokens, workers
 from jobd.broker.state import BrokerConfig, BrokerState
 from jobd.broker.wiring import resync_forever
@@ -136,12 +133,9 @@ def create_app(config: BrokerConfig, clock: Clock | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     fast = (*jobs.FAST, *arrays.FAST, *workers.FAST, *system.FAST)
-    # The last added is the outermost: RequestTiming, TokenAuth, WorkerProtocol,
-    # BodyLimit, a standby's redirect of writes, the fast path.
+    # The last added is the outermost: RequestTiming, TokenAuth, then FastRoutes (the
+    # worker protocol, the body caps, a standby's redirect of writes, the fast path).
     app.add_middleware(FastRoutes, state=state, routes=fast)
-    app.add_middleware(StandbyRedirect, leadership=state.leadership)
-    app.add_middleware(BodyLimit)
-    app.add_middleware(WorkerProtocol)
     app.add_middleware(TokenAuth, tokens=state.tokens, people=state.people)
     app.add_middleware(RequestTiming, registry=state.metrics)  # times all of the above
     # Routes are matched in order: the busiest (creates, reports, watches) first.

@@ -1,11 +1,12 @@
 """Request bodies capped per route, before anything reads them (413).
 
-Each route of the wire declares its cap (`Route.max_body`); this ASGI layer, ahead of
-the fast path and FastAPI, enforces it for every request: a Content-Length over the cap
+Each route of the wire declares its cap (`Route.max_body`); the broker's one ASGI layer
+ahead of FastAPI (fastpath.py's `FastRoutes`) enforces it here for every request, after
+the worker protocol's check and before a standby's redirect: a Content-Length over the cap
 is refused before a byte of the body is read, and a streamed (chunked) body is counted
 as it arrives and refused at the first byte past the cap. Whoever reads the body — the
 fast path, FastAPI's parsing, a route reading raw bytes — meets `BodyTooLarge` instead
-of the bytes, so no parser ever sees more than the cap. Next stage: `fastpath.py`.
+of the bytes, so no parser ever sees more than the cap. Next stage: standby.py.
 
 The refusal is sent at once, then the connection lingers, as nginx's lingering close
 does: what the client still sends of the body is read and dropped (at most
@@ -28,7 +29,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobd.wire.routes import SMALL_BODY, body_cap
 
-__all__ = ["LINGER_BYTES", "LINGER_IDLE_S", "LINGER_S", "BodyLimit", "BodyTooLarge", "refusal"]
+__all__ = [
+    "LINGER_BYTES",
+    "LINGER_IDLE_S",
+    "LINGER_S",
+    "BodyTooLarge",
+    "cap_needed",
+    "capped",
+    "refusal",
+]
 
 # Bounds on what a refused body may still cost: past them the connection just closes.
 LINGER_BYTES = 64 * 1024 * 1024
@@ -52,40 +61,37 @@ def refusal(cap: int) -> bytes:
     return json.dumps({"detail": BodyTooLarge(cap).detail}).encode()
 
 
-class BodyLimit:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+def cap_needed(scope: Scope) -> bool:
+    """Whether the request's body must pass `capped`. No route's cap is under SMALL_BODY,
+    so a small body declared (every create, report and heartbeat) or none at all passes
+    without looking its route up."""
+    declared, chunked = _framing(scope)
+    return chunked or (declared is not None and declared > SMALL_BODY)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared, chunked = _framing(scope)
-        # No route's cap is under SMALL_BODY, so a small body declared (every report and
-        # heartbeat) or none at all passes without looking its route up.
-        if not chunked and (declared is None or declared <= SMALL_BODY):
-            await self.app(scope, receive, send)
-            return
-        cap = body_cap(scope["method"], scope["path"])
-        if declared is not None:  # the server reads no more than it declares
-            if declared > cap:
-                await _refuse(send, cap, receive, _lingers(scope))
-            else:
-                await self.app(scope, receive, send)
-            return
-        started = False
 
-        async def send_tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+async def capped(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """`app` serving an HTTP request whose body its route's cap bounds (413 past it)."""
+    declared, _chunked = _framing(scope)
+    cap = body_cap(scope["method"], scope["path"])
+    if declared is not None:  # the server reads no more than it declares
+        if declared > cap:
+            await _refuse(send, cap, receive, _lingers(scope))
+        else:
+            await app(scope, receive, send)
+        return
+    started = False
 
-        try:
-            await self.app(scope, _counted(receive, cap), send_tracked)
-        except BodyTooLarge as refused:
-            if started:
-                raise
-            await _refuse(send, cap, receive, _lingers(scope) and refused.more_body)
+    async def send_tracked(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, _counted(receive, cap), send_tracked)
+    except BodyTooLarge as refused:
+        if started:
+            raise
+        await _refuse(send, cap, receive, _lingers(scope) and refused.more_body)
 
 
 def _framing(scope: Scope) -> tuple[int | None, bool]:

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobd.api.models import ADMISSION
 from jobd.broker.auth.access import PRINCIPAL
 from jobd.broker.auth.tokens import Principal
+from jobd.broker.http import bodylimit, protocol_check, standby
 from jobd.broker.http.responses import status_for, validation_detail
 from jobd.broker.http.routing import error_responses
 from jobd.broker.state import BrokerState, state_of
@@ -148,16 +149,22 @@ def _integral(value: Any) -> Any:
 
 
 class FastRoutes:
-    """Answers the fast routes ahead of FastAPI's routing; passes everything else on.
+    """The broker's one ASGI layer after the token check: the checks every request meets
+    on its way to FastAPI, then the fast routes, answered ahead of FastAPI's routing.
 
-    It also checks the path parameters of every route of the wire (`ROUTES`), fast or
-    not, before anything else sees them: a parameter no route takes (a job id of 2^63, a
-    worker name with a capital) is answered 422 here, naming it, whatever the handler.
+    In order, each in the module that owns it: a worker payload's protocol (426,
+    protocol_check.py), the body caps (413, bodylimit.py), a standby's redirect of writes
+    (307 or 503, standby.py); then the path parameters of every route of the wire
+    (`ROUTES`), fast or not: a parameter no route takes (a job id of 2^63, a worker name
+    with a capital) is answered 422 here, naming it, whatever the handler. They were a
+    layer each; as one, a request is looked up once and pays one hop, not four (a few
+    thousand instructions a create, docs/performance.md).
     """
 
     def __init__(self, app: ASGIApp, state: BrokerState, routes: Sequence[FastRoute]) -> None:
         self.app = app
         self.state = state
+        self.leadership = state.leadership
         self._fast = {f.route: f for f in routes}
         # Where each templated route's parameters sit in its path's segments.
         self._params = {
@@ -167,7 +174,23 @@ class FastRoutes:
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = self._match(scope) if scope["type"] == "http" else None
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = find_route(scope["method"], scope["path"])
+        refused = protocol_check.refusal(scope, route)
+        if refused is not None:
+            await protocol_check.refuse(send, *refused)
+        elif bodylimit.cap_needed(scope):
+            await bodylimit.capped(functools.partial(self._serve, route), scope, receive, send)
+        else:
+            await self._serve(route, scope, receive, send)
+
+    async def _serve(self, route: Route | None, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] not in standby.READS and not self.leadership.is_leader:
+            await standby.redirect(scope, receive, send, self.leadership)
+            return
+        found = self._match(route, scope["path"]) if route is not None else None
         if found is None:
             await self.app(scope, receive, send)
             return
@@ -180,12 +203,8 @@ class FastRoutes:
         status, text = await answer(fast, self.state, args, body, query, scope[PRINCIPAL])
         await _send(send, status, text)
 
-    def _match(self, scope: Scope) -> tuple[FastRoute, PathArgs] | bytes | None:
+    def _match(self, route: Route, path: str) -> tuple[FastRoute, PathArgs] | bytes | None:
         """The fast route and its arguments; a refusal's body; None: FastAPI's to answer."""
-        method, path = scope.get("method", ""), scope.get("path", "")
-        route = find_route(method, path)
-        if route is None:
-            return None
         fast = self._fast.get(route)
         if not route.params:
             return (fast, {}) if fast is not None else None

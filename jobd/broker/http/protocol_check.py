@@ -1,7 +1,8 @@
 """Worker payloads taken only from the protocol versions this broker accepts (426).
 
-A plain ASGI layer between the token check and the body caps. For a request to a route
-of `WORKER_PAYLOADS` (registration, heartbeat, reports, output, events) it reads
+Checked by fastpath.py's `FastRoutes` (the one ASGI layer after the token check) before
+the body caps, with the route it found for the request. For a request to a route of
+`WORKER_PAYLOADS` (registration, heartbeat, reports, output, events) it reads
 `X-Jobd-Protocol` (none: `UNSTATED`, a client from before versions were sent) and
 refuses a version outside `OLDEST_WORKER_PROTOCOL..PROTOCOL` with 426 and a sentence
 naming both (wire/protocol.py), and a value that is no version with 422 naming the
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from jobd.wire.protocol import (
     OLDEST_WORKER_PROTOCOL,
@@ -23,9 +24,9 @@ from jobd.wire.protocol import (
     parse_protocol,
     worker_refusal,
 )
-from jobd.wire.routes import WORKER_PAYLOADS, find_route
+from jobd.wire.routes import WORKER_PAYLOADS, Route
 
-__all__ = ["WorkerProtocol"]
+__all__ = ["refusal", "refuse"]
 
 _HEADER = PROTOCOL_HEADER.lower().encode()
 # Said with every refusal, so an agent (or its operator) reads what would be taken.
@@ -35,35 +36,24 @@ _ANSWER_HEADERS = [
     (b"x-jobd-protocol-oldest-worker", str(OLDEST_WORKER_PROTOCOL).encode()),
 ]
 
-_WORKER_METHODS = frozenset(route.method for route in WORKER_PAYLOADS)
-# By identity: find_route answers the declared routes themselves, and an int's hash and
-# equality cost less than a route's.
 _WORKER_ROUTES = frozenset(id(route) for route in WORKER_PAYLOADS)
 _TAKEN = frozenset(str(v).encode() for v in range(OLDEST_WORKER_PROTOCOL, PROTOCOL + 1))
 
 
-class WorkerProtocol:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refused = _refusal(scope) if scope["type"] == "http" else None
-        if refused is None:
-            await self.app(scope, receive, send)
-            return
-        status, detail = refused
-        body = json.dumps({"detail": detail}).encode()
-        headers = [*_ANSWER_HEADERS, (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+async def refuse(send: Send, status: int, detail: str) -> None:
+    """Answer a refusal of `refusal`, saying the versions this broker takes."""
+    body = json.dumps({"detail": detail}).encode()
+    headers = [*_ANSWER_HEADERS, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
-def _refusal(scope: Scope) -> tuple[int, str] | None:
-    """The status and sentence of a worker payload's refusal; None: pass it on."""
-    method = scope["method"]
-    if method not in _WORKER_METHODS:  # a read: most of what users send, at no look-up
-        return None
-    route = find_route(method, scope["path"])
+def refusal(scope: Scope, route: Route | None) -> tuple[int, str] | None:
+    """The status and sentence of a worker payload's refusal; None: pass it on.
+
+    `route`: the request's, as find_route found it (by identity: find_route answers the
+    declared routes themselves, and an int's hash and equality cost less than a route's).
+    """
     if route is None or id(route) not in _WORKER_ROUTES:
         return None
     stated = next((v for n, v in scope["headers"] if n == _HEADER), None)

@@ -218,7 +218,8 @@ async def create_job(state: BrokerState, _path: PathArgs, job: Job, who: Princip
         access.project(who, job.project)
     access.stamp_owner(who, job)
     _refuse_root(state, [job])
-    return doc(await state.creates.create(job))
+    created = await state.creates.create(job)
+    return state.feed.document(created) or doc(created)  # the commit's text, if the feed has it
 
 
 def _refuse_root(state: BrokerState, made: Sequence[Job | JobArray], *given: Project) -> None:
