@@ -23,6 +23,7 @@ from jobd.store import schema as t
 from jobd.store.base import Change, CommitListener, EventRecord, NotLeader, StoreUnavailable
 from jobd.store.faults import describe_store, storage_fault
 from jobd.store.sql.delivery import Delivery
+from jobd.store.sql.rowsets import HELD_ROW_MOVED
 from jobd.store.sql.statements import HotStatements, Tx
 from jobd.store.sql.storefile import StoreFile, damaged_file, sqlite_path
 
@@ -113,6 +114,27 @@ def _set_synchronous_commit(conn: Connection, level: str) -> None:
     if info.get("synchronous_commit") != level:
         info.pop("synchronous_commit", None)
         conn.exec_driver_sql(f"SET synchronous_commit = {level}")
+
+
+def _end_pipelined(conn: Connection, tx: Tx) -> None:
+    """A PostgreSQL transaction's flush, its fence and its COMMIT in one round trip.
+
+    In psycopg's pipeline mode the flush's statements (rowsets.py) are sent without
+    waiting for their results; the COMMIT sends them all and waits once. A statement that
+    fails fails the COMMIT with it: nothing of the transaction is written. The epoch's
+    check waits for its row only when no counter's reservation checked it before.
+    """
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    try:
+        with raw.pipeline():
+            tx.flush()
+            tx.check_epoch()
+            conn.commit()
+    except Exception as exc:
+        if getattr(getattr(exc, "orig", exc), "sqlstate", None) == HELD_ROW_MOVED:
+            raise RuntimeError("a job this transaction holds changed under it") from exc
+        raise
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -226,7 +248,11 @@ class SQLEngine:
                     _set_synchronous_commit(conn, level)
                 tx = Tx(conn, self._hot, epoch)
                 yield tx
-                tx.check_epoch()
+                if self._sqlite:
+                    tx.flush()
+                    tx.check_epoch()
+                else:
+                    _end_pipelined(conn, tx)
             if not self._sqlite:  # committed, the SET with it: the session's level now
                 info["synchronous_commit"] = level
         except NotLeader:
@@ -318,7 +344,6 @@ class SQLEngine:
                 return
             with self._writing(durable) as tx:
                 yield tx
-                tx.flush()
             # Committed: now, and only now, may anyone hear of it, in commit order.
             self._queue_commit(tx.changes, tx.events)
         self._delivery.deliver()

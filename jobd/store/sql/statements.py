@@ -26,6 +26,7 @@ from jobd.api.models import Job, Phase, Resource
 from jobd.api.secrets import holds_secrets, mask_job, patterns_of
 from jobd.store import schema as t
 from jobd.store.base import Change, EventRecord, Kind, NotLeader, Op
+from jobd.store.sql.rowsets import RowSet, RowSets
 
 __all__ = ["Compiled", "HotStatements", "Tx", "rfc3339", "to_json"]
 
@@ -66,6 +67,13 @@ _QUEUE_AFTER = _QUEUE_FIRST.where(
 # One project's queue (fair share reads each queued project's head: scheduler.py).
 _QUEUE_FIRST_OF = _QUEUE_FIRST.where(t.jobs.c.project == sa.bindparam("project"))
 _QUEUE_AFTER_OF = _QUEUE_AFTER.where(t.jobs.c.project == sa.bindparam("project"))
+# The jobs a transaction is about to swap, locked at once, with the version each row holds.
+_HOLD_JOBS = (
+    sa.select(t.jobs.c.id, t.jobs.c.resource_version)
+    .where(t.jobs.c.id == sa.any_(sa.bindparam("ids")))
+    .order_by(t.jobs.c.id)
+    .with_for_update()
+)
 _NEXT = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -152,6 +160,21 @@ class HotStatements:
         self.queue_after = Compiled(_QUEUE_AFTER, dialect)
         self.queue_first_of = Compiled(_QUEUE_FIRST_OF, dialect)
         self.queue_after_of = Compiled(_QUEUE_AFTER_OF, dialect)
+        # On PostgreSQL the flush writes each table's rows as one statement (rowsets.py),
+        # and a batch locks the jobs it will swap as it reads them (`Tx.hold_jobs`).
+        self.rowsets: RowSets | None = None
+        if dialect.name == "postgresql":
+            self.rowsets = RowSets(dialect)
+            self.hold_jobs = Compiled(_HOLD_JOBS, dialect)
+            queues = (_QUEUE_FIRST, _QUEUE_AFTER, _QUEUE_FIRST_OF, _QUEUE_AFTER_OF)
+            locked = [Compiled(q.with_for_update(), dialect) for q in queues]
+            self.queue_held: dict[Compiled, Compiled] = dict(
+                zip(
+                    (self.queue_first, self.queue_after, self.queue_first_of, self.queue_after_of),
+                    locked,
+                    strict=True,
+                )
+            )
         # The driver raises its own exception, not SQLAlchemy's wrapper of it.
         dbapi = dialect.dbapi
         assert dbapi is not None
@@ -230,14 +253,29 @@ class Tx:
             raise NotLeader(f"epoch {self.epoch} no longer leads: the write was refused")
         self._epoch_checked = True
 
+    def hold_jobs(self, ids: Iterable[int]) -> None:
+        """Lock these jobs' rows now (PostgreSQL), one statement for them all, and learn
+        the version each holds: a swap of one of them is then checked here, and its row
+        written at `flush` with the others, instead of an UPDATE waited for each. A job
+        not found is left to its swap, which finds it gone."""
+        fresh = sorted({job_id for job_id in ids if job_id not in self._jobs})
+        if fresh:
+            for job_id, version in self.run(self.hot.hold_jobs, {"ids": fresh}).fetchall():
+                self.hold(job_id, version)
+
+    def hold(self, job_id: int, version: int) -> None:
+        """A job's row, locked by this transaction, holds `version` (unless it is one
+        this transaction wrote: what it wrote is what it knows)."""
+        self._jobs.setdefault(job_id, [version, version])
+
     def swap_job(self, row: dict[str, Any]) -> bool:
         """Compare-and-swap a job's row (`b_id`, `expected_rv`); False when it moved on.
 
-        A job this transaction already wrote is locked by it, and its newest version is
-        the one written here: a swap from that version takes without asking the store,
-        and only the last version reaches the row, at `flush` (a worker's `started` and
-        `complete` of one job in one batch cost one UPDATE). A swap from any other
-        version of such a job is stale.
+        A job this transaction already wrote, or holds (`hold_jobs`), is locked by it,
+        and its newest version is known here: a swap from that version takes without
+        asking the store, and only the last version reaches the row, at `flush` (a
+        worker's `started` and `complete` of one job in one batch cost one UPDATE). A
+        swap from any other version of such a job is stale.
         """
         job_id, expected = row["b_id"], row["expected_rv"]
         held = self._jobs.get(job_id)
@@ -259,22 +297,47 @@ class Tx:
         if self._job_rows:
             rows = list(self._job_rows.values())
             self._job_rows = {}
-            self.run_many(self.hot.update_job, rows)
-            if self._cursor.rowcount not in (len(rows), -1):  # locked here: cannot have moved
-                raise RuntimeError("a job this transaction holds changed under it")
+            self._write_jobs(rows)
             for row in rows:
                 held = self._jobs[row["b_id"]]
                 held[0] = held[1]
+        rowsets = self.hot.rowsets
         if self._change_rows:
-            self.run_many(self.hot.insert_change, self._change_rows)
+            changes = rowsets.insert_changes if rowsets else None
+            self._write(self.hot.insert_change, changes, self._change_rows)
             self._change_rows = []
         if self._event_rows:
-            self.run_many(self.hot.insert_event, self._event_rows)
+            events = rowsets.insert_events if rowsets else None
+            self._write(self.hot.insert_event, events, self._event_rows)
             self._event_rows = []
         for counter, held in self._counters.items():
             if held[0] != held[1]:
                 self.run(self.hot.set_counter, {"counter": counter, "b_value": held[0]})
                 held[1] = held[0]
+
+    def _write_jobs(self, rows: list[dict[str, Any]]) -> None:
+        """The newest rows of jobs this transaction holds locked: they cannot have moved."""
+        rowsets = self.hot.rowsets
+        if rowsets is not None:  # checked by the statement itself (rowsets.py)
+            self.run_rows(rowsets.update_jobs, rows)
+            return
+        self.run_many(self.hot.update_job, rows)
+        if self._cursor.rowcount not in (len(rows), -1):
+            raise RuntimeError("a job this transaction holds changed under it")
+
+    def _write(self, many: Compiled, one: RowSet | None, rows: list[dict[str, Any]]) -> None:
+        """The rows as one statement (`one`, PostgreSQL's) or as `many` an executemany."""
+        if one is None:
+            self.run_many(many, rows)
+        else:
+            self.run_rows(one, rows)
+
+    def run_rows(self, statement: RowSet, rows: Sequence[dict[str, Any]]) -> None:
+        """One statement for all the rows (PostgreSQL): no result is waited for, so in
+        a pipeline (engine.py) it costs no round trip of its own."""
+        if self._cursor is None:
+            self._cursor = self.conn.connection.cursor()
+        self._cursor.execute(statement.sql, statement.params(rows))
 
     def next_revision(self) -> int:
         return self.reserve("revision", 1)
