@@ -17,12 +17,13 @@ import pytest
 import sqlalchemy as sa
 
 from jobd.api.models import Job, JobSpec, ObjectMeta, Phase
-from jobd.store import Conflict, Fits, SQLStore, normalize_url
+from jobd.store import Conflict, EventRecord, Fits, SQLStore, normalize_url
 from jobd.store import schema as t
 from jobd.store.sql import _Tx
 from jobd.store.sql.statements import Compiled
 
-pytestmark = pytest.mark.postgres
+# The events here are made up: the store keeps any.
+pytestmark = [pytest.mark.postgres, pytest.mark.forged_events]
 
 
 @pytest.fixture
@@ -102,6 +103,9 @@ def test_a_held_row_that_moved_fails_the_whole_commit(pg_store: SQLStore) -> Non
         pg_store.update_job(_moved(job))
     assert pg_store.get_job(job.id) == job
     assert pg_store.revision() == before
+    for _ in range(10):  # every pooled connection left usable: the failed one rolled back
+        assert pg_store.get_job(job.id) == job
+    assert pg_store.update_job(_moved(job)).metadata.resource_version == before + 1
 
 
 def _locked_elsewhere(url: str, job_id: int) -> bool:
@@ -132,3 +136,18 @@ def test_the_queue_read_in_a_batch_holds_what_it_read(
     assert not _locked_elsewhere(postgres_url, first.id)
     assert pg_store.get_job(first.id) == bound
     assert pg_store._hot.update_job.sql not in sent
+
+
+def test_a_write_with_events_locks_its_counters_in_one_statement(
+    pg_store: SQLStore, sent: list[str]
+) -> None:
+    (job,) = _created(pg_store, 1)
+    seq = pg_store.last_event_seq()
+    sent.clear()
+    events = [EventRecord("job_bound", job=job.id, worker="w1") for _ in range(2)]
+    moved = pg_store.update_job(_moved(job), events)
+    hot = pg_store._hot
+    assert sent.count(hot.hold_counters.sql) + sent.count(hot.hold_counters_fenced.sql) == 1
+    assert hot.reserve.sql not in sent
+    assert [ev.seq for ev in pg_store.list_events(job=job.id)][-2:] == [seq + 1, seq + 2]
+    assert pg_store.revision() == moved.metadata.resource_version

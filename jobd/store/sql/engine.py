@@ -9,6 +9,7 @@ roll back. The resources' modules (jobs.py, arrays.py, ...) are mixins over `SQL
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -132,6 +133,11 @@ def _end_pipelined(conn: Connection, tx: Tx) -> None:
             tx.check_epoch()
             conn.commit()
     except Exception as exc:
+        # The pipeline stopped at the failed statement: the COMMIT never ran, and the
+        # transaction is open in error. SQLAlchemy, told the commit was tried, returns
+        # the connection to its pool without a rollback: it is rolled back here.
+        with contextlib.suppress(Exception):  # a connection gone takes its transaction
+            raw.rollback()
         if getattr(getattr(exc, "orig", exc), "sqlstate", None) == HELD_ROW_MOVED:
             raise RuntimeError("a job this transaction holds changed under it") from exc
         raise

@@ -91,6 +91,16 @@ _EPOCH_HELD = (
 )
 # The counter's bump and the fence in one statement: no round trip of its own.
 _NEXT_FENCED = _NEXT.where(sa.exists(_EPOCH_HELD))
+# PostgreSQL: the counters a transaction takes, locked at its first reservation in one
+# statement with the fence; what it reserves is counted in memory and written at the flush.
+_HOLD_COUNTERS = (
+    sa.select(t.meta.c.key, t.meta.c.value)
+    .where(t.meta.c.key == sa.any_(sa.bindparam("keys")))
+    .with_for_update(of=t.meta)
+)
+_HOLD_COUNTERS_FENCED = _HOLD_COUNTERS.where(sa.exists(_EPOCH_HELD))
+# Taken together: nearly every write takes a revision, and most of them events.
+_COUNTERS_TOGETHER = ("revision", "event_seq")
 _SET_COUNTER = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -166,6 +176,8 @@ class HotStatements:
         if dialect.name == "postgresql":
             self.rowsets = RowSets(dialect)
             self.hold_jobs = Compiled(_HOLD_JOBS, dialect)
+            self.hold_counters = Compiled(_HOLD_COUNTERS, dialect)
+            self.hold_counters_fenced = Compiled(_HOLD_COUNTERS_FENCED, dialect)
             queues = (_QUEUE_FIRST, _QUEUE_AFTER, _QUEUE_FIRST_OF, _QUEUE_AFTER_OF)
             locked = [Compiled(q.with_for_update(), dialect) for q in queues]
             self.queue_held: dict[Compiled, Compiled] = dict(
@@ -222,16 +234,39 @@ class Tx:
         """Take n consecutive values of a counter; returns the first.
 
         The first reservation of a counter in this transaction takes its row's lock (an
-        UPDATE), so no other writer reserves from it until the commit; the later ones
+        UPDATE; on PostgreSQL a SELECT ... FOR UPDATE of it and of the counters taken
+        with it), so no other writer reserves from it until the commit; the later ones
         are counted here, and `flush` writes where the counter ended.
         """
         held = self._counters.get(counter)
-        if held is None:
+        if held is not None:
+            held[0] += n
+        elif self.hot.rowsets is not None:
+            self._hold_counters(counter)
+            held = self._counters[counter]
+            held[0] += n
+        else:
             value = self._reserve_first(counter, n)
             self._counters[counter] = held = [value, value]
-        else:
-            held[0] += n
         return held[0] - n + 1
+
+    def _hold_counters(self, counter: str) -> None:
+        """PostgreSQL: lock `counter` and the others most writes take, in one statement
+        (fenced by the leader's epoch, if any), so that the transaction waits for one
+        reservation, not one per counter. SQLite takes its write lock with an UPDATE."""
+        keys = sorted({counter, *_COUNTERS_TOGETHER} - self._counters.keys())
+        statement = self.hot.hold_counters if self._epoch_checked else self.hot.hold_counters_fenced
+        params: dict[str, Any] = {"keys": keys}
+        if not self._epoch_checked:
+            params["epoch"] = self.epoch
+        rows = self.run(statement, params).fetchall()
+        if not rows and not self._epoch_checked:
+            raise NotLeader(f"epoch {self.epoch} no longer leads: the write was refused")
+        self._epoch_checked = True
+        for key, value in rows:
+            self._counters[key] = [int(value), int(value)]
+        if counter not in self._counters:
+            raise RuntimeError(f"the store has no counter {counter!r}")
 
     def _reserve_first(self, counter: str, n: int) -> int:
         """The counter's row bumped and locked; fenced by the leader's epoch, if any."""
