@@ -43,7 +43,7 @@ class RowSet:
 
 def _arrays(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.Column[Any]]]) -> str:
     """`unnest(%(a)s::TYPE[], ...)`: the parameters' arrays as rows of the columns' types."""
-    casts = [f"%({name})s::{column.type.compile(dialect)}[]" for name, column in columns]
+    casts = [f"%({name})b::{column.type.compile(dialect)}[]" for name, column in columns]
     return f"unnest({', '.join(casts)})"
 
 
