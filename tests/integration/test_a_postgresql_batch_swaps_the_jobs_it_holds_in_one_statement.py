@@ -92,16 +92,17 @@ def test_a_stale_write_of_a_held_job_is_a_conflict_and_the_batch_goes_on(
 
 
 def test_a_held_row_that_moved_fails_the_whole_commit(pg_store: SQLStore) -> None:
-    (job,) = _created(pg_store, 1)
+    job, other = _created(pg_store, 2)
     before = pg_store.revision()
     with pytest.raises(RuntimeError, match="changed under it"), pg_store.batch():
-        pg_store.hold_jobs([job.id])
+        pg_store.hold_jobs([job.id, other.id])
+        pg_store.update_job(_moved(other))  # the holds go with this write's first statement
         tx = pg_store._batch
         assert tx is not None
         # Behind the transaction's back: nothing in jobd writes a row it holds.
         tx.conn.execute(sa.update(t.jobs).where(t.jobs.c.id == job.id).values(resource_version=0))
         pg_store.update_job(_moved(job))
-    assert pg_store.get_job(job.id) == job
+    assert pg_store.get_jobs([job.id, other.id]) == [job, other]
     assert pg_store.revision() == before
     for _ in range(10):  # every pooled connection left usable: the failed one rolled back
         assert pg_store.get_job(job.id) == job

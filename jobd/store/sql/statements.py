@@ -74,6 +74,8 @@ _HOLD_JOBS = (
     .order_by(t.jobs.c.id)
     .with_for_update()
 )
+# A PostgreSQL connection whose transaction's BEGIN is not sent yet (psycopg's IDLE).
+_NOT_BEGUN = 0
 _NEXT = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -214,13 +216,36 @@ class Tx:
         # job id -> [the resource_version its row holds, the newest this transaction wrote]
         self._jobs: dict[int, list[int]] = {}
         self._job_rows: dict[int, dict[str, Any]] = {}  # a job's newest row, not yet written
+        self._to_hold: set[int] = set()  # jobs to lock, sent with the next statement (PG)
 
     def run(self, statement: Compiled, row: dict[str, Any]) -> Any:
-        """Execute on the transaction's own driver connection; returns the cursor."""
+        """Execute on the transaction's own driver connection; returns the cursor.
+
+        On PostgreSQL what waits to be sent goes in the same round trip, pipelined: the
+        BEGIN, before the transaction's first statement, and the jobs to hold."""
         if self._cursor is None:
             self._cursor = self.conn.connection.cursor()
-        self._cursor.execute(statement.sql, statement.params(row))
+        raw = self.conn.connection.dbapi_connection
+        if self.hot.rowsets is None or raw is None or raw.pgconn.pipeline_status:
+            self._cursor.execute(statement.sql, statement.params(row))
+        elif self._to_hold or raw.info.transaction_status == _NOT_BEGUN:
+            self._send_along(raw, statement, row)
+        else:
+            self._cursor.execute(statement.sql, statement.params(row))
         return self._cursor
+
+    def _send_along(self, raw: Any, statement: Compiled | None, row: dict[str, Any]) -> None:
+        holding, ids = None, sorted(self._to_hold)
+        self._to_hold = set()
+        with raw.pipeline():
+            if ids:
+                holding = raw.cursor()
+                holding.execute(self.hot.hold_jobs.sql, {"ids": ids})
+            if statement is not None:
+                self._cursor.execute(statement.sql, statement.params(row))
+        if holding is not None:
+            for job_id, version in holding.fetchall():
+                self.hold(job_id, version)
 
     def run_many(self, statement: Compiled, rows: Sequence[dict[str, Any]]) -> None:
         if len(rows) == 1:
@@ -289,14 +314,17 @@ class Tx:
         self._epoch_checked = True
 
     def hold_jobs(self, ids: Iterable[int]) -> None:
-        """Lock these jobs' rows now (PostgreSQL), one statement for them all, and learn
-        the version each holds: a swap of one of them is then checked here, and its row
-        written at `flush` with the others, instead of an UPDATE waited for each. A job
-        not found is left to its swap, which finds it gone."""
-        fresh = sorted({job_id for job_id in ids if job_id not in self._jobs})
-        if fresh:
-            for job_id, version in self.run(self.hot.hold_jobs, {"ids": fresh}).fetchall():
-                self.hold(job_id, version)
+        """Lock these jobs' rows (PostgreSQL), one statement for them all sent with the
+        transaction's next one, and learn the version each holds: a swap of one of them
+        is then checked here, and its row written at `flush` with the others, instead of
+        an UPDATE waited for each. A job not found is left to its swap, which finds it
+        gone."""
+        self._to_hold.update(job_id for job_id in ids if job_id not in self._jobs)
+
+    def _held(self, job_id: int) -> list[int] | None:
+        if job_id in self._to_hold:  # not sent yet: now, alone
+            self._send_along(self.conn.connection.dbapi_connection, None, {})
+        return self._jobs.get(job_id)
 
     def hold(self, job_id: int, version: int) -> None:
         """A job's row, locked by this transaction, holds `version` (unless it is one
@@ -313,7 +341,7 @@ class Tx:
         swap from any other version of such a job is stale.
         """
         job_id, expected = row["b_id"], row["expected_rv"]
-        held = self._jobs.get(job_id)
+        held = self._held(job_id)
         if held is not None:
             if held[1] != expected:
                 return False
