@@ -8,6 +8,11 @@ counter is taken from the store at its first reservation and counted on in memor
 row stays locked by the transaction), and the change feed's and events' rows are
 written together when it ends (`flush`). `HotStatements` are the writes a job makes a
 dozen times in its life, compiled once per dialect and run on the driver's own cursor.
+
+On PostgreSQL a transaction also waits for as few round trips as it can: its counters are
+locked together, the jobs a batch will swap are locked in one statement (`hold_jobs`) and
+checked here, the BEGIN and those locks ride with the next statement sent, and the flush
+goes as one statement per table (rowsets.py) pipelined with the COMMIT (engine.py).
 """
 
 from __future__ import annotations
@@ -226,13 +231,17 @@ class Tx:
         if self._cursor is None:
             self._cursor = self.conn.connection.cursor()
         raw = self.conn.connection.dbapi_connection
-        if self.hot.rowsets is None or raw is None or raw.pgconn.pipeline_status:
-            self._cursor.execute(statement.sql, statement.params(row))
-        elif self._to_hold or raw.info.transaction_status == _NOT_BEGUN:
+        if self.hot.rowsets is not None and self._along(raw):
             self._send_along(raw, statement, row)
         else:
             self._cursor.execute(statement.sql, statement.params(row))
         return self._cursor
+
+    def _along(self, raw: Any) -> bool:
+        """Whether a statement now would carry others (PostgreSQL, outside a pipeline)."""
+        if raw.pgconn.pipeline_status:  # in the flush's pipeline: sent with it already
+            return False
+        return bool(self._to_hold) or raw.info.transaction_status == _NOT_BEGUN
 
     def _send_along(self, raw: Any, statement: Compiled | None, row: dict[str, Any]) -> None:
         holding, ids = None, sorted(self._to_hold)
