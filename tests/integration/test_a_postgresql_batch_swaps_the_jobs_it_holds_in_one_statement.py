@@ -152,3 +152,15 @@ def test_a_write_with_events_locks_its_counters_in_one_statement(
     assert hot.reserve.sql not in sent
     assert [ev.seq for ev in pg_store.list_events(job=job.id)][-2:] == [seq + 1, seq + 2]
     assert pg_store.revision() == moved.metadata.resource_version
+
+
+def test_jobs_created_as_one_statement_still_refuse_a_name_taken(pg_store: SQLStore) -> None:
+    def named(name: str) -> Job:
+        return Job(metadata=ObjectMeta(project="default", name=name), spec=JobSpec(command=["t"]))
+
+    first = pg_store.create_jobs([named("a"), named("b")])
+    before = pg_store.revision()
+    with pytest.raises(Conflict, match="job default/b already exists"):
+        pg_store.create_jobs([named("c"), named("b")])
+    assert pg_store.revision() == before
+    assert pg_store.get_jobs_by_name("default", ["a", "b", "c"]) == {"a": first[0], "b": first[1]}

@@ -83,7 +83,7 @@ class SQLJobs(SQLCompareAndSwap):
                 on_ids(created)
             rows = [_job_row(j) for j in created]
             try:
-                tx.run_many(tx.hot.insert_job, rows)
+                tx.insert_jobs(rows)
             except tx.hot.integrity_errors:
                 raise self._name_conflict(created) from None
             deps = [

@@ -76,9 +76,11 @@ def _update_jobs(dialect: sa.Dialect) -> RowSet:
 
 
 class RowSets:
-    """The flush's statements on PostgreSQL: the job rows, the change feed, the events."""
+    """PostgreSQL's statements of many rows: the jobs created, the flush's job rows, change
+    feed and events."""
 
     def __init__(self, dialect: sa.Dialect) -> None:
+        self.insert_jobs = _insert(dialect, t.jobs)
         self.update_jobs = _update_jobs(dialect)
         self.insert_changes = _insert(dialect, t.changes)
         self.insert_events = _insert(dialect, t.events)

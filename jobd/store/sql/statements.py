@@ -387,6 +387,11 @@ class Tx:
                 self.run(self.hot.set_counter, {"counter": counter, "b_value": held[0]})
                 held[1] = held[0]
 
+    def insert_jobs(self, rows: list[dict[str, Any]]) -> None:
+        """New jobs' rows, now: a name taken raises the driver's IntegrityError here."""
+        rowsets = self.hot.rowsets
+        self._write(self.hot.insert_job, rowsets.insert_jobs if rowsets else None, rows)
+
     def _write_jobs(self, rows: list[dict[str, Any]]) -> None:
         """The newest rows of jobs this transaction holds locked: they cannot have moved."""
         rowsets = self.hot.rowsets
