@@ -117,25 +117,24 @@ def _set_synchronous_commit(conn: Connection, level: str) -> None:
         conn.exec_driver_sql(f"SET synchronous_commit = {level}")
 
 
-def _end_pipelined(conn: Connection, tx: Tx) -> None:
-    """A PostgreSQL transaction's flush, its fence and its COMMIT in one round trip.
+def _end_transaction(conn: Connection, tx: Tx) -> None:
+    """A PostgreSQL transaction's flush (one statement per table, rowsets.py), its fence
+    and its COMMIT.
 
-    In psycopg's pipeline mode the flush's statements (rowsets.py) are sent without
-    waiting for their results; the COMMIT sends them all and waits once. A statement that
-    fails fails the COMMIT with it: nothing of the transaction is written. The epoch's
-    check waits for its row only when no counter's reservation checked it before.
+    Not in psycopg's pipeline mode, which would send them in one round trip: its Python
+    holds the GIL for longer stretches than the waits it saves, and the broker's loop
+    (`/healthz`) waited for it; in alternating bench pairs, leaving the flush out of the
+    pipeline lowered `/healthz` p99 in each (docs/performance.md). A statement that fails
+    leaves the transaction open in error: it is rolled back here, before SQLAlchemy
+    returns the connection to its pool.
     """
     raw = conn.connection.dbapi_connection
     assert raw is not None
     try:
-        with raw.pipeline():
-            tx.flush()
-            tx.check_epoch()
-            conn.commit()
+        tx.flush()
+        tx.check_epoch()
+        conn.commit()
     except Exception as exc:
-        # The pipeline stopped at the failed statement: the COMMIT never ran, and the
-        # transaction is open in error. SQLAlchemy, told the commit was tried, returns
-        # the connection to its pool without a rollback: it is rolled back here.
         with contextlib.suppress(Exception):  # a connection gone takes its transaction
             raw.rollback()
         if getattr(getattr(exc, "orig", exc), "sqlstate", None) == HELD_ROW_MOVED:
@@ -258,7 +257,7 @@ class SQLEngine:
                     tx.flush()
                     tx.check_epoch()
                 else:
-                    _end_pipelined(conn, tx)
+                    _end_transaction(conn, tx)
             if not self._sqlite:  # committed, the SET with it: the session's level now
                 info["synchronous_commit"] = level
         except NotLeader:

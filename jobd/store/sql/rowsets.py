@@ -9,8 +9,8 @@ compare-and-swap's guard (`id` and the `resource_version` the row holds) and fai
 statement, so the transaction, when a row was not where it was expected: those rows are
 locked by the transaction, so that is a fault of jobd's, never a race lost.
 
-engine.py sends the flush and the COMMIT after it in one pipeline: one round trip for a
-transaction's end, whatever it wrote. SQLite keeps `executemany`, which costs it nothing.
+engine.py (`_end_transaction`) sends them and the COMMIT: a round trip each, whatever the
+transaction wrote. SQLite keeps `executemany`, which costs it nothing.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ dozen times in its life, compiled once per dialect and run on the driver's own c
 On PostgreSQL a transaction also waits for as few round trips as it can: its counters are
 locked together, the jobs a batch will swap are locked in one statement (`hold_jobs`) and
 checked here, the BEGIN and those locks ride with the next statement sent, and the flush
-goes as one statement per table (rowsets.py) pipelined with the COMMIT (engine.py).
+goes as one statement per table (rowsets.py) before the COMMIT (engine.py).
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ class Tx:
 
     def _along(self, raw: Any) -> bool:
         """Whether a statement now would carry others (PostgreSQL, outside a pipeline)."""
-        if raw.pgconn.pipeline_status:  # in the flush's pipeline: sent with it already
+        if raw.pgconn.pipeline_status:  # in a pipeline already: a nested one would sync
             return False
         return bool(self._to_hold) or raw.info.transaction_status == _NOT_BEGUN
 
@@ -410,8 +410,7 @@ class Tx:
             self.run_rows(one, rows)
 
     def run_rows(self, statement: RowSet, rows: Sequence[dict[str, Any]]) -> None:
-        """One statement for all the rows (PostgreSQL): no result is waited for, so in
-        a pipeline (engine.py) it costs no round trip of its own."""
+        """One statement for all the rows (PostgreSQL), whatever their number."""
         if self._cursor is None:
             self._cursor = self.conn.connection.cursor()
         self._cursor.execute(statement.sql, statement.params(rows))
