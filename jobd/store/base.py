@@ -337,6 +337,11 @@ class JobStore(Transactions, Protocol):
         after: tuple[int, int] | None = None,
         project: str | None = None,
     ) -> list[Job]: ...
+    def hold_jobs(self, ids: Sequence[int]) -> None:
+        """Inside a batch: these jobs are about to be written; a store may lock them now,
+        all at once, so that each write of them waits for nothing (PostgreSQL does)."""
+        ...
+
     def count_jobs_by_phase(self) -> dict[str, int]: ...
     def count_queued_ahead(self, priority: int, job_id: int) -> tuple[int, int]:
         """Ready Pending jobs before (priority, job_id) in the scheduler's order, and how

@@ -290,6 +290,7 @@ def _apply_reports(
     """Each report of the batch, its events and the refill, in the caller's batch."""
     results: list[dict[str, Any]] = []
     written: dict[int, Job] = {}  # what this batch wrote, not yet committed nor in the view
+    state.store.hold_jobs([item.job for item in body.reports])  # one lock for them all
     for item in body.reports:
         handler, model = _REPORTS[item.verb], REPORT_BODIES[item.verb]
         fields = item.model_dump(exclude={"job", "verb"}, exclude_none=True)

@@ -9,6 +9,7 @@ roll back. The resources' modules (jobs.py, arrays.py, ...) are mixins over `SQL
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from jobd.store import schema as t
 from jobd.store.base import Change, CommitListener, EventRecord, NotLeader, StoreUnavailable
 from jobd.store.faults import describe_store, storage_fault
 from jobd.store.sql.delivery import Delivery
+from jobd.store.sql.rowsets import HELD_ROW_MOVED
 from jobd.store.sql.statements import HotStatements, Tx
 from jobd.store.sql.storefile import StoreFile, damaged_file, sqlite_path
 
@@ -113,6 +115,31 @@ def _set_synchronous_commit(conn: Connection, level: str) -> None:
     if info.get("synchronous_commit") != level:
         info.pop("synchronous_commit", None)
         conn.exec_driver_sql(f"SET synchronous_commit = {level}")
+
+
+def _end_transaction(conn: Connection, tx: Tx) -> None:
+    """A PostgreSQL transaction's flush (one statement per table, rowsets.py), its fence
+    and its COMMIT.
+
+    Not in psycopg's pipeline mode, which would send them in one round trip: its Python
+    holds the GIL for longer stretches than the waits it saves, and the broker's loop
+    (`/healthz`) waited for it; in alternating bench pairs, leaving the flush out of the
+    pipeline lowered `/healthz` p99 in each (docs/performance.md). A statement that fails
+    leaves the transaction open in error: it is rolled back here, before SQLAlchemy
+    returns the connection to its pool.
+    """
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    try:
+        tx.flush()
+        tx.check_epoch()
+        conn.commit()
+    except Exception as exc:
+        with contextlib.suppress(Exception):  # a connection gone takes its transaction
+            raw.rollback()
+        if getattr(getattr(exc, "orig", exc), "sqlstate", None) == HELD_ROW_MOVED:
+            raise RuntimeError("a job this transaction holds changed under it") from exc
+        raise
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -226,7 +253,11 @@ class SQLEngine:
                     _set_synchronous_commit(conn, level)
                 tx = Tx(conn, self._hot, epoch)
                 yield tx
-                tx.check_epoch()
+                if self._sqlite:
+                    tx.flush()
+                    tx.check_epoch()
+                else:
+                    _end_transaction(conn, tx)
             if not self._sqlite:  # committed, the SET with it: the session's level now
                 info["synchronous_commit"] = level
         except NotLeader:
@@ -318,7 +349,6 @@ class SQLEngine:
                 return
             with self._writing(durable) as tx:
                 yield tx
-                tx.flush()
             # Committed: now, and only now, may anyone hear of it, in commit order.
             self._queue_commit(tx.changes, tx.events)
         self._delivery.deliver()

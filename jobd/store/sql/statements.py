@@ -8,6 +8,11 @@ counter is taken from the store at its first reservation and counted on in memor
 row stays locked by the transaction), and the change feed's and events' rows are
 written together when it ends (`flush`). `HotStatements` are the writes a job makes a
 dozen times in its life, compiled once per dialect and run on the driver's own cursor.
+
+On PostgreSQL a transaction also waits for as few round trips as it can: its counters are
+locked together, the jobs a batch will swap are locked in one statement (`hold_jobs`) and
+checked here, the BEGIN and those locks ride with the next statement sent, and the flush
+goes as one statement per table (rowsets.py) before the COMMIT (engine.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from jobd.api.models import Job, Phase, Resource
 from jobd.api.secrets import holds_secrets, mask_job, patterns_of
 from jobd.store import schema as t
 from jobd.store.base import Change, EventRecord, Kind, NotLeader, Op
+from jobd.store.sql.rowsets import RowSet, RowSets
 
 __all__ = ["Compiled", "HotStatements", "Tx", "rfc3339", "to_json"]
 
@@ -66,6 +72,15 @@ _QUEUE_AFTER = _QUEUE_FIRST.where(
 # One project's queue (fair share reads each queued project's head: scheduler.py).
 _QUEUE_FIRST_OF = _QUEUE_FIRST.where(t.jobs.c.project == sa.bindparam("project"))
 _QUEUE_AFTER_OF = _QUEUE_AFTER.where(t.jobs.c.project == sa.bindparam("project"))
+# The jobs a transaction is about to swap, locked at once, with the version each row holds.
+_HOLD_JOBS = (
+    sa.select(t.jobs.c.id, t.jobs.c.resource_version)
+    .where(t.jobs.c.id == sa.any_(sa.bindparam("ids")))
+    .order_by(t.jobs.c.id)
+    .with_for_update()
+)
+# A PostgreSQL connection whose transaction's BEGIN is not sent yet (psycopg's IDLE).
+_NOT_BEGUN = 0
 _NEXT = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -83,6 +98,16 @@ _EPOCH_HELD = (
 )
 # The counter's bump and the fence in one statement: no round trip of its own.
 _NEXT_FENCED = _NEXT.where(sa.exists(_EPOCH_HELD))
+# PostgreSQL: the counters a transaction takes, locked at its first reservation in one
+# statement with the fence; what it reserves is counted in memory and written at the flush.
+_HOLD_COUNTERS = (
+    sa.select(t.meta.c.key, t.meta.c.value)
+    .where(t.meta.c.key == sa.any_(sa.bindparam("keys")))
+    .with_for_update(of=t.meta)
+)
+_HOLD_COUNTERS_FENCED = _HOLD_COUNTERS.where(sa.exists(_EPOCH_HELD))
+# Taken together: nearly every write takes a revision, and most of them events.
+_COUNTERS_TOGETHER = ("revision", "event_seq")
 _SET_COUNTER = (
     sa.update(t.meta)
     .where(t.meta.c.key == sa.bindparam("counter"))
@@ -152,6 +177,23 @@ class HotStatements:
         self.queue_after = Compiled(_QUEUE_AFTER, dialect)
         self.queue_first_of = Compiled(_QUEUE_FIRST_OF, dialect)
         self.queue_after_of = Compiled(_QUEUE_AFTER_OF, dialect)
+        # On PostgreSQL the flush writes each table's rows as one statement (rowsets.py),
+        # and a batch locks the jobs it will swap as it reads them (`Tx.hold_jobs`).
+        self.rowsets: RowSets | None = None
+        if dialect.name == "postgresql":
+            self.rowsets = RowSets(dialect)
+            self.hold_jobs = Compiled(_HOLD_JOBS, dialect)
+            self.hold_counters = Compiled(_HOLD_COUNTERS, dialect)
+            self.hold_counters_fenced = Compiled(_HOLD_COUNTERS_FENCED, dialect)
+            queues = (_QUEUE_FIRST, _QUEUE_AFTER, _QUEUE_FIRST_OF, _QUEUE_AFTER_OF)
+            locked = [Compiled(q.with_for_update(), dialect) for q in queues]
+            self.queue_held: dict[Compiled, Compiled] = dict(
+                zip(
+                    (self.queue_first, self.queue_after, self.queue_first_of, self.queue_after_of),
+                    locked,
+                    strict=True,
+                )
+            )
         # The driver raises its own exception, not SQLAlchemy's wrapper of it.
         dbapi = dialect.dbapi
         assert dbapi is not None
@@ -179,13 +221,40 @@ class Tx:
         # job id -> [the resource_version its row holds, the newest this transaction wrote]
         self._jobs: dict[int, list[int]] = {}
         self._job_rows: dict[int, dict[str, Any]] = {}  # a job's newest row, not yet written
+        self._to_hold: set[int] = set()  # jobs to lock, sent with the next statement (PG)
 
     def run(self, statement: Compiled, row: dict[str, Any]) -> Any:
-        """Execute on the transaction's own driver connection; returns the cursor."""
+        """Execute on the transaction's own driver connection; returns the cursor.
+
+        On PostgreSQL what waits to be sent goes in the same round trip, pipelined: the
+        BEGIN, before the transaction's first statement, and the jobs to hold."""
         if self._cursor is None:
             self._cursor = self.conn.connection.cursor()
-        self._cursor.execute(statement.sql, statement.params(row))
+        raw = self.conn.connection.dbapi_connection
+        if self.hot.rowsets is not None and self._along(raw):
+            self._send_along(raw, statement, row)
+        else:
+            self._cursor.execute(statement.sql, statement.params(row))
         return self._cursor
+
+    def _along(self, raw: Any) -> bool:
+        """Whether a statement now would carry others (PostgreSQL, outside a pipeline)."""
+        if raw.pgconn.pipeline_status:  # in a pipeline already: a nested one would sync
+            return False
+        return bool(self._to_hold) or raw.info.transaction_status == _NOT_BEGUN
+
+    def _send_along(self, raw: Any, statement: Compiled | None, row: dict[str, Any]) -> None:
+        holding, ids = None, sorted(self._to_hold)
+        self._to_hold = set()
+        with raw.pipeline():
+            if ids:
+                holding = raw.cursor()
+                holding.execute(self.hot.hold_jobs.sql, {"ids": ids})
+            if statement is not None:
+                self._cursor.execute(statement.sql, statement.params(row))
+        if holding is not None:
+            for job_id, version in holding.fetchall():
+                self.hold(job_id, version)
 
     def run_many(self, statement: Compiled, rows: Sequence[dict[str, Any]]) -> None:
         if len(rows) == 1:
@@ -199,16 +268,39 @@ class Tx:
         """Take n consecutive values of a counter; returns the first.
 
         The first reservation of a counter in this transaction takes its row's lock (an
-        UPDATE), so no other writer reserves from it until the commit; the later ones
+        UPDATE; on PostgreSQL a SELECT ... FOR UPDATE of it and of the counters taken
+        with it), so no other writer reserves from it until the commit; the later ones
         are counted here, and `flush` writes where the counter ended.
         """
         held = self._counters.get(counter)
-        if held is None:
+        if held is not None:
+            held[0] += n
+        elif self.hot.rowsets is not None:
+            self._hold_counters(counter)
+            held = self._counters[counter]
+            held[0] += n
+        else:
             value = self._reserve_first(counter, n)
             self._counters[counter] = held = [value, value]
-        else:
-            held[0] += n
         return held[0] - n + 1
+
+    def _hold_counters(self, counter: str) -> None:
+        """PostgreSQL: lock `counter` and the others most writes take, in one statement
+        (fenced by the leader's epoch, if any), so that the transaction waits for one
+        reservation, not one per counter. SQLite takes its write lock with an UPDATE."""
+        keys = sorted({counter, *_COUNTERS_TOGETHER} - self._counters.keys())
+        statement = self.hot.hold_counters if self._epoch_checked else self.hot.hold_counters_fenced
+        params: dict[str, Any] = {"keys": keys}
+        if not self._epoch_checked:
+            params["epoch"] = self.epoch
+        rows = self.run(statement, params).fetchall()
+        if not rows and not self._epoch_checked:
+            raise NotLeader(f"epoch {self.epoch} no longer leads: the write was refused")
+        self._epoch_checked = True
+        for key, value in rows:
+            self._counters[key] = [int(value), int(value)]
+        if counter not in self._counters:
+            raise RuntimeError(f"the store has no counter {counter!r}")
 
     def _reserve_first(self, counter: str, n: int) -> int:
         """The counter's row bumped and locked; fenced by the leader's epoch, if any."""
@@ -230,17 +322,35 @@ class Tx:
             raise NotLeader(f"epoch {self.epoch} no longer leads: the write was refused")
         self._epoch_checked = True
 
+    def hold_jobs(self, ids: Iterable[int]) -> None:
+        """Lock these jobs' rows (PostgreSQL), one statement for them all sent with the
+        transaction's next one, and learn the version each holds: a swap of one of them
+        is then checked here, and its row written at `flush` with the others, instead of
+        an UPDATE waited for each. A job not found is left to its swap, which finds it
+        gone."""
+        self._to_hold.update(job_id for job_id in ids if job_id not in self._jobs)
+
+    def _held(self, job_id: int) -> list[int] | None:
+        if job_id in self._to_hold:  # not sent yet: now, alone
+            self._send_along(self.conn.connection.dbapi_connection, None, {})
+        return self._jobs.get(job_id)
+
+    def hold(self, job_id: int, version: int) -> None:
+        """A job's row, locked by this transaction, holds `version` (unless it is one
+        this transaction wrote: what it wrote is what it knows)."""
+        self._jobs.setdefault(job_id, [version, version])
+
     def swap_job(self, row: dict[str, Any]) -> bool:
         """Compare-and-swap a job's row (`b_id`, `expected_rv`); False when it moved on.
 
-        A job this transaction already wrote is locked by it, and its newest version is
-        the one written here: a swap from that version takes without asking the store,
-        and only the last version reaches the row, at `flush` (a worker's `started` and
-        `complete` of one job in one batch cost one UPDATE). A swap from any other
-        version of such a job is stale.
+        A job this transaction already wrote, or holds (`hold_jobs`), is locked by it,
+        and its newest version is known here: a swap from that version takes without
+        asking the store, and only the last version reaches the row, at `flush` (a
+        worker's `started` and `complete` of one job in one batch cost one UPDATE). A
+        swap from any other version of such a job is stale.
         """
         job_id, expected = row["b_id"], row["expected_rv"]
-        held = self._jobs.get(job_id)
+        held = self._held(job_id)
         if held is not None:
             if held[1] != expected:
                 return False
@@ -259,22 +369,51 @@ class Tx:
         if self._job_rows:
             rows = list(self._job_rows.values())
             self._job_rows = {}
-            self.run_many(self.hot.update_job, rows)
-            if self._cursor.rowcount not in (len(rows), -1):  # locked here: cannot have moved
-                raise RuntimeError("a job this transaction holds changed under it")
+            self._write_jobs(rows)
             for row in rows:
                 held = self._jobs[row["b_id"]]
                 held[0] = held[1]
+        rowsets = self.hot.rowsets
         if self._change_rows:
-            self.run_many(self.hot.insert_change, self._change_rows)
+            changes = rowsets.insert_changes if rowsets else None
+            self._write(self.hot.insert_change, changes, self._change_rows)
             self._change_rows = []
         if self._event_rows:
-            self.run_many(self.hot.insert_event, self._event_rows)
+            events = rowsets.insert_events if rowsets else None
+            self._write(self.hot.insert_event, events, self._event_rows)
             self._event_rows = []
         for counter, held in self._counters.items():
             if held[0] != held[1]:
                 self.run(self.hot.set_counter, {"counter": counter, "b_value": held[0]})
                 held[1] = held[0]
+
+    def insert_jobs(self, rows: list[dict[str, Any]]) -> None:
+        """New jobs' rows, now: a name taken raises the driver's IntegrityError here."""
+        rowsets = self.hot.rowsets
+        self._write(self.hot.insert_job, rowsets.insert_jobs if rowsets else None, rows)
+
+    def _write_jobs(self, rows: list[dict[str, Any]]) -> None:
+        """The newest rows of jobs this transaction holds locked: they cannot have moved."""
+        rowsets = self.hot.rowsets
+        if rowsets is not None:  # checked by the statement itself (rowsets.py)
+            self.run_rows(rowsets.update_jobs, rows)
+            return
+        self.run_many(self.hot.update_job, rows)
+        if self._cursor.rowcount not in (len(rows), -1):
+            raise RuntimeError("a job this transaction holds changed under it")
+
+    def _write(self, many: Compiled, one: RowSet | None, rows: list[dict[str, Any]]) -> None:
+        """The rows as one statement (`one`, PostgreSQL's) or as `many` an executemany."""
+        if one is None:
+            self.run_many(many, rows)
+        else:
+            self.run_rows(one, rows)
+
+    def run_rows(self, statement: RowSet, rows: Sequence[dict[str, Any]]) -> None:
+        """One statement for all the rows (PostgreSQL), whatever their number."""
+        if self._cursor is None:
+            self._cursor = self.conn.connection.cursor()
+        self._cursor.execute(statement.sql, statement.params(rows))
 
     def next_revision(self) -> int:
         return self.reserve("revision", 1)
