@@ -57,8 +57,8 @@ def _leave_out_refused(value: Any) -> None:
         return
     if not isinstance(value, dict):
         return
-    nodes = value.get("nodes")
-    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1:
+    nodes = value.get("nodes")  # drawn as 637 or as 637.0: both are a job of 637 nodes
+    if isinstance(nodes, (int, float)) and not isinstance(nodes, bool) and nodes > 1:
         value.pop("worker", None)
     if _undialable(value.get("address")):
         value.pop("address")
