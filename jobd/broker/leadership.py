@@ -233,6 +233,19 @@ class Leadership:
                 callback()
             except Exception:  # the others still have to hear it
                 log.exception("leader_stop_failed", epoch=self.epoch)
+        if self._tg is not None and self.lease is not None:
+            # Whoever took over is named now, not at the next retry period: a write
+            # meanwhile is sent there (307) rather than told to come back (503).
+            self._tg.start_soon(self._learn_leader)
+
+    async def _learn_leader(self) -> None:
+        assert self.lease is not None
+        try:
+            holder = await anyio.to_thread.run_sync(self.lease.read)
+        except Exception:  # the database away: the next campaign reads it again
+            return
+        if not self._leading and holder.epoch != self.epoch:  # not the lease it gave up
+            self._leader_url = holder.url if holder.live else None
 
     def resign(self) -> None:
         """On a clean stop: step down and give the lease up, so a standby need not wait."""
