@@ -412,8 +412,18 @@ def test_a_paused_leader_writes_nothing_after_waking_and_stands_by(lab: HALab) -
     assert all(a != 201 for a in answers), answers  # none acknowledged by the woken one
     lab.wait_until(lambda: lab.readyz(paused) == "standby", timeout=10)
     assert lab.leader() == leader
-    write = httpx.post(f"http://127.0.0.1:{port}/jobs", headers=lab.headers, json={})
-    assert write.status_code == 307
+    # Standing by from its first answer: a write is 503 (come back) while it has not yet
+    # read who leads (its renewal, then a read of the lease, both on the database after
+    # waking), then 307 to the new leader; never taken.
+    answers: list[httpx.Response] = []
+
+    def redirected() -> bool:
+        answers.append(httpx.post(f"http://127.0.0.1:{port}/jobs", headers=lab.headers, json={}))
+        assert answers[-1].status_code in (307, 503), answers[-1].text
+        return answers[-1].status_code == 307
+
+    lab.wait_until(redirected, timeout=10)
+    write = answers[-1]
     assert write.headers["location"] == f"http://127.0.0.1:{lab.ports[leader]}/jobs"
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     assert "jobd_leader 0.0" in metrics
