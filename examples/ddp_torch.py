@@ -143,6 +143,10 @@ class Training:
             say("a peer stopped the training, and no SIGTERM came here: exiting")
             return 1
         self._report()
+        # Every process here before any tears its connections down: a peer that closed them
+        # while another still ended its last all-reduce made gloo abort that one (SIGABRT,
+        # "terminate called without an active exception") after it had printed its RESULT.
+        self.dist.barrier()
         self.dist.destroy_process_group()
         return 0
 
