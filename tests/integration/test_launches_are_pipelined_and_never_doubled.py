@@ -17,8 +17,14 @@ from tests.integration.supervised import (
     python_spec,
 )
 
-# Sleeps a little, then exits with the code it was given.
-SLEEPS_THEN_EXITS = "import sys, time; time.sleep(float(sys.argv[2])); sys.exit(int(sys.argv[1]))"
+# Waits for the go file, then exits with the code it was given: every workload runs until
+# all 16 launches are answered, so no supervisor is idle meanwhile to be given a second one
+# (a serving shim takes job after job: it may, once its job is over).
+WAITS_THEN_EXITS = (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[2]): time.sleep(0.01)\n"
+    "sys.exit(int(sys.argv[1]))"
+)
 
 
 @pytest.mark.anyio
@@ -27,9 +33,10 @@ async def test_concurrent_launches_each_get_their_own_answer_and_exit(
 ) -> None:
     launcher = ShimPool()
     jobs: dict[int, Shim] = {}
+    go = state_root.parent / "go"
 
     async def launch(i: int) -> None:
-        spec = python_spec(SLEEPS_THEN_EXITS, str(i % 7), "0.3").replace(job_id=i)
+        spec = python_spec(WAITS_THEN_EXITS, str(i % 7), str(go)).replace(job_id=i)
         jobs[i] = await launcher.launch(state_root / f"{i}-1", spec)
 
     try:
@@ -38,6 +45,7 @@ async def test_concurrent_launches_each_get_their_own_answer_and_exit(
                 tg.start_soon(launch, i)
         supervisors = {job.identity for job in jobs.values()}
         assert len(supervisors) == 16 and None not in supervisors
+        go.touch()
         with anyio.fail_after(20):
             ends = {i: await job.wait() for i, job in jobs.items()}
         assert {i: end.exit_code for i, end in ends.items()} == {i: i % 7 for i in range(16)}
@@ -45,6 +53,7 @@ async def test_concurrent_launches_each_get_their_own_answer_and_exit(
             record = job.record()
             assert record is not None and record.job_id == i
     finally:
+        go.touch()  # a failed assertion leaves no workload waiting
         await launcher.aclose()
 
 
