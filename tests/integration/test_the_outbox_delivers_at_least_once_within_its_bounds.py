@@ -225,7 +225,9 @@ def test_a_restart_delivers_again_what_was_not_delivered(
         NotifyConfig(sinks=(sink,), **FAST),
         tmp_path / "notify.json",
     )
-    anyio.run(_running, again, lambda: _until(lambda: len(receiver.taken()) == 1))
+    # Until the outbox has heard the answer, not only until the receiver has the request:
+    # stopped in between, it has not delivered (and saves nothing past it).
+    anyio.run(_running, again, lambda: _until(lambda: again.counts["webhook-0", "delivered"] == 1))
     assert json.loads(receiver.taken()[0]["body"])["job"]["id"] == job.id
     assert json.loads((tmp_path / "notify.json").read_text())["delivered_through"] >= 1
 
