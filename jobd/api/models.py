@@ -952,6 +952,13 @@ class JobStatus(Strict):
     # found among the nominated jobs as a job of one node is). Empty for a job of one node.
     nominated_workers: list[str] = Field(default_factory=list)
 
+    @property
+    def ready(self) -> bool:
+        """Free to queue, whatever the phase: its parents ended (`dependencies_met`) and
+        no retry backoff runs (`retry_at`). The store's `ready` column, the view's queue,
+        a create's own placement and `job explain` all read it from here."""
+        return self.dependencies_met and self.retry_at is None
+
 
 class Job(Strict):
     api_version: Literal["jobd/v1"] = Field(default="jobd/v1", alias="apiVersion")

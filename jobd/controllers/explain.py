@@ -395,8 +395,8 @@ def _preemption(job: Job, cluster: Cluster, fits: list[str], unplaceable: str | 
     """What `job preempt-blockers --dry-run` would say: the same function answers."""
     if unplaceable is not None:
         return {"possible": False, "says": "no preemption helps: no worker could ever run it"}
-    queued = job.status.dependencies_met and job.status.retry_at is None
-    if _fits_now(job, fits) and queued:  # else blockers_plan says what it waits for instead
+    # Not queued (waiting on parents or a backoff): blockers_plan says what it waits for.
+    if _fits_now(job, fits) and job.status.ready:
         return {"possible": False, "says": "no preemption needed: it fits now"}
     bound = list(cluster.bound)
     caps = capacity_of(schedulable(cluster.workers, cluster.heard), bound)

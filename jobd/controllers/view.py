@@ -132,7 +132,7 @@ class ClusterView:
             return
         status = job.status
         # Ready as the `ready` column says it (store/sql/jobs.py).
-        if status.phase == Phase.PENDING and status.dependencies_met and status.retry_at is None:
+        if status.phase == Phase.PENDING and status.ready:
             self._queue(job_id, job.project)
         self.parents.update(job.status.parents)
         # The committed object itself, not a copy parsed from the change's text: nobody

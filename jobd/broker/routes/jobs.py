@@ -355,7 +355,7 @@ def _queue_of(store: Store, job: Job) -> Queue:
     queue, status = Queue(), job.status
     if status.phase != Phase.PENDING:
         return queue
-    if status.dependencies_met and status.retry_at is None:
+    if status.ready:
         queue.ahead, queue.ahead_higher = store.count_queued_ahead(
             status.effective.priority, job.id
         )

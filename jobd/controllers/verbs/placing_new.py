@@ -90,7 +90,9 @@ class _NewJobs:
     """A create's ready jobs, read as `queue_head` reads the store's index."""
 
     def __init__(self, jobs: list[Job]) -> None:
-        self.ready = sorted((j for j in jobs if _ready(j)), key=_order)
+        self.ready = sorted(
+            (j for j in jobs if j.status.phase == Phase.PENDING and j.status.ready), key=_order
+        )
 
     def projects(self) -> list[str]:
         return sorted({job.project for job in self.ready})
@@ -112,12 +114,6 @@ class _NewJobs:
             if (project is None or job.project == project) and _fits(job, fits):
                 found.append(job)
         return found
-
-
-def _ready(job: Job) -> bool:
-    """Queued as the store's `ready` column says (store/sql/jobs.py)."""
-    status = job.status
-    return status.phase == Phase.PENDING and status.dependencies_met and status.retry_at is None
 
 
 def _order(job: Job) -> _Order:

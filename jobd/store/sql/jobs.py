@@ -361,7 +361,7 @@ def _job_row(job: Job) -> dict[str, Any]:
         "phase": str(job.status.phase),
         "priority": job.status.effective.priority,
         # Queued only once its parents ended and, retried, its backoff is over.
-        "ready": job.status.dependencies_met and job.status.retry_at is None,
+        "ready": job.status.ready,
         "slots": job.spec.resources.slots,
         "gpus": job.spec.resources.gpus,
         "millicpus": job.spec.resources.millicpus,
